@@ -1,0 +1,60 @@
+"""The ``gpuspawner`` command.
+
+Each subcommand lives in its own module under ``gpuspawner.commands`` and
+exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``main(args) -> int``.
+Modules are imported only when their subcommand runs, so ``gpuspawner
+check-cuda`` does not pay for JupyterHub's import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand name -> module under gpuspawner.commands
+COMMANDS = {
+    "sim": "sim",
+    "demo": "demo",
+    "check-cuda": "check_cuda",
+    "probe": "probe",
+    "label-node": "label_node",
+}
+
+_HELP = {
+    "sim": "run the simulated Kubernetes GPU cluster alone",
+    "demo": "run the simulated GPU cluster with a real JupyterHub",
+    "check-cuda": "decide whether an image's CUDA fits a node's NVIDIA driver",
+    "probe": "check the GPUs and driver from inside a server's pod (init container)",
+    "label-node": "label a node with GPU Feature Discovery labels read through NVML",
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuspawner",
+        description="gpuspawner: JupyterHub on GPU clusters",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        p = sub.add_parser(name, help=_HELP[name], description=_HELP[name])
+        if only is None or only == name:
+            module = importlib.import_module(f"gpuspawner.commands.{module_name}")
+            module.add_arguments(p)
+            p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    only = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = build_parser(only)
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    return int(args._module.main(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
