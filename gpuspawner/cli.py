@@ -19,6 +19,7 @@ COMMANDS = {
     "check-cuda": "check_cuda",
     "probe": "probe",
     "label-node": "label_node",
+    "doctor": "doctor",
 }
 
 _HELP = {
@@ -27,6 +28,7 @@ _HELP = {
     "check-cuda": "decide whether an image's CUDA fits a node's NVIDIA driver",
     "probe": "check the GPUs and driver from inside a server's pod (init container)",
     "label-node": "label a node with GPU Feature Discovery labels read through NVML",
+    "doctor": "report what breaks GPU notebooks on a cluster, and how to fix it",
 }
 
 

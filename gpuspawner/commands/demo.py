@@ -1,0 +1,216 @@
+"""``gpuspawner demo``: the simulated GPU cluster and a real JupyterHub with GPUSpawner.
+
+The cluster (API server, scheduler, kubelet) runs in this process; JupyterHub runs as a child
+process with the demo's ``jupyterhub_config.py`` (``gpuspawner/data/demo/``), which loads the same
+``jupyterhub_config.d/gpuspawner.py`` snippet an admin drops into a real hub. JupyterHub reaches
+the cluster through a kubeconfig, exactly as it would reach a real one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from ..paths import find_shared
+
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "data" / "demo" / "jupyterhub_config.py"
+HUB_READY_TIMEOUT = 90.0
+DEMO_NAMESPACE = "jupyterhub"  # c.GPUSpawner.namespace in the demo config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster",
+        metavar="FILE",
+        help="Kubernetes manifests (Nodes, Pods) to load; default: the built-in GPU cluster",
+    )
+    parser.add_argument("--port", type=_port, default=8000, help="JupyterHub's public port (default 8000)")
+    parser.add_argument(
+        "--k8s-port",
+        type=_port,
+        default=0,
+        metavar="N",
+        help="port of the simulated Kubernetes API (default: a free port)",
+    )
+    parser.add_argument(
+        "--admin-token",
+        metavar="TOKEN",
+        help="register this API token for an admin service (for scripts and the REST API)",
+    )
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
+    return port
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _find_proxy() -> str | None:
+    """configurable-http-proxy: on PATH, or in the source checkout's node_modules."""
+    found = shutil.which("configurable-http-proxy")
+    if found:
+        return found
+    local = Path(__file__).resolve().parents[2] / "node_modules" / ".bin" / "configurable-http-proxy"
+    return str(local) if local.exists() else None
+
+
+def main(args: argparse.Namespace) -> int:
+    problems = []
+    if args.cluster and not Path(args.cluster).is_file():
+        problems.append(f"--cluster {args.cluster}: no such file")
+    if args.port and not _port_is_free(args.port):
+        problems.append(f"--port {args.port} is in use; choose another with --port")
+    if args.k8s_port and not _port_is_free(args.k8s_port):
+        problems.append(f"--k8s-port {args.k8s_port} is in use; choose another with --k8s-port")
+    if args.admin_token is not None and len(args.admin_token) < 8:
+        problems.append("--admin-token must be at least 8 characters")
+    proxy = _find_proxy()
+    if not proxy:
+        problems.append(
+            "configurable-http-proxy (JupyterHub's proxy) was not found: run scripts/setup.sh, "
+            "or `npm install -g configurable-http-proxy`"
+        )
+    snippet = find_shared("jupyterhub_config.d", "gpuspawner.py")
+    if snippet is None:
+        problems.append("jupyterhub_config.d/gpuspawner.py was not found; reinstall gpuspawner")
+    if problems:
+        for p in problems:
+            print(f"gpuspawner demo: {p}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_run(args, proxy, snippet))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
+    from ..sim.cluster import SimCluster
+    from ..sim.loader import ClusterFileError
+
+    workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
+    cluster = SimCluster(cluster_file=args.cluster, port=args.k8s_port)
+    hub: asyncio.subprocess.Process | None = None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            k8s_url = await cluster.start()
+        except ClusterFileError as e:
+            print(f"gpuspawner demo: {e}", file=sys.stderr)
+            return 2
+        _ensure_namespace(cluster, DEMO_NAMESPACE)
+        kubeconfig = workdir / "kubeconfig"
+        cluster.write_kubeconfig(str(kubeconfig))
+        env = dict(os.environ)
+        env.update(
+            KUBECONFIG=str(kubeconfig),
+            GPUSPAWNER_DEMO_DIR=str(workdir),
+            GPUSPAWNER_DEMO_SNIPPET=str(snippet),
+            GPUSPAWNER_DEMO_PORT=str(args.port),
+            GPUSPAWNER_DEMO_HUB_PORT=str(_free_port()),
+            GPUSPAWNER_DEMO_PROXY_API_PORT=str(_free_port()),
+            GPUSPAWNER_DEMO_PROXY=proxy,
+            GPUSPAWNER_DEMO_ADMIN_TOKEN=args.admin_token or "",
+            CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(32),
+        )
+        # the single-user servers the simulated kubelet starts must find jupyterhub-singleuser
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        hub = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG), cwd=str(workdir), env=env
+        )
+        hub_url = f"http://127.0.0.1:{args.port}"
+        if not await _wait_hub(hub, hub_url, stop):
+            if hub.returncode is not None:
+                print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
+                return 1
+            if stop.is_set():
+                return 0
+            print("gpuspawner demo: JupyterHub did not answer in time", file=sys.stderr)
+            return 1
+        print(
+            "\n"
+            f"gpuspawner demo is ready.\n"
+            f"  JupyterHub:     {hub_url}/  (log in with any user name and any password)\n"
+            f"  Kubernetes API: {k8s_url}  (kubectl --server {k8s_url} get nodes)\n"
+            f"  GPU capacity:   {hub_url}/hub/api/gpus\n"
+            "Press Ctrl-C to stop.\n",
+            flush=True,
+        )
+        hub_exit = asyncio.ensure_future(hub.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({hub_exit, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if hub_exit.done():
+            print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        if hub is not None and hub.returncode is None:
+            # the hub deletes its users' pods while the cluster still runs
+            hub.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(hub.wait(), 30)
+            except asyncio.TimeoutError:
+                hub.kill()
+                await hub.wait()
+        await cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _ensure_namespace(cluster, name: str) -> None:
+    """The hub's namespace, as an admin (or the Helm chart) creates it before installing."""
+    from ..sim.store import ApiError
+
+    try:
+        cluster.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except ApiError as e:
+        if e.code != 409:
+            raise
+
+
+async def _wait_hub(hub: asyncio.subprocess.Process, url: str, stop: asyncio.Event) -> bool:
+    import aiohttp
+
+    deadline = asyncio.get_running_loop().time() + HUB_READY_TIMEOUT
+    async with aiohttp.ClientSession() as session:
+        while asyncio.get_running_loop().time() < deadline:
+            if hub.returncode is not None or stop.is_set():
+                return False
+            try:
+                async with session.get(f"{url}/hub/api/", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    if r.status == 200:
+                        return True
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(0.3)
+    return False

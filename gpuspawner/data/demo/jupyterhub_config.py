@@ -1,0 +1,89 @@
+# The demo's jupyterhub_config.py, run by `gpuspawner demo` (which sets the GPUSPAWNER_DEMO_*
+# variables, starts the simulated cluster and points KUBECONFIG at it).
+#
+# It loads jupyterhub_config.d/gpuspawner.py, the snippet an admin drops into a real hub, and then
+# adds what a site would: an authenticator, profiles, and a pool the autoscaler can create.
+import os
+
+c = get_config()  # noqa: F821 - provided by traitlets when JupyterHub loads this file
+env = os.environ
+
+load_subconfig(env["GPUSPAWNER_DEMO_SNIPPET"])  # noqa: F821 - provided by traitlets
+
+workdir = env["GPUSPAWNER_DEMO_DIR"]
+
+# --- the hub, on loopback -------------------------------------------------------------------
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = int(env["GPUSPAWNER_DEMO_PORT"])
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(env["GPUSPAWNER_DEMO_HUB_PORT"])
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env['GPUSPAWNER_DEMO_PROXY_API_PORT']}"
+c.ConfigurableHTTPProxy.command = [env["GPUSPAWNER_DEMO_PROXY"]]
+c.JupyterHub.db_url = f"sqlite:///{os.path.join(workdir, 'jupyterhub.sqlite')}"
+c.JupyterHub.cookie_secret_file = os.path.join(workdir, "jupyterhub_cookie_secret")
+c.JupyterHub.allow_named_servers = True
+
+# --- anyone may log in with any password (a demo!) -----------------------------------------
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {"admin"}
+
+token = env.get("GPUSPAWNER_DEMO_ADMIN_TOKEN")
+if token:
+    c.JupyterHub.services = [{"name": "gpuspawner-demo-admin", "api_token": token}]
+    c.JupyterHub.load_roles = [{"name": "admin", "services": ["gpuspawner-demo-admin"]}]
+
+# --- the pods ------------------------------------------------------------------------------
+c.GPUSpawner.namespace = "jupyterhub"
+c.GPUSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
+c.GPUSpawner.cmd = ["jupyterhub-singleuser"]
+c.GPUSpawner.start_timeout = 180
+c.GPUSpawner.http_timeout = 90
+c.GPUSpawner.delete_grace_period = 2
+
+# an ordinary KubeSpawner profile: keeps working unchanged beside the GPU one
+c.GPUSpawner.profile_list = [
+    {
+        "slug": "cpu",
+        "display_name": "CPU only",
+        "description": "2 CPUs and 4 GiB of memory, no GPU.",
+        "default": True,
+        "kubespawner_override": {"cpu_limit": 2, "mem_limit": "4G"},
+    },
+]
+
+# the GPU profile: its pools are discovered from the cluster, not listed here
+c.GPUSpawner.gpu_profiles = [
+    {
+        "slug": "gpu",
+        "display_name": "GPU server",
+        "description": "PyTorch with CUDA 12 on the GPU pool you choose.",
+        "kubespawner_override": {
+            "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06",
+            "cpu_limit": 8,
+            "mem_limit": "32G",
+        },
+        "max_gpus": 8,
+    },
+]
+
+# a pool the cluster autoscaler creates from zero nodes when someone asks for it
+c.GPUSpawner.gpu_declared_pools = [
+    {
+        "resource": "nvidia.com/gpu",
+        "product": "NVIDIA-H100-80GB-HBM3",
+        "memory_mib": 81559,
+        "node_group_label": "cloud.google.com/gke-nodepool",
+        "node_group": "gpu-h100-spot",
+        "labels": {
+            "cloud.google.com/gke-nodepool": "gpu-h100-spot",
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        },
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        "gpus_per_node": 8,
+        "max_nodes": 2,
+        "minutes": 7,
+        "driver_version": "570.172.08",
+        "cuda_version": "12.8",
+    },
+]

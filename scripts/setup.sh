@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sets up a development environment from the project's own files:
+#   .venv/            Python virtual environment with gpuspawner (editable) and its test dependencies
+#   node_modules/     configurable-http-proxy (JupyterHub's proxy), from package-lock.json
+#   /usr/bin/chromium Debian's Chromium for the browser tests (only with --browser; needs root or sudo)
+# Safe to run again: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_browser=0
+for arg in "$@"; do
+  case "$arg" in
+    --browser) want_browser=1 ;;
+    *) echo "setup.sh: unknown option $arg (known: --browser)" >&2; exit 2 ;;
+  esac
+done
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "setup.sh: gpuspawner needs Python >= 3.10 (found: $("$PYTHON" --version 2>&1))" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.gpuspawner-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "==> installing gpuspawner and its test dependencies into .venv"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e '.[test]'
+  touch "$stamp"
+fi
+
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup.sh: npm is needed for configurable-http-proxy (JupyterHub's proxy); install Node.js >= 18" >&2
+  exit 1
+fi
+if [ ! -x node_modules/.bin/configurable-http-proxy ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "==> installing configurable-http-proxy into node_modules"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "==> installing Debian's chromium for the browser tests"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+echo "==> environment ready"
