@@ -1,0 +1,182 @@
+"""``gpuspawner check-cuda``: does an image's CUDA fit a node's NVIDIA driver?
+
+::
+
+    gpuspawner check-cuda --driver VERSION (--cuda X.Y | --require "EXPR")
+        [--driver-cuda X.Y] [--arch M.m] [--brand NAME] [--policy strict|minor|forward]
+
+``--cuda``: the verdict of :func:`gpuspawner.cuda.rules.decide` for an image
+built with that CUDA on a node with that driver, whose CUDA is
+``--driver-cuda`` or else derived from NVIDIA's table; the architecture floor
+applies when ``--arch`` is given.  This interface has no flag for cuda-compat
+or for the kind of GPU, so ``--policy forward`` assumes the image carries
+``cuda-compat`` of its own CUDA version and that the GPU is a data-center GPU
+unless ``--brand`` names a GeForce, TITAN, Quadro, RTX or NVS board; NVIDIA's
+branch matrix still applies.
+
+``--require``: that ``NVIDIA_REQUIRE_CUDA`` expression alone, decided as
+libnvidia-container would, with ``cuda`` = ``--driver-cuda`` or the table's
+newest CUDA whose minimum driver is <= ``--driver``.  When the driver is older
+than every table row the ``cuda`` value is unknown and, as libnvidia-container
+does with a value it cannot read, every ``cuda`` factor passes.  ``--arch`` and
+``--brand`` likewise pass when not given.  ``--brand`` is an NVML brand name,
+case-insensitive (``GeForce``, ``Tesla``, ``NVIDIA``, ``NVIDIA RTX``...), mapped
+the way libnvidia-container maps it (everything but Quadro, Tesla, NVS, GRID,
+GeForce and TITAN becomes ``Unknown``).
+
+Exit status: 0 fits (possibly with a warning), 1 does not fit, 2 invalid input.
+The first stdout line starts with ``fits:``, ``fits with a warning:``,
+``does not fit:`` or ``invalid:``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuspawner.cuda import require as req
+from gpuspawner.cuda import rules, table
+from gpuspawner.cuda.image import ImageCuda
+from gpuspawner.cuda.versions import VersionError, fmt_cuda, parse_arch, parse_cuda, parse_driver
+
+NAME = "check-cuda"
+HELP = "decide whether an image's CUDA fits a node's NVIDIA driver"
+
+EXIT_FITS, EXIT_NO_FIT, EXIT_INVALID = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--driver",
+        required=True,
+        metavar="VERSION",
+        help="the node's NVIDIA driver version, e.g. 535.183.01",
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--cuda", metavar="X.Y", help="the CUDA version the image is built with")
+    what.add_argument(
+        "--require",
+        metavar="EXPR",
+        help="the image's NVIDIA_REQUIRE_CUDA expression, decided alone",
+    )
+    parser.add_argument(
+        "--driver-cuda",
+        metavar="X.Y",
+        help="the newest CUDA the driver supports (nvidia-smi's 'CUDA Version'); "
+        "default: from NVIDIA's driver table",
+    )
+    parser.add_argument("--arch", metavar="M.m", help="the GPU's compute capability, e.g. 8.0")
+    parser.add_argument(
+        "--brand",
+        metavar="NAME",
+        help="the GPU's NVML brand, e.g. GeForce, Tesla, NVIDIA (case-insensitive)",
+    )
+    parser.add_argument(
+        "--policy",
+        choices=rules.POLICIES,
+        default="minor",
+        help="strict: backward compatibility only; minor (default): also "
+        "minor-version compatibility, with a warning; forward: also "
+        "forward compatibility (assumes the image carries cuda-compat)",
+    )
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _checked(args: argparse.Namespace):
+    """Parse every value up front so bad input is exit 2 with the reason."""
+    try:
+        driver = parse_driver(args.driver)
+        driver_cuda = parse_cuda(args.driver_cuda) if args.driver_cuda is not None else None
+        arch = parse_arch(args.arch) if args.arch is not None else None
+        cuda = parse_cuda(args.cuda) if args.cuda is not None else None
+    except VersionError as e:
+        raise _Invalid(str(e)) from None
+    brand = None
+    if args.brand is not None:
+        try:
+            brand = req.brand_key(args.brand)
+        except req.RequireError as e:
+            raise _Invalid(str(e)) from None
+    return driver, driver_cuda, arch, cuda, brand
+
+
+def _print(verdict_word: str, text: str) -> None:
+    print(f"{verdict_word}: {' '.join(text.split())}")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        driver, driver_cuda, arch, cuda, brand = _checked(args)
+    except _Invalid as e:
+        _print("invalid", str(e))
+        return EXIT_INVALID
+    driver_text = args.driver.strip()
+    if args.require is not None:
+        return _main_require(args.require, driver_text, driver, driver_cuda, arch, brand)
+    return _main_cuda(cuda, driver_text, driver_cuda, arch, brand, args.policy)
+
+
+def _main_cuda(cuda, driver_text, driver_cuda, arch, brand, policy) -> int:
+    datacenter = None
+    if policy == "forward":
+        dc = rules.datacenter_from_node(rules.NodeCuda(brand=brand)) if brand else None
+        datacenter = dc is not False
+    node = rules.NodeCuda(
+        driver=driver_text,
+        driver_cuda=fmt_cuda(driver_cuda) if driver_cuda else None,
+        arch=fmt_cuda(arch) if arch else None,
+        brand=brand,
+        datacenter=datacenter,
+    )
+    image = ImageCuda(cuda=cuda, compat=cuda if policy == "forward" else None)
+    verdict = rules.decide(image, node, policy)
+    if verdict.level == "ok":
+        _print("fits", verdict.reason)
+        return EXIT_FITS
+    if verdict.level == "warn":
+        _print("fits with a warning", verdict.reason)
+        if verdict.fix:
+            print(f"warning: {verdict.fix}")
+        return EXIT_FITS
+    if verdict.level == "fail":
+        _print("does not fit", verdict.message)
+        return EXIT_NO_FIT
+    _print("invalid", verdict.message)
+    return EXIT_INVALID
+
+
+def _main_require(expr, driver_text, driver, driver_cuda, arch, brand) -> int:
+    note = ""
+    if driver_cuda is None:
+        found = table.cuda_for_driver(driver)
+        if found:
+            driver_cuda = found[0]
+            note = f" (CUDA {fmt_cuda(driver_cuda)} from NVIDIA's driver table)"
+        else:
+            note = (
+                " (its CUDA is unknown: the driver is older than every release in NVIDIA's "
+                "table, so cuda factors pass, as libnvidia-container treats an unknown value)"
+            )
+    props = req.Properties(
+        cuda=fmt_cuda(driver_cuda) if driver_cuda else None,
+        driver=driver_text,
+        arch=fmt_cuda(arch) if arch else None,
+        brand=req.lnc_brand(brand) if brand else None,
+    )
+    try:
+        outcome = req.check([expr], [props])
+    except req.RequireError as e:
+        _print("invalid", f"{e}.")
+        return EXIT_INVALID
+    node = f"driver {driver_text}{note}"
+    if props.arch:
+        node += f", compute capability {props.arch}"
+    if props.brand:
+        node += f", brand {props.brand}"
+    if outcome.satisfied:
+        _print("fits", f"the requirement {expr!r} is satisfied by {node}.")
+        return EXIT_FITS
+    _print("does not fit", f"{outcome.message} (on {node}).")
+    return EXIT_NO_FIT
