@@ -1,0 +1,56 @@
+"""``GET /hub/api/gpus``: the GPU pools and what is free, for any signed-in user.
+
+Registered by ``jupyterhub_config.d/gpuspawner.py`` through
+``c.JupyterHub.extra_handlers`` (paths there are under the hub prefix, so
+``/api/gpus`` is served at ``/hub/api/gpus``). It answers from the shared
+``CapacityCache``'s in-memory snapshot: no Kubernetes API call is made per
+request. If no spawner has started the cache yet, the first request starts it
+and answers ``"synced": false`` until the first list completes.
+
+Authentication is JupyterHub's: a token (``Authorization: token ...``) or the
+hub's login cookie. No scope is required, since pool sizes are no secret from
+someone who can spawn; anonymous requests get 403.
+"""
+
+from __future__ import annotations
+
+import json
+
+from jupyterhub.apihandlers.base import APIHandler
+from tornado import web
+
+from .capacity.model import CapacitySnapshot
+from .profiles import present_pools
+from .spawner import GPUCapacitySettings
+
+API_PATH = r"/api/gpus"
+
+
+class GPUCapacityHandler(APIHandler):
+    """JSON: ``{"pools": [...], "synced": bool, "age_seconds": float}``."""
+
+    def capacity_settings(self) -> GPUCapacitySettings:
+        return GPUCapacitySettings.from_hub_config(self.config, self.settings.get("spawner_class"))
+
+    def capacity_snapshot(self, settings: GPUCapacitySettings) -> CapacitySnapshot:
+        try:
+            return settings.shared_capacity_cache().snapshot()
+        except Exception as e:
+            self.log.error("GET /hub/api/gpus: the GPU capacity cache could not start: %s", e)
+            return CapacitySnapshot(pools=(), synced=False, age_seconds=0.0, generation=0, healthy=False, error=str(e))
+
+    async def get(self):
+        if self.current_user is None:
+            raise web.HTTPError(
+                403, "sign in, or send an API token (header 'Authorization: token <token>'), to read GPU capacity"
+            )
+        settings = self.capacity_settings()
+        snapshot = self.capacity_snapshot(settings)
+        visible = tuple(pool for pool, _name in present_pools(snapshot.pools, settings.pool_rules()))
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(snapshot.to_json(visible)))
+
+
+# what the config snippet appends to c.JupyterHub.extra_handlers
+handlers = [(API_PATH, GPUCapacityHandler)]

@@ -1,0 +1,269 @@
+"""Validating a user's options: one place for the spawn form and the REST API.
+
+Pure. The spawn form (through KubeSpawner's ``_options_from_form``) and
+``POST /hub/api/users/{name}/server`` both end up as a ``user_options`` dict
+like ``{"profile": "gpu", "gpu_pool": "<pool id>", "gpus": 2}``; the REST API
+passes the request body through unchecked (JupyterHub only requires a JSON
+object), so everything here is hostile input.
+
+A verdict is either a :class:`Selection` or an :class:`OptionError` whose
+``status`` the spawner raises as ``tornado.web.HTTPError``: 400 for a user
+mistake, 503 when GPU capacity is unknown and the admin did not allow blind
+spawns. Messages say what to do instead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .profiles import GPU_COUNT_OPTION, GPU_OPTIONS, GPU_POOL_OPTION, PoolOffer, ProfileOffer
+
+# Names that would steer the pod if some layer ever copied user options onto
+# the spawner (KubeSpawner's own trait names are added by the caller). They
+# are refused outright rather than ignored so a client learns they do nothing.
+TRAIT_LIKE = frozenset(
+    {
+        "image",
+        "node_selector",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "node_affinity_required",
+        "node_affinity_preferred",
+        "resources",
+        "limits",
+        "requests",
+        "extra_resource_limits",
+        "extra_resource_guarantees",
+        "cpu_limit",
+        "cpu_guarantee",
+        "mem_limit",
+        "mem_guarantee",
+        "kubespawner_override",
+        "extra_pod_config",
+        "extra_container_config",
+        "namespace",
+        "service_account",
+        "privileged",
+        "volumes",
+        "volume_mounts",
+        "env",
+        "environment",
+        "cmd",
+        "args",
+    }
+)
+
+_DIGITS = re.compile(r"[0-9]{1,9}")
+# the value KubeSpawner's form gives a select whose free-text choice is picked
+UNLISTED = "unlisted-choice"
+
+
+class OptionError(ValueError):
+    """A refused spawn request; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a valid request asks for."""
+
+    profile: str | None  # slug of the chosen (or default) profile; None: no profiles
+    offer: ProfileOffer | None = None  # set for a GPU profile
+    pool: PoolOffer | None = None
+    gpus: int | None = None
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_gpu_count(value: Any) -> int:
+    """A positive whole number from JSON: ``2``, ``2.0`` or ``"2"``.
+
+    Refused: booleans (``true`` is an int in Python), fractions, strings that
+    are not plain digits (``"2.5"``, ``"1e3"``, ``"-1"``), lists, objects.
+    """
+    n: int | None = None
+    if isinstance(value, bool):
+        n = None
+    elif isinstance(value, int):
+        n = value
+    elif isinstance(value, float):
+        if math.isfinite(value) and value.is_integer():
+            n = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if _DIGITS.fullmatch(text):
+            n = int(text)
+    if n is None:
+        raise OptionError(
+            f"`{GPU_COUNT_OPTION}` must be a whole number of GPUs such as 1 or 2, "
+            f"not {_show(value)}"
+        )
+    if n < 1:
+        raise OptionError(
+            f"`{GPU_COUNT_OPTION}` must be at least 1, not {_show(value)}; "
+            "choose a profile without GPUs to run without one"
+        )
+    return n
+
+
+def _pools_hint(offer: ProfileOffer) -> str:
+    usable = offer.usable
+    if not usable:
+        return f"no pool of profile {offer.spec.slug!r} has GPUs to give right now"
+    parts = [f"{p.pool.id} (up to {p.max_gpus})" for p in usable]
+    return "pools you can use: " + ", ".join(parts)
+
+
+def _profile_slugs(profile_list: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(str(p.get("slug")) for p in profile_list) or "(none)"
+
+
+def _check_profile_option(slug: str, name: str, option: Mapping[str, Any], opts: Mapping[str, Any]) -> None:
+    choice = opts.get(name)
+    unlisted = opts.get(f"{name}--unlisted-choice")
+    choices = option.get("choices") or {}
+    spec = option.get("unlisted_choice") or {}
+    if choice == UNLISTED and spec.get("enabled") and unlisted in (None, ""):
+        raise OptionError(f"type a value for option `{name}` of profile {slug!r}, or choose one of: {', '.join(choices)}")
+    if unlisted in (None, "") and choice not in (None, "") and (not isinstance(choice, str) or choice not in choices):
+        raise OptionError(
+            f"unknown choice {_show(choice)} for option `{name}` of profile {slug!r}; "
+            f"choose one of: {', '.join(choices) or '(none)'}"
+        )
+    if unlisted not in (None, ""):
+        if not spec.get("enabled"):
+            raise OptionError(f"option `{name}` of profile {slug!r} takes no free-text value; choose one of: {', '.join(choices)}")
+        regex = spec.get("validation_regex")
+        if not isinstance(unlisted, str) or (regex and not re.fullmatch(regex, unlisted)):
+            hint = spec.get("validation_message") or f"it must match {regex}"
+            raise OptionError(f"value {_show(unlisted)} for option `{name}` of profile {slug!r} is not allowed: {hint}")
+
+
+def validate_user_options(
+    user_options: Any,
+    profile_list: Sequence[Mapping[str, Any]],
+    offers: Mapping[str, ProfileOffer],
+    *,
+    trait_names: Iterable[str] = (),
+    admin_keys: Iterable[str] = (),
+) -> Selection:
+    """Check ``user_options`` against the profiles offered now.
+
+    ``profile_list`` is KubeSpawner's initialized list (slugs and defaults
+    filled in); ``offers`` the GPU profiles' offers by slug;
+    ``trait_names`` the spawner's trait names, all of which are refused as
+    option keys unless the chosen profile declares an option of that name;
+    ``admin_keys`` keys the admin lets users set for any profile (the keys of
+    JupyterHub's ``Spawner.apply_user_options`` when it is a dict).
+    """
+    if user_options is None:
+        user_options = {}
+    if not isinstance(user_options, Mapping):
+        raise OptionError(f"user options must be a JSON object like {{\"profile\": \"gpu\"}}, not {_show(user_options)}")
+    bad_keys = [k for k in user_options if not isinstance(k, str)]
+    if bad_keys:
+        raise OptionError(f"user option names must be strings, not {_show(bad_keys[0])}")
+
+    slug = user_options.get("profile")
+    if slug is not None and not isinstance(slug, str):
+        raise OptionError(f"`profile` must be a profile slug string, not {_show(slug)}; profiles: {_profile_slugs(profile_list)}")
+    if slug:
+        profile = next((p for p in profile_list if p.get("slug") == slug), None)
+        if profile is None:
+            raise OptionError(f"unknown profile {slug!r}; profiles you can use: {_profile_slugs(profile_list)}")
+    else:
+        profile = next((p for p in profile_list if p.get("default")), None)
+        if profile is None and profile_list:
+            profile = profile_list[0]
+    slug = profile.get("slug") if profile is not None else None
+    offer = offers.get(slug) if slug is not None else None
+
+    options: Mapping[str, Any] = (profile.get("profile_options") or {}) if profile else {}
+    allowed = {"profile", *options, *admin_keys}
+    allowed |= {f"{n}--unlisted-choice" for n, o in options.items() if (o.get("unlisted_choice") or {}).get("enabled")}
+    traits = set(trait_names) | TRAIT_LIKE
+    forbidden = sorted(k for k in user_options if k not in allowed and k in traits)
+    if forbidden:
+        raise OptionError(
+            f"user options may not set {', '.join(f'`{k}`' for k in forbidden)}; choose a profile "
+            f"instead (profiles: {_profile_slugs(profile_list)})"
+        )
+    if offer is None:
+        gpu_keys = sorted(k for k in user_options if k in GPU_OPTIONS and k not in allowed)
+        if gpu_keys:
+            gpu_slugs = ", ".join(offers) or "(none on this hub)"
+            where = f"profile {slug!r} has no GPUs" if slug else "this hub has no profiles"
+            raise OptionError(f"{where}, so `{gpu_keys[0]}` cannot be set; for GPUs choose a GPU profile: {gpu_slugs}")
+    else:
+        allowed |= set(GPU_OPTIONS)
+        extra = sorted(k for k in user_options if k not in allowed)
+        if extra:
+            raise OptionError(
+                f"unknown option(s) {', '.join(f'`{k}`' for k in extra)} for profile {slug!r}; "
+                f"it accepts: {', '.join(sorted(allowed))}"
+            )
+    for name, option in options.items():
+        if offer is not None and name in GPU_OPTIONS:
+            continue
+        _check_profile_option(slug, name, option, user_options)
+
+    if offer is None:
+        return Selection(profile=slug)
+    return _select_gpus(offer, user_options, offers)
+
+
+def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: Mapping[str, ProfileOffer]) -> Selection:
+    slug = offer.spec.slug
+    raw_count = user_options.get(GPU_COUNT_OPTION)
+    gpus = 1 if raw_count in (None, "") else parse_gpu_count(raw_count)
+    pool_id = user_options.get(GPU_POOL_OPTION)
+    if pool_id is not None and not isinstance(pool_id, str):
+        raise OptionError(f"`{GPU_POOL_OPTION}` must be a pool id string, not {_show(pool_id)}; {_pools_hint(offer)}")
+
+    if offer.problem and not offer.pools:
+        raise OptionError(
+            f"{offer.problem}. GPU servers cannot be started until the hub can see free GPUs; "
+            "try again in a minute, or choose a profile without GPUs",
+            status=503,
+        )
+
+    if not pool_id:
+        # the first pool that fits; if none does, the biggest, so the message
+        # below says how many the user may ask for
+        chosen = offer.default_pool(gpus) or max(offer.usable, key=lambda p: p.max_gpus, default=None)
+        if chosen is None:
+            raise OptionError(
+                f"no GPUs can be had in profile {slug!r} right now; try again later or choose another profile"
+            )
+    else:
+        chosen = offer.pool(pool_id)
+        if chosen is None:
+            others = [s for s, o in offers.items() if s != slug and o.pool(pool_id)]
+            if others:
+                raise OptionError(
+                    f"pool {pool_id!r} is not offered by profile {slug!r} (it is in profile "
+                    f"{others[0]!r}); {_pools_hint(offer)}"
+                )
+            raise OptionError(f"unknown pool {_show(pool_id)}; {_pools_hint(offer)}")
+        if not chosen.available:
+            raise OptionError(
+                f"pool {pool_id!r} cannot give any GPU now: {chosen.reason}; "
+                f"choose another pool or try again later ({_pools_hint(offer)})"
+            )
+    if gpus > chosen.max_gpus:
+        raise OptionError(
+            f"choose between 1 and {chosen.max_gpus} GPUs in pool {chosen.pool.id!r} "
+            f"(asked for {_show(gpus)}); {_pools_hint(offer)}"
+        )
+    return Selection(profile=slug, offer=offer, pool=chosen, gpus=gpus)

@@ -1,0 +1,204 @@
+"""The pod overrides that keep a server inside the GPU pool a user chose.
+
+Pure: takes a :class:`~gpuspawner.capacity.model.PoolView`, a GPU count and
+the spawner's current values of the traits it changes, and returns new values
+for those traits.  ``GPUSpawner.load_user_options`` sets them on the spawner
+after the profile's own ``kubespawner_override`` has been applied, so an
+admin's limits, affinity terms and tolerations are kept, not replaced.
+
+Kubernetes rules this follows:
+
+* Extended resources (``nvidia.com/gpu``, ``amd.com/gpu``, MIG slices) cannot
+  be overcommitted: "if you specify both requests and limits for an extended
+  resource, they must be equal" (kubernetes.io, "Manage extended resources for
+  nodes"/"Assign extended resources to a container"). We set both, as strings.
+* ``requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`` are
+  ORed and the ``matchExpressions`` inside one term are ANDed (kubernetes.io,
+  "Assigning Pods to Nodes", node affinity). To add "and stay in this pool" to
+  an admin's own terms, the pool's expressions are appended to *every* term.
+* A taint is tolerated by a toleration with the same key and effect and either
+  ``operator: Equal`` and the same value, or ``operator: Exists`` (kubernetes.io,
+  "Taints and Tolerations"). A toleration with an empty key and ``Exists``
+  tolerates everything; we never emit one. ``node.kubernetes.io/*`` taints
+  (not-ready, unreachable, memory-pressure, unschedulable...) are set by the
+  node lifecycle controller to keep pods off unhealthy nodes; tolerating them
+  would defeat that, so they are never tolerated whatever the admin allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from .capacity.model import PoolView, Taint
+
+# Taint keys owned by Kubernetes itself (node lifecycle controller, kubelet):
+# see kubernetes.io "Taints and Tolerations", section "Taint based Evictions".
+NEVER_TOLERATED_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+class PoolNotPinnable(ValueError):
+    """The pool has neither defining labels nor known nodes to pin a pod to."""
+
+
+@dataclass(frozen=True)
+class PodOverrides:
+    """New values for KubeSpawner traits (each the whole new value)."""
+
+    extra_resource_limits: dict[str, str]
+    extra_resource_guarantees: dict[str, str]
+    node_affinity_required: list[dict[str, Any]]
+    tolerations: list[dict[str, Any]]
+
+    def as_traits(self) -> dict[str, Any]:
+        return {
+            "extra_resource_limits": self.extra_resource_limits,
+            "extra_resource_guarantees": self.extra_resource_guarantees,
+            "node_affinity_required": self.node_affinity_required,
+            "tolerations": self.tolerations,
+        }
+
+
+def taint_key_allowed(key: str, allowed: Iterable[str]) -> bool:
+    """Whether a taint key may be tolerated: it matches one of the admin's
+    globs and is not one of Kubernetes' own ``node.kubernetes.io/*`` keys."""
+    if not key or key.startswith(NEVER_TOLERATED_PREFIXES):
+        return False
+    return any(fnmatchcase(key, pattern) for pattern in allowed)
+
+
+def toleration_for(taint: Taint) -> dict[str, Any]:
+    """The narrowest toleration of one taint: ``Equal`` on its value, or
+    ``Exists`` with its key when the taint has no value."""
+    tol: dict[str, Any] = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        tol["operator"] = "Equal"
+        tol["value"] = taint.value
+    else:
+        tol["operator"] = "Exists"
+    return tol
+
+
+def pool_match_expressions(pool: PoolView) -> list[dict[str, Any]]:
+    """matchExpressions that hold on every node of the pool and no other.
+
+    The capacity layer gives the labels that define a pool (node group label,
+    GFD product label). A pool without any (nodes with neither) is pinned by
+    hostname to the nodes it has now; a pool with neither labels nor nodes
+    cannot be pinned and raises :class:`PoolNotPinnable`.
+    """
+    if pool.defining_labels:
+        return [
+            {"key": key, "operator": "In", "values": [value]}
+            for key, value in sorted(pool.defining_labels)
+        ]
+    names = sorted({n.name for n in pool.node_views})
+    if names:
+        return [{"key": HOSTNAME_LABEL, "operator": "In", "values": names}]
+    raise PoolNotPinnable(
+        f"GPU pool {pool.id} has no node labels that define it and no known nodes, "
+        "so a server cannot be kept inside it"
+    )
+
+
+def pool_pinnable(pool: PoolView) -> bool:
+    return bool(pool.defining_labels or pool.node_views)
+
+
+def _merge_affinity(
+    existing: Sequence[dict[str, Any]], expressions: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    if not existing:
+        return [{"matchExpressions": [dict(e) for e in expressions]}]
+    merged = []
+    for term in existing:
+        term = dict(term)
+        # KubeSpawner passes terms through get_k8s_model, which accepts both
+        # the camelCase wire names and the snake_case model names
+        key = "match_expressions" if "match_expressions" in term else "matchExpressions"
+        own = [dict(e) for e in term.get(key) or []]
+        term[key] = own + [dict(e) for e in expressions if e not in own]
+        merged.append(term)
+    return merged
+
+
+def _tol_key(tol: dict[str, Any]) -> tuple:
+    return (
+        tol.get("key"),
+        tol.get("operator", "Equal"),
+        tol.get("value"),
+        tol.get("effect"),
+    )
+
+
+def build_overrides(
+    pool: PoolView,
+    gpus: int,
+    *,
+    allowed_taint_keys: Iterable[str],
+    limits: dict[str, Any] | None = None,
+    guarantees: dict[str, Any] | None = None,
+    affinity_required: Sequence[dict[str, Any]] = (),
+    tolerations: Sequence[dict[str, Any]] = (),
+    is_gpu_resource: Callable[[str], bool] | None = None,
+) -> PodOverrides:
+    """Overrides for ``gpus`` GPUs of ``pool``, on top of the current values.
+
+    ``is_gpu_resource`` (optional) names the other GPU resources: an admin's
+    static limit on one (say ``nvidia.com/gpu: 1`` in a shared
+    ``kubespawner_override``) is dropped, since a pod asking for two kinds of
+    GPU fits no node of this pool.
+    """
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"a GPU count must be a positive integer, not {gpus!r}")
+
+    def _without_other_gpus(d: dict[str, Any] | None) -> dict[str, str]:
+        out = {}
+        for k, v in (d or {}).items():
+            if k != pool.resource and is_gpu_resource and is_gpu_resource(k):
+                continue
+            out[k] = str(v)
+        return out
+
+    new_limits = _without_other_gpus(limits)
+    new_guarantees = _without_other_gpus(guarantees)
+    new_limits[pool.resource] = str(gpus)
+    new_guarantees[pool.resource] = str(gpus)
+
+    affinity = _merge_affinity(affinity_required, pool_match_expressions(pool))
+
+    allowed = tuple(allowed_taint_keys)
+    tols = [dict(t) for t in tolerations]
+    seen = {_tol_key(t) for t in tols}
+    for taint in sorted(pool.taints, key=lambda t: (t.key, t.value or "", t.effect)):
+        if not taint_key_allowed(taint.key, allowed):
+            continue
+        tol = toleration_for(taint)
+        if _tol_key(tol) not in seen:
+            seen.add(_tol_key(tol))
+            tols.append(tol)
+
+    return PodOverrides(
+        extra_resource_limits=new_limits,
+        extra_resource_guarantees=new_guarantees,
+        node_affinity_required=affinity,
+        tolerations=tols,
+    )
+
+
+def untolerated_taints(pool: PoolView, allowed_taint_keys: Iterable[str]) -> tuple[Taint, ...]:
+    """Hard taints of the pool (other than Kubernetes' own node-condition
+    taints) that the pod will not tolerate, so the scheduler keeps it off
+    those nodes: logged for the admin, who may allow the key."""
+    allowed = tuple(allowed_taint_keys)
+    return tuple(
+        t
+        for t in pool.taints
+        if t.effect in ("NoSchedule", "NoExecute")
+        and not t.key.startswith(NEVER_TOLERATED_PREFIXES)
+        and not taint_key_allowed(t.key, allowed)
+    )

@@ -1,0 +1,448 @@
+"""GPU profiles offered to a user, built from admin config and live capacity.
+
+Pure (stdlib and ``gpuspawner.capacity.model`` only). The admin declares a GPU
+profile with little config (:class:`GPUProfileSpec`); the pools it offers are
+discovered by the capacity layer and only filtered (``pools.include`` /
+``pools.exclude`` globs on pool ids), renamed, ordered or hidden
+(:class:`PoolRule`). For each request this module turns a
+:class:`~gpuspawner.capacity.model.CapacitySnapshot` into
+
+* :class:`ProfileOffer` per GPU profile: what each pool can give one server
+  now, what it can give after a scale-up, or why it can give nothing; and
+* the profile dicts in KubeSpawner's own schema (``display_name``, ``slug``,
+  ``description``, ``default``, ``kubespawner_override``, ``profile_options``
+  with ``choices``), so KubeSpawner's stock form and other profile UIs keep
+  working: a GPU profile has the options ``gpu_pool`` and ``gpus``, which is
+  exactly what the REST API's user options name.
+
+How much one server may ask for: a pod's GPUs all come from one node (the
+kube-scheduler's NodeResourcesFit filter checks a pod against a single node),
+so the limit is the pool's ``max_free_per_node``; if the admin declared the
+pool as scalable and it has fewer nodes than ``max_nodes``, a new node brings
+``gpus_per_node`` more, so the limit is the larger of the two (the spawn then
+waits for the cluster autoscaler). The profile's ``max_gpus`` caps both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from .capacity.model import CapacitySnapshot, PoolView
+
+GPU_POOL_OPTION = "gpu_pool"
+GPU_COUNT_OPTION = "gpus"
+GPU_OPTIONS = (GPU_POOL_OPTION, GPU_COUNT_OPTION)
+
+# A slug becomes part of form field names (``profile-option-<slug>--<option>``,
+# KubeSpawner's _options_from_form) and of HTML ids; keep it plain.
+_SLUG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_OPTION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+
+_SPEC_KEYS = {
+    "slug",
+    "display_name",
+    "description",
+    "default",
+    "kubespawner_override",
+    "pools",
+    "max_gpus",
+    "profile_options",
+}
+_RULE_KEYS = {"match", "display_name", "hide"}
+
+
+def _fail(where: str, msg: str) -> ValueError:
+    return ValueError(f"{where}: {msg}")
+
+
+def _globs(where: str, value: Any, name: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, str) and v for v in value
+    ):
+        raise _fail(
+            where,
+            f"'{name}' must be a list of pool ids or globs such as "
+            f"['gpu-a100:*', '*:nvidia.com/mig-*'], not {value!r}",
+        )
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class GPUProfileSpec:
+    """One admin-declared GPU profile (an item of ``c.GPUSpawner.gpu_profiles``)."""
+
+    slug: str
+    display_name: str
+    description: str = ""
+    default: bool = False
+    kubespawner_override: Mapping[str, Any] = field(default_factory=dict)
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    max_gpus: int | None = None
+    profile_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, d: Any, where: str = "gpu_profiles") -> GPUProfileSpec:
+        if not isinstance(d, Mapping):
+            raise _fail(where, f"each GPU profile must be a dict like {{'slug': 'gpu'}}, not {d!r}")
+        unknown = sorted(set(d) - _SPEC_KEYS)
+        if unknown:
+            raise _fail(
+                where,
+                f"unknown key(s) {', '.join(map(repr, unknown))}; "
+                f"a GPU profile may have {', '.join(sorted(_SPEC_KEYS))}",
+            )
+        slug = d.get("slug")
+        if not isinstance(slug, str) or not _SLUG_RE.match(slug):
+            raise _fail(
+                where,
+                f"'slug' is required and must be letters, digits, '-', '_' or '.', "
+                f"like 'gpu', not {slug!r}",
+            )
+        where = f"{where} (slug {slug!r})"
+        display_name = d.get("display_name", slug)
+        description = d.get("description", "")
+        for key, value in (("display_name", display_name), ("description", description)):
+            if not isinstance(value, str):
+                raise _fail(where, f"'{key}' must be a string, not {value!r}")
+        default = d.get("default", False)
+        if not isinstance(default, bool):
+            raise _fail(where, f"'default' must be True or False, not {default!r}")
+        override = d.get("kubespawner_override", {})
+        if not isinstance(override, Mapping):
+            raise _fail(where, f"'kubespawner_override' must be a dict, not {override!r}")
+        pools = d.get("pools", {})
+        if not isinstance(pools, Mapping) or set(pools) - {"include", "exclude"}:
+            raise _fail(
+                where,
+                "'pools' must be a dict with 'include' and/or 'exclude' lists of pool "
+                f"id globs, e.g. {{'include': ['gpu-a100:*']}}, not {pools!r}",
+            )
+        include = _globs(where, pools.get("include", ["*"]), "pools.include")
+        exclude = _globs(where, pools.get("exclude", []), "pools.exclude")
+        max_gpus = d.get("max_gpus")
+        if max_gpus is not None and (
+            isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 1
+        ):
+            raise _fail(where, f"'max_gpus' must be a positive integer or None, not {max_gpus!r}")
+        options = d.get("profile_options", {})
+        if not isinstance(options, Mapping):
+            raise _fail(where, f"'profile_options' must be a dict, not {options!r}")
+        for name, option in options.items():
+            if name in GPU_OPTIONS:
+                raise _fail(
+                    where,
+                    f"profile option {name!r} is reserved: gpuspawner fills it from the "
+                    "live GPU pools; rename your option",
+                )
+            if not isinstance(name, str) or not _OPTION_RE.match(name) or "--" in name:
+                raise _fail(where, f"profile option name {name!r} must be letters, digits, '_' or '.'")
+            if not isinstance(option, Mapping) or not (
+                option.get("choices") or (option.get("unlisted_choice") or {}).get("enabled")
+            ):
+                raise _fail(
+                    where,
+                    f"profile option {name!r} needs 'choices' (a dict of choices) or an "
+                    "enabled 'unlisted_choice', as in KubeSpawner's profile_list",
+                )
+        return cls(
+            slug=slug,
+            display_name=display_name,
+            description=description,
+            default=default,
+            kubespawner_override=dict(override),
+            include=include,
+            exclude=exclude,
+            max_gpus=max_gpus,
+            profile_options=dict(options),
+        )
+
+    def admits(self, pool_id: str) -> bool:
+        return any(fnmatchcase(pool_id, g) for g in self.include) and not any(
+            fnmatchcase(pool_id, g) for g in self.exclude
+        )
+
+
+@dataclass(frozen=True)
+class PoolRule:
+    """How pools whose id matches ``match`` (a glob) are presented."""
+
+    match: str
+    display_name: str | None = None
+    hide: bool = False
+
+    @classmethod
+    def from_config(cls, d: Any, where: str = "gpu_pool_rules") -> PoolRule:
+        if not isinstance(d, Mapping):
+            raise _fail(where, f"each rule must be a dict like {{'match': 'gpu-a100:*'}}, not {d!r}")
+        unknown = sorted(set(d) - _RULE_KEYS)
+        if unknown:
+            raise _fail(
+                where,
+                f"unknown key(s) {', '.join(map(repr, unknown))}; a rule may have "
+                "'match' (a pool id or glob), 'display_name', 'hide'",
+            )
+        match = d.get("match")
+        if not isinstance(match, str) or not match:
+            raise _fail(where, f"'match' is required: a pool id or glob like 'gpu-a100:*', not {match!r}")
+        name = d.get("display_name")
+        if name is not None and not isinstance(name, str):
+            raise _fail(where, f"'display_name' must be a string, not {name!r}")
+        hide = d.get("hide", False)
+        if not isinstance(hide, bool):
+            raise _fail(where, f"'hide' must be True or False, not {hide!r}")
+        return cls(match=match, display_name=name, hide=hide)
+
+
+def default_pool_name(pool: PoolView) -> str:
+    """``NVIDIA-A100-SXM4-80GB (gpu-a100)``; MIG and shared resources are named."""
+    name = pool.product or "unknown GPU"
+    if pool.resource not in ("nvidia.com/gpu", "amd.com/gpu"):
+        name = f"{name}, {pool.resource}"
+    if pool.node_group:
+        name = f"{name} ({pool.node_group})"
+    return name
+
+
+def present_pools(
+    pools: Iterable[PoolView], rules: Sequence[PoolRule]
+) -> list[tuple[PoolView, str]]:
+    """Visible pools with their display names, in the admin's order.
+
+    A pool takes the first rule its id matches: hidden if that rule hides it,
+    renamed if it names it, and ordered by that rule's position; pools no rule
+    matches come last. Ties are broken by pool id, so the order is stable.
+    """
+    ranked = []
+    for pool in pools:
+        rank, name = len(rules), default_pool_name(pool)
+        for i, rule in enumerate(rules):
+            if fnmatchcase(pool.id, rule.match):
+                if rule.hide:
+                    rank = -1
+                else:
+                    rank = i
+                    name = rule.display_name or name
+                break
+        if rank >= 0:
+            ranked.append((rank, pool.id, pool, name))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return [(pool, name) for _, _, pool, name in ranked]
+
+
+def capacity_problem(snapshot: CapacitySnapshot | None) -> str | None:
+    """Why live capacity cannot be trusted now, or None when it can."""
+    if snapshot is None:
+        return "GPU capacity is unknown: the hub could not start watching the cluster"
+    if snapshot.error:
+        return f"GPU capacity is unknown: {snapshot.error}"
+    if not snapshot.synced:
+        return "GPU capacity is unknown: the hub has not finished reading the cluster yet"
+    if not snapshot.healthy:
+        return "GPU capacity is unknown: the hub has lost its watch on the cluster"
+    return None
+
+
+@dataclass(frozen=True)
+class PoolOffer:
+    """What one server of a profile may get from one pool."""
+
+    pool: PoolView
+    display_name: str
+    max_gpus: int  # the most one server may ask for (0: none now)
+    now: int  # how many of those can start without a scale-up
+    scale_up_minutes: float | None  # set when counts above ``now`` wait for a new node
+    reason: str | None = None  # why ``max_gpus`` is 0
+    checked: bool = True  # False: admitted without a free-count check
+
+    @property
+    def available(self) -> bool:
+        return self.max_gpus > 0
+
+    def needs_scale_up(self, gpus: int) -> bool:
+        return self.checked and gpus > self.now
+
+
+@dataclass(frozen=True)
+class ProfileOffer:
+    spec: GPUProfileSpec
+    pools: tuple[PoolOffer, ...]  # visible pools of this profile, in order
+    problem: str | None = None  # capacity unknown (see capacity_problem)
+
+    def pool(self, pool_id: str) -> PoolOffer | None:
+        return next((p for p in self.pools if p.pool.id == pool_id), None)
+
+    @property
+    def usable(self) -> tuple[PoolOffer, ...]:
+        return tuple(p for p in self.pools if p.available)
+
+    @property
+    def max_gpus(self) -> int:
+        return max((p.max_gpus for p in self.pools), default=0)
+
+    def default_pool(self, gpus: int = 1) -> PoolOffer | None:
+        """The first pool (admin's order) that gives ``gpus`` now, else the
+        first that gives them after a scale-up."""
+        fits = [p for p in self.pools if p.max_gpus >= gpus]
+        return next((p for p in fits if not p.needs_scale_up(gpus)), None) or next(
+            iter(fits), None
+        )
+
+
+def _scale_up_gpus(pool: PoolView) -> int:
+    su = pool.scale_up
+    if su is None or pool.nodes >= su.max_nodes:
+        return 0
+    return su.gpus_per_node
+
+
+def _offer_checked(pool: PoolView, name: str, cap: int | None, pinnable: bool) -> PoolOffer:
+    now = pool.max_free_per_node
+    later = _scale_up_gpus(pool)
+    limit = max(now, later)
+    if cap is not None:
+        limit, now = min(limit, cap), min(now, cap)
+    reason = None
+    if not pinnable:
+        limit = now = 0
+        reason = "its nodes carry no labels a server could be kept inside the pool with"
+    elif limit <= 0:
+        if pool.total == 0:
+            reason = "no GPUs are allocatable in this pool now"
+        else:
+            reason = f"all {pool.total} GPUs are in use" if pool.total > 1 else "its only GPU is in use"
+            if pool.scale_up is not None:
+                reason += f" and the pool is at its maximum of {pool.scale_up.max_nodes} nodes"
+    return PoolOffer(
+        pool=pool,
+        display_name=name,
+        max_gpus=max(limit, 0),
+        now=max(now, 0),
+        scale_up_minutes=pool.scale_up.minutes if pool.scale_up and limit > now else None,
+        reason=reason,
+    )
+
+
+def _offer_unchecked(pool: PoolView, name: str, cap: int | None, pinnable: bool) -> PoolOffer:
+    """Capacity unknown and the admin admits spawns anyway: the size of the
+    pool's biggest node (or of a new node) bounds the count, not what is free."""
+    per_node = pool.total // pool.nodes if pool.nodes > 0 else 0
+    biggest = max(
+        [n.allocatable for n in pool.node_views] + [_scale_up_gpus(pool), per_node, pool.max_free_per_node]
+    )
+    if biggest <= 0:
+        limit = cap or 1
+    else:
+        limit = biggest if cap is None else min(biggest, cap)
+    if not pinnable:
+        return PoolOffer(pool, name, 0, 0, None, "its nodes carry no labels to keep a server inside it", False)
+    return PoolOffer(pool, name, max(limit, 0), max(limit, 0), None, None, False)
+
+
+def build_offers(
+    specs: Sequence[GPUProfileSpec],
+    snapshot: CapacitySnapshot | None,
+    rules: Sequence[PoolRule] = (),
+    *,
+    admit_without_capacity: bool = False,
+) -> dict[str, ProfileOffer]:
+    """One :class:`ProfileOffer` per GPU profile slug, in the specs' order.
+
+    When capacity is unknown (:func:`capacity_problem`), a profile offers no
+    pool unless ``admit_without_capacity``; then it offers the pools the last
+    snapshot still lists, without a free-count check.
+    """
+    problem = capacity_problem(snapshot)
+    visible = present_pools(snapshot.pools if snapshot else (), rules)
+    offers: dict[str, ProfileOffer] = {}
+    for spec in specs:
+        pools: list[PoolOffer] = []
+        if problem is None or admit_without_capacity:
+            make = _offer_checked if problem is None else _offer_unchecked
+            for pool, name in visible:
+                if spec.admits(pool.id):
+                    pinnable = bool(pool.defining_labels or pool.node_views)
+                    pools.append(make(pool, name, spec.max_gpus, pinnable))
+        offers[spec.slug] = ProfileOffer(spec=spec, pools=tuple(pools), problem=problem)
+    return offers
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def describe_pool(offer: PoolOffer) -> str:
+    """One line for a ``<select>`` choice (the stock KubeSpawner form)."""
+    pool = offer.pool
+    if not offer.checked:
+        return f"{offer.display_name}: free GPUs unknown"
+    text = f"{offer.display_name}: {pool.free} of {pool.total} GPUs free"
+    if offer.reason:
+        return f"{text}, unavailable: {offer.reason}"
+    text += f", up to {offer.max_gpus} per server"
+    if offer.scale_up_minutes is not None:
+        text += f" (more than {offer.now} after a scale-up, ~{offer.scale_up_minutes:g} min)"
+    return text
+
+
+def gpu_profile_entry(offer: ProfileOffer) -> dict[str, Any]:
+    """The KubeSpawner ``profile_list`` item for one GPU profile."""
+    spec = offer.spec
+    description = spec.description
+    if offer.problem:
+        description = f"{description} ({offer.problem})" if description else offer.problem
+    elif not offer.usable:
+        note = "No GPUs can be had in this profile's pools right now."
+        description = f"{description} {note}".strip()
+    pool_choices: dict[str, Any] = {}
+    default = offer.default_pool()
+    for p in offer.usable:
+        pool_choices[p.pool.id] = {
+            "display_name": describe_pool(p),
+            "default": p is default,
+        }
+    count_choices = {
+        str(n): {"display_name": _plural(n, "GPU"), "default": n == 1}
+        for n in range(1, offer.max_gpus + 1)
+    }
+    options: dict[str, Any] = {
+        GPU_POOL_OPTION: {"display_name": "GPU pool", "choices": pool_choices},
+        GPU_COUNT_OPTION: {"display_name": "GPUs", "choices": count_choices},
+    }
+    for name, option in spec.profile_options.items():
+        options[name] = option
+    entry: dict[str, Any] = {
+        "display_name": spec.display_name,
+        "slug": spec.slug,
+        "description": description,
+        "kubespawner_override": dict(spec.kubespawner_override),
+        "profile_options": options,
+    }
+    if spec.default:
+        entry["default"] = True
+    return entry
+
+
+def merge_profiles(
+    static: Sequence[Mapping[str, Any]], offers: Mapping[str, ProfileOffer]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The admin's static profiles, then the GPU profiles.
+
+    Returns the list and the slugs of static profiles dropped because a GPU
+    profile has the same slug (the caller logs them: a slug must be unique).
+    """
+    gpu = [gpu_profile_entry(o) for o in offers.values()]
+    gpu_slugs = {e["slug"] for e in gpu}
+    merged, shadowed = [], []
+    for p in static:
+        if p.get("slug") in gpu_slugs:
+            shadowed.append(p["slug"])
+            continue
+        merged.append(dict(p))
+    return merged + gpu, shadowed

@@ -1,0 +1,538 @@
+"""``GPUSpawner``: KubeSpawner plus GPU profiles built from live cluster capacity.
+
+Hub glue only: the rules live in ``profiles`` (what is offered), ``options``
+(what a request may ask for) and ``overrides`` (what the pod gets); the
+numbers come from the shared ``CapacityCache`` (list + watch of nodes and
+pods), so neither the spawn page nor a spawn makes a Kubernetes API call to
+decide what is free.
+
+KubeSpawner 7.1 seams used (kubespawner/spawner.py): ``load_user_options``
+(called first thing in ``_start``, before any Kubernetes object is created),
+``_load_profile`` (applies a profile's ``kubespawner_override`` and its
+options' choices), ``_render_options_form`` and the ``options_form`` default.
+A ``tornado.web.HTTPError`` raised from ``start()`` becomes the REST API's
+status and the spawn page's error message (jupyterhub/user.py ``spawn``,
+jupyterhub/handlers/pages.py ``SpawnHandler.post``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+from typing import Any
+
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
+from jupyterhub.utils import maybe_future
+from kubespawner import KubeSpawner
+from tornado import web
+from traitlets import Bool, Dict, Float, List, TraitError, Unicode, default, validate
+from traitlets.config import Config, Configurable
+
+from .capacity.config import CapacityConfig, DeclaredPool
+from .options import OptionError, Selection, validate_user_options
+from .overrides import NEVER_TOLERATED_PREFIXES, build_overrides, untolerated_taints
+from .profiles import (
+    GPU_OPTIONS,
+    GPUProfileSpec,
+    PoolRule,
+    ProfileOffer,
+    build_offers,
+    capacity_problem,
+    merge_profiles,
+)
+from .templates import template_dirs
+
+POOL_ANNOTATION = "gpuspawner.io/pool"
+GPUS_ANNOTATION = "gpuspawner.io/gpus"
+
+
+@functools.lru_cache(maxsize=8)
+def _form_environment(paths: tuple[str, ...]) -> Environment:
+    """One autoescaping Jinja2 environment per template path list, so
+    templates are compiled once (KubeSpawner builds one per render)."""
+    env = Environment(
+        loader=ChoiceLoader([FileSystemLoader(list(paths)), PackageLoader("kubespawner", "templates")]),
+        autoescape=True,
+    )
+    # keep profile order in |tojson, as KubeSpawner does
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False}
+    return env
+
+
+class GPUCapacitySettings(Configurable):
+    """The capacity knobs both the spawner and ``GET /hub/api/gpus`` read.
+
+    ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;
+    the REST handler, which has no spawner, rebuilds them from the hub's
+    config with :meth:`from_hub_config`.
+    """
+
+    gpu_resources = List(
+        Unicode(),
+        default_value=None,
+        allow_none=True,
+        config=True,
+        help="""
+        Extended resource names that are GPUs. None keeps gpuspawner's default
+        (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, ``amd.com/gpu``).
+
+            c.GPUSpawner.gpu_resources = ["nvidia.com/gpu", "amd.com/gpu"]
+        """,
+    )
+    gpu_resource_prefixes = List(
+        Unicode(),
+        default_value=None,
+        allow_none=True,
+        config=True,
+        help="""
+        Prefixes of extended resource names that are GPUs (MIG slices under the
+        NVIDIA device plugin's "mixed" strategy). None keeps the default
+        (``nvidia.com/mig-``).
+
+            c.GPUSpawner.gpu_resource_prefixes = ["nvidia.com/mig-"]
+        """,
+    )
+    gpu_node_group_labels = List(
+        Unicode(),
+        default_value=None,
+        allow_none=True,
+        config=True,
+        help="""
+        Node labels that name a node group (GKE node pool, EKS node group, AKS
+        agent pool, Karpenter NodePool...); the first one a node carries splits
+        its GPUs into their own pool. None keeps the default list.
+
+            c.GPUSpawner.gpu_node_group_labels = ["cloud.google.com/gke-nodepool", "example.com/rack"]
+        """,
+    )
+    gpu_declared_pools = List(
+        Dict(),
+        config=True,
+        help="""
+        Pools the cluster autoscaler can create from zero nodes, which the
+        watch cannot discover while they are empty. Each dict is read by
+        ``gpuspawner.capacity.config.DeclaredPool.from_config``.
+
+            c.GPUSpawner.gpu_declared_pools = [{
+                "resource": "nvidia.com/gpu", "product": "NVIDIA-H100-80GB-HBM3",
+                "node_group_label": "cloud.google.com/gke-nodepool", "node_group": "h100",
+                "labels": {"cloud.google.com/gke-nodepool": "h100"},
+                "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+                "gpus_per_node": 8, "max_nodes": 4, "minutes": 6,
+            }]
+        """,
+    )
+    gpu_reservation_ttl = Float(
+        300.0,
+        config=True,
+        help="""
+        Seconds GPUs handed to a spawn stay counted as taken before the watch
+        shows its pod (then the pod itself counts).
+
+            c.GPUSpawner.gpu_reservation_ttl = 600
+        """,
+    )
+    gpu_pool_rules = List(
+        Dict(),
+        config=True,
+        help="""
+        How discovered pools are shown: rename, order or hide them by pool id
+        (``<node group>:<product>:<resource>``) or glob. A pool takes the first
+        rule it matches; pools appear in rule order, unmatched pools last.
+
+            c.GPUSpawner.gpu_pool_rules = [
+                {"match": "h100:*", "display_name": "H100 80 GB"},
+                {"match": "*:nvidia.com/mig-*", "hide": True},
+            ]
+        """,
+    )
+
+    @validate("gpu_pool_rules")
+    def _validate_pool_rules(self, proposal):
+        try:
+            for i, rule in enumerate(proposal.value):
+                PoolRule.from_config(rule, where=f"gpu_pool_rules[{i}]")
+        except ValueError as e:
+            raise TraitError(str(e)) from None
+        return proposal.value
+
+    @validate("gpu_resources", "gpu_resource_prefixes", "gpu_node_group_labels")
+    def _validate_names(self, proposal):
+        value = proposal.value
+        if value is not None and not all(v.strip() for v in value):
+            raise TraitError(f"{proposal.trait.name} may not contain empty names: {value!r}")
+        return value
+
+    @validate("gpu_reservation_ttl")
+    def _validate_ttl(self, proposal):
+        if not proposal.value > 0:
+            raise TraitError(f"gpu_reservation_ttl must be a positive number of seconds, not {proposal.value!r}")
+        return proposal.value
+
+    @validate("gpu_declared_pools")
+    def _validate_declared(self, proposal):
+        for i, d in enumerate(proposal.value):
+            try:
+                DeclaredPool.from_config(d)
+            except (ValueError, TypeError) as e:
+                raise TraitError(f"gpu_declared_pools[{i}]: {e}") from None
+        return proposal.value
+
+    @classmethod
+    def from_hub_config(cls, config: Config, spawner_class: type | None = None) -> GPUCapacitySettings:
+        """The settings an admin gave ``c.<spawner class>`` (or any class in
+        its MRO, base first, as traitlets resolves sections) in ``config``."""
+        if not (isinstance(spawner_class, type) and issubclass(spawner_class, GPUCapacitySettings)):
+            spawner_class = GPUSpawner
+        names = set(GPUCapacitySettings.class_trait_names(config=True))
+        merged = Config()
+        for klass in reversed(spawner_class.mro()):
+            name = klass.__name__
+            if issubclass(klass, Configurable) and config is not None and name in config:
+                section = config[name]
+                merged.merge(Config({k: v for k, v in section.items() if k in names}))
+        return GPUCapacitySettings(config=Config({"GPUCapacitySettings": merged}))
+
+    def pool_rules(self) -> tuple[PoolRule, ...]:
+        return tuple(PoolRule.from_config(r) for r in self.gpu_pool_rules)
+
+    def capacity_config(self) -> CapacityConfig:
+        """The ``CapacityConfig`` these settings describe (built once)."""
+        cached = self.__dict__.get("_gpu_capacity_config")
+        if cached is not None:
+            return cached
+        kwargs: dict[str, Any] = {
+            "declared_pools": tuple(DeclaredPool.from_config(d) for d in self.gpu_declared_pools),
+            "reservation_ttl": self.gpu_reservation_ttl,
+        }
+        for field, value in (
+            ("gpu_resources", self.gpu_resources),
+            ("gpu_resource_prefixes", self.gpu_resource_prefixes),
+            ("node_group_labels", self.gpu_node_group_labels),
+        ):
+            if value is not None:
+                kwargs[field] = tuple(value)
+        config = CapacityConfig(**kwargs)
+        self.__dict__["_gpu_capacity_config"] = config
+        return config
+
+    def shared_capacity_cache(self):
+        """The process's shared ``CapacityCache`` (started on first use; the
+        cache module is imported only then, as ``gpuspawner.capacity`` does)."""
+        from .capacity.cache import CapacityCache
+
+        return CapacityCache.shared(self.capacity_config())
+
+
+class GPUSpawner(KubeSpawner, GPUCapacitySettings):
+    """KubeSpawner with GPU profiles whose pools come from live capacity."""
+
+    gpu_profiles = List(
+        Dict(),
+        config=True,
+        help="""
+        GPU profiles, offered after the admin's own ``profile_list``. Each
+        has a ``slug`` and optionally ``display_name``, ``description``,
+        ``default``, ``kubespawner_override`` (as in ``profile_list``),
+        ``pools`` (``include``/``exclude`` globs on pool ids), ``max_gpus``
+        (per server) and ``profile_options`` (as in ``profile_list``; the
+        options ``gpu_pool`` and ``gpus`` are added by gpuspawner).
+
+            c.GPUSpawner.gpu_profiles = [{
+                "slug": "gpu",
+                "display_name": "GPU server",
+                "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-latest"},
+                "pools": {"exclude": ["*:nvidia.com/mig-*"]},
+                "max_gpus": 4,
+            }]
+        """,
+    )
+    gpu_tolerated_taint_keys = List(
+        Unicode(),
+        default_value=["nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority"],
+        config=True,
+        help="""
+        Taint keys (or globs) a GPU server may tolerate on its pool's nodes.
+        The defaults are the usual GPU taints: ``nvidia.com/gpu`` (GKE, EKS
+        GPU NodePools, self-managed), ``amd.com/gpu``, ``sku=gpu`` (the AKS
+        recipe) and AKS spot nodes. ``node.kubernetes.io/*`` is never
+        tolerated.
+
+            c.GPUSpawner.gpu_tolerated_taint_keys = ["nvidia.com/gpu", "example.com/reserved"]
+        """,
+    )
+    gpu_admit_without_capacity = Bool(
+        False,
+        config=True,
+        help="""
+        When GPU capacity is unknown (the cache has not synced, lost its watch,
+        or lacks cluster-wide read rights), refuse GPU spawns with a 503
+        (False, the default) or admit them to the pools last seen without
+        checking what is free (True): the scheduler then decides, and a pod
+        may wait Pending.
+
+            c.GPUSpawner.gpu_admit_without_capacity = True
+        """,
+    )
+    gpu_capacity_sync_timeout = Float(
+        5.0,
+        config=True,
+        help="""
+        Seconds the spawn page and a spawn wait for the capacity cache's first
+        sync before treating capacity as unknown. Keep it below
+        ``c.JupyterHub.slow_spawn_timeout`` (10 s), so a refused REST spawn is
+        answered with its 4xx/5xx rather than a 202 and a later failure.
+
+            c.GPUSpawner.gpu_capacity_sync_timeout = 5
+        """,
+    )
+
+    _logged_capacity_problems: set[str] = set()
+
+    @validate("gpu_profiles")
+    def _validate_gpu_profiles(self, proposal):
+        slugs = set()
+        for i, d in enumerate(proposal.value):
+            try:
+                spec = GPUProfileSpec.from_config(d, where=f"gpu_profiles[{i}]")
+            except ValueError as e:
+                raise TraitError(str(e)) from None
+            if spec.slug in slugs:
+                raise TraitError(f"gpu_profiles[{i}]: slug {spec.slug!r} is used twice; slugs must be unique")
+            slugs.add(spec.slug)
+        return proposal.value
+
+    @validate("gpu_tolerated_taint_keys")
+    def _validate_taint_keys(self, proposal):
+        for key in proposal.value:
+            if not key or key.startswith(NEVER_TOLERATED_PREFIXES):
+                raise TraitError(
+                    f"gpu_tolerated_taint_keys may not contain {key!r}: node.kubernetes.io/* taints mark "
+                    "unhealthy or cordoned nodes, and an empty key would tolerate every taint"
+                )
+        return proposal.value
+
+    @validate("gpu_capacity_sync_timeout")
+    def _validate_sync_timeout(self, proposal):
+        if not proposal.value >= 0:
+            raise TraitError(f"gpu_capacity_sync_timeout must be 0 or more seconds, not {proposal.value!r}")
+        return proposal.value
+
+    @default("additional_profile_form_template_paths")
+    def _default_template_paths(self):
+        return template_dirs()
+
+    @default("options_form")
+    def _options_form_default(self):
+        if not self.gpu_profiles:
+            return super()._options_form_default()
+        return self._render_gpu_options_form
+
+    # --- profiles and capacity ------------------------------------------
+
+    def gpu_profile_specs(self) -> tuple[GPUProfileSpec, ...]:
+        return tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
+
+    async def capacity_snapshot(self):
+        """The cache's snapshot (waiting for its first sync at most
+        ``gpu_capacity_sync_timeout``), or None when there is no cache."""
+        try:
+            cache = self.shared_capacity_cache()
+            await cache.wait_synced(self.gpu_capacity_sync_timeout)
+            snapshot = cache.snapshot()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._log_capacity_problem(f"the GPU capacity cache could not start: {e}")
+            return None
+        problem = capacity_problem(snapshot)
+        if problem:
+            self._log_capacity_problem(problem)
+        return snapshot
+
+    def _log_capacity_problem(self, problem: str) -> None:
+        # once per distinct problem per process: the page is rendered often
+        if problem in self._logged_capacity_problems:
+            return
+        self._logged_capacity_problems.add(problem)
+        self.log.warning(
+            "%s. Static profiles are still offered; GPU profiles show 'capacity unknown'%s. "
+            "If this is a permissions problem, apply deploy/rbac.yaml (ClusterRole rules: "
+            "nodes: get, list, watch; pods: list, watch at the cluster scope).",
+            problem,
+            " and admit spawns unchecked" if self.gpu_admit_without_capacity else " and refuse GPU spawns",
+        )
+
+    async def gpu_profile_list(self) -> tuple[list[dict[str, Any]], dict[str, ProfileOffer]]:
+        """The initialized profile list (static then GPU) and the GPU offers."""
+        static = self._sorted_dict_values(self.profile_list)
+        if callable(static):
+            static = await maybe_future(static(self))
+        specs = self.gpu_profile_specs()
+        offers: dict[str, ProfileOffer] = {}
+        if specs:
+            snapshot = await self.capacity_snapshot()
+            offers = build_offers(
+                specs,
+                snapshot,
+                self.pool_rules(),
+                admit_without_capacity=self.gpu_admit_without_capacity,
+            )
+        merged, shadowed = merge_profiles(list(static or []), offers)
+        if shadowed:
+            self.log.error("profile_list slugs %s are shadowed by gpu_profiles with the same slug", shadowed)
+        return self._get_initialized_profile_list(merged), offers
+
+    # --- the spawn form ---------------------------------------------------
+
+    async def _render_gpu_options_form(self, spawner=None):
+        profile_list, offers = await self.gpu_profile_list()
+        return self._render_options_form(profile_list, offers)
+
+    def _render_options_form(self, profile_list, gpu_offers=None):
+        """KubeSpawner's renderer, with Jinja2 autoescaping on (node labels and
+        admin strings reach the page) and the GPU offers in the context."""
+        profile_list = self._get_initialized_profile_list(profile_list)
+        gpu_offers = gpu_offers or {}
+        user_options = dict(self.user_options or {})
+        if user_options:
+            try:
+                validate_user_options(
+                    user_options,
+                    profile_list,
+                    gpu_offers,
+                    trait_names=self.trait_names(),
+                    admin_keys=self._admin_option_keys(),
+                )
+            except OptionError as e:
+                self.log.info("Not pre-selecting saved user options on the spawn form: %s", e)
+                user_options = {}
+        env = _form_environment(tuple(self.additional_profile_form_template_paths))
+        if self.profile_form_template:
+            template = env.from_string(self.profile_form_template)
+        else:
+            template = env.get_template("form.html")
+        return template.render(profile_list=profile_list, user_options=user_options, gpu_offers=gpu_offers)
+
+    # --- spawning ---------------------------------------------------------
+
+    async def load_user_options(self):
+        """Validate the user's options against what is offered now, apply the
+        profile, and for a GPU profile pin the pod to the pool and reserve
+        its GPUs. Every user mistake is an HTTP 400 before any pod exists."""
+        self.release_gpus()
+        profile_list, offers = await self.gpu_profile_list()
+        try:
+            selection = validate_user_options(
+                self.user_options,
+                profile_list,
+                offers,
+                trait_names=self.trait_names(),
+                admin_keys=self._admin_option_keys(),
+            )
+        except OptionError as e:
+            self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
+            raise web.HTTPError(e.status, str(e)) from None
+        if not profile_list:
+            return
+        if selection.offer is None:
+            chosen = profile_list
+        else:
+            # gpu_pool/gpus are applied below, not as KubeSpawner choices
+            profile = copy.deepcopy(next(p for p in profile_list if p["slug"] == selection.profile))
+            for name in GPU_OPTIONS:
+                profile["profile_options"].pop(name, None)
+            chosen = [profile]
+        try:
+            self._load_profile(selection.profile, chosen)
+        except ValueError as e:
+            # KubeSpawner: an option with only a free-text choice and no value
+            raise web.HTTPError(400, f"{e} Choose a value for it on the spawn form or in user options.") from None
+        if selection.offer is not None:
+            self._apply_gpu_selection(selection)
+
+    def _admin_option_keys(self) -> tuple[str, ...]:
+        # JupyterHub 5.3+: a dict apply_user_options names the option keys the
+        # admin maps onto spawner traits on purpose (jupyterhub/spawner.py)
+        hook = getattr(self, "apply_user_options", None)
+        return tuple(hook) if isinstance(hook, dict) else ()
+
+    def _is_gpu_resource(self, name: str) -> bool:
+        try:
+            config = self.capacity_config()
+        except Exception:
+            return False
+        return config.is_gpu_resource(name)
+
+    def _apply_gpu_selection(self, selection: Selection) -> None:
+        pool, gpus = selection.pool.pool, selection.gpus
+        try:
+            overrides = build_overrides(
+                pool,
+                gpus,
+                allowed_taint_keys=self.gpu_tolerated_taint_keys,
+                limits=self.extra_resource_limits,
+                guarantees=self.extra_resource_guarantees,
+                affinity_required=self._sorted_dict_values(self.node_affinity_required),
+                tolerations=self._sorted_dict_values(self.tolerations),
+                is_gpu_resource=self._is_gpu_resource,
+            )
+        except ValueError as e:
+            raise web.HTTPError(400, f"{e}; choose another pool") from None
+        for name, value in overrides.as_traits().items():
+            setattr(self, name, value)
+        self.extra_annotations = {
+            **self.extra_annotations,
+            POOL_ANNOTATION: pool.id,
+            GPUS_ANNOTATION: str(gpus),
+        }
+        hard = untolerated_taints(pool, self.gpu_tolerated_taint_keys)
+        if hard:
+            self.log.warning(
+                "Pool %s carries taints %s that gpu_tolerated_taint_keys does not allow; "
+                "its nodes will refuse %s",
+                pool.id,
+                ", ".join(f"{t.key}={t.value or ''}:{t.effect}" for t in hard),
+                self._log_name,
+            )
+        if selection.pool.checked:
+            owner = f"{self.namespace}/{self.pod_name}"
+            try:
+                cache = self.shared_capacity_cache()
+                cache.reserve(owner, pool.id, gpus)
+            except Exception as e:
+                self.log.error("Could not reserve %d GPUs in %s for %s: %s", gpus, pool.id, owner, e)
+            else:
+                self._gpu_reservation = (cache, owner)
+        self.log.info(
+            "%s gets %d x %s in pool %s%s",
+            self._log_name,
+            gpus,
+            pool.resource,
+            pool.id,
+            " (after a scale-up)" if selection.pool.needs_scale_up(gpus) else "",
+        )
+
+    _gpu_reservation: tuple[Any, str] | None = None
+
+    def release_gpus(self) -> None:
+        """Give back GPUs reserved for this server's pod (a no-op if none)."""
+        reservation, self._gpu_reservation = self._gpu_reservation, None
+        if reservation is not None:
+            cache, owner = reservation
+            try:
+                cache.release(owner)
+            except Exception as e:
+                self.log.error("Could not release GPUs reserved for %s: %s", owner, e)
+
+    async def _start(self):
+        try:
+            return await super()._start()
+        except BaseException:
+            self.release_gpus()
+            raise
+
+    async def stop(self, now=False):
+        self.release_gpus()
+        return await super().stop(now=now)

@@ -1,0 +1,29 @@
+"""gpuspawner: enable the GPU spawner and the GPU capacity endpoint.
+
+Drop this file into a directory your ``jupyterhub_config.py`` loads (Zero to
+JupyterHub: ``hub.extraFiles`` into ``/usr/local/etc/jupyterhub/jupyterhub_config.d/``),
+or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
+
+* ``c.JupyterHub.spawner_class = "gpu"`` (the ``jupyterhub.spawners`` entry
+  point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
+  settings, including ``profile_list``, keep working);
+* ``GET /hub/api/gpus`` (``gpuspawner.handlers.GPUCapacityHandler``).
+
+Site settings go in your own config, e.g.::
+
+    c.GPUSpawner.gpu_profiles = [{"slug": "gpu", "display_name": "GPU server"}]
+
+and see docs/configuration.md. The hub's service account also needs
+cluster-wide read access to nodes and pods: apply ``deploy/rbac.yaml``.
+Without it the hub still serves static profiles and says GPU capacity is
+unknown. (JupyterHub logs that ``extra_handlers`` is deprecated in favour of
+services; the endpoint reads the hub's in-process capacity cache, which a
+separate service process could not share.)
+"""
+
+from gpuspawner.handlers import handlers as _gpuspawner_handlers
+
+c = get_config()  # noqa: F821 (provided by traitlets when JupyterHub loads config)
+
+c.JupyterHub.spawner_class = "gpu"
+c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)

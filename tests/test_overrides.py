@@ -1,0 +1,204 @@
+"""Pod overrides for a chosen pool and count (gpuspawner.overrides): pure, no network."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuspawner.capacity.model import NodeView, PoolView, Taint
+from gpuspawner.overrides import (
+    PoolNotPinnable,
+    build_overrides,
+    taint_key_allowed,
+    toleration_for,
+    untolerated_taints,
+)
+
+DEFAULT_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority")
+GKE = "cloud.google.com/gke-nodepool"
+PRODUCT = "nvidia.com/gpu.product"
+
+
+def pool(
+    *,
+    resource="nvidia.com/gpu",
+    labels=((GKE, "a100"), (PRODUCT, "NVIDIA-A100-SXM4-80GB")),
+    taints=(),
+    nodes=(),
+):
+    return PoolView(
+        id="a100:nvidia-a100-sxm4-80gb:" + resource,
+        resource=resource,
+        product="NVIDIA-A100-SXM4-80GB",
+        memory_mib=81920,
+        node_group_label=GKE,
+        node_group="a100",
+        nodes=len(nodes) or 1,
+        total=8,
+        free=8,
+        max_free_per_node=8,
+        driver_version="535.183.01",
+        cuda_version="12.2",
+        scale_up=None,
+        defining_labels=tuple(labels),
+        taints=tuple(taints),
+        node_views=tuple(
+            NodeView(name=n, allocatable=8, free=8, driver_version=None, cuda_version=None, compute_capability=None)
+            for n in nodes
+        ),
+    )
+
+
+GKE_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
+EKS_TAINT = Taint("nvidia.com/gpu", None, "NoSchedule")
+AKS_TAINT = Taint("sku", "gpu", "NoSchedule")
+SPOT = Taint("kubernetes.azure.com/scalesetpriority", "spot", "NoSchedule")
+CORDON = Taint("node.kubernetes.io/unschedulable", None, "NoSchedule")
+NOT_READY = Taint("node.kubernetes.io/not-ready", None, "NoExecute")
+SITE = Taint("example.com/team", "ml", "NoSchedule")
+
+
+@pytest.mark.parametrize(
+    "taints, allowed, expected",
+    [
+        ((), DEFAULT_KEYS, []),
+        ((GKE_TAINT,), DEFAULT_KEYS, [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]),
+        ((EKS_TAINT,), DEFAULT_KEYS, [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        (
+            (AKS_TAINT, SPOT),
+            DEFAULT_KEYS,
+            [
+                {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+                {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+            ],
+        ),
+        ((CORDON, NOT_READY, GKE_TAINT), ("*",), [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]),
+        ((SITE,), DEFAULT_KEYS, []),
+        ((SITE,), ("example.com/*",), [{"key": "example.com/team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]),
+        (
+            (GKE_TAINT, Taint("nvidia.com/gpu", "present", "NoExecute")),
+            DEFAULT_KEYS,
+            [
+                {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoExecute"},
+                {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+            ],
+        ),
+    ],
+    ids=["untainted", "gke-present", "eks-valueless", "aks-sku-and-spot", "never-node-kubernetes-io", "site-taint-not-allowed", "site-taint-allowed", "two-effects"],
+)
+def test_tolerations(taints, allowed, expected):
+    o = build_overrides(pool(taints=taints), 1, allowed_taint_keys=allowed)
+    assert o.tolerations == expected
+    # never a key-less toleration, which would tolerate every taint
+    assert all(t.get("key") for t in o.tolerations)
+
+
+def test_admin_tolerations_kept_and_not_duplicated():
+    admin = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+             {"key": "example.com/x", "operator": "Exists"}]
+    o = build_overrides(pool(taints=(GKE_TAINT,)), 1, allowed_taint_keys=DEFAULT_KEYS, tolerations=admin)
+    assert o.tolerations == admin
+
+
+@pytest.mark.parametrize(
+    "labels, nodes, admin_terms, expected",
+    [
+        (
+            ((GKE, "a100"), (PRODUCT, "NVIDIA-A100-SXM4-80GB")),
+            (),
+            [],
+            [{"matchExpressions": [
+                {"key": GKE, "operator": "In", "values": ["a100"]},
+                {"key": PRODUCT, "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
+            ]}],
+        ),
+        (
+            (),
+            ("node-b", "node-a"),
+            [],
+            [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a", "node-b"]}]}],
+        ),
+        (
+            ((GKE, "a100"),),
+            (),
+            [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]},
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]}]},
+            ],
+            [
+                {"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]},
+                    {"key": GKE, "operator": "In", "values": ["a100"]},
+                ]},
+                {"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]},
+                    {"key": GKE, "operator": "In", "values": ["a100"]},
+                ]},
+            ],
+        ),
+    ],
+    ids=["defining-labels", "no-labels-pinned-by-hostname", "ANDed-into-every-admin-term"],
+)
+def test_required_affinity(labels, nodes, admin_terms, expected):
+    o = build_overrides(pool(labels=labels, nodes=nodes), 1, allowed_taint_keys=(), affinity_required=admin_terms)
+    assert o.node_affinity_required == expected
+
+
+def test_pool_without_labels_or_nodes_cannot_be_pinned():
+    with pytest.raises(PoolNotPinnable, match="cannot be kept inside"):
+        build_overrides(pool(labels=()), 1, allowed_taint_keys=())
+
+
+@pytest.mark.parametrize(
+    "resource, gpus, admin_limits, expected_limits",
+    [
+        ("nvidia.com/gpu", 1, {}, {"nvidia.com/gpu": "1"}),
+        ("nvidia.com/mig-1g.10gb", 3, {}, {"nvidia.com/mig-1g.10gb": "3"}),
+        ("amd.com/gpu", 2, {"example.com/fpga": 1}, {"example.com/fpga": "1", "amd.com/gpu": "2"}),
+        # an admin's static GPU limit of another kind would make the pod fit no node
+        ("amd.com/gpu", 2, {"nvidia.com/gpu": "1"}, {"amd.com/gpu": "2"}),
+        ("nvidia.com/gpu", 4, {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "4"}),
+    ],
+    ids=["nvidia", "mig-slice", "keeps-admin-resources", "drops-other-gpu-kind", "replaces-admin-count"],
+)
+def test_requests_equal_limits(resource, gpus, admin_limits, expected_limits):
+    o = build_overrides(
+        pool(resource=resource),
+        gpus,
+        allowed_taint_keys=(),
+        limits=admin_limits,
+        guarantees=admin_limits,
+        is_gpu_resource=lambda r: r in ("nvidia.com/gpu", "amd.com/gpu") or r.startswith("nvidia.com/mig-"),
+    )
+    assert o.extra_resource_limits == expected_limits
+    assert o.extra_resource_guarantees == expected_limits
+
+
+@pytest.mark.parametrize("gpus", [0, -1, True, 1.0, "1"], ids=["zero", "negative", "bool", "float", "str"])
+def test_count_must_be_positive_int(gpus):
+    with pytest.raises(ValueError, match="positive integer"):
+        build_overrides(pool(), gpus, allowed_taint_keys=())
+
+
+@pytest.mark.parametrize(
+    "key, allowed, verdict",
+    [
+        ("nvidia.com/gpu", DEFAULT_KEYS, True),
+        ("node.kubernetes.io/unreachable", ("*",), False),
+        ("node.kubernetes.io/unreachable", ("node.kubernetes.io/unreachable",), False),
+        ("", ("*",), False),
+        ("example.com/a", ("example.com/*",), True),
+        ("example.com/a", (), False),
+    ],
+    ids=["default", "lifecycle-glob", "lifecycle-exact", "empty-key", "glob", "nothing-allowed"],
+)
+def test_taint_key_allowed(key, allowed, verdict):
+    assert taint_key_allowed(key, allowed) is verdict
+
+
+def test_toleration_for_valueless_taint_uses_exists_with_key():
+    assert toleration_for(EKS_TAINT) == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_untolerated_hard_taints_are_reported_but_not_kubernetes_own():
+    p = pool(taints=(GKE_TAINT, SITE, CORDON, Taint("example.com/soft", None, "PreferNoSchedule")))
+    assert untolerated_taints(p, DEFAULT_KEYS) == (SITE,)

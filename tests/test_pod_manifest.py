@@ -1,0 +1,212 @@
+"""Real pod manifests from GPUSpawner.get_pod_manifest(), checked against the
+Kubernetes OpenAPI schema of the oldest and newest versions kubernetes-validate
+bundles (strict: unknown fields are errors), and for what the pool needs.
+
+No cluster: KubeSpawner's client setup is replaced, the capacity cache faked.
+"""
+
+from __future__ import annotations
+
+import pytest
+import kubernetes_validate
+import kubespawner.spawner
+from jupyterhub.objects import Hub, Server
+from kubernetes_asyncio.client import ApiClient
+from traitlets.config import Config
+
+from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
+from gpuspawner.spawner import GPUCapacitySettings, GPUSpawner
+
+
+def _versions() -> tuple[str, str]:
+    from pathlib import Path
+
+    schema_dir = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    found = sorted(
+        {d.name.split("-")[0].lstrip("v") for d in schema_dir.iterdir() if d.name.endswith("-local-strict")},
+        key=lambda v: tuple(int(x) for x in v.split(".")),
+    )
+    return found[0], found[-1]
+
+
+OLDEST, NEWEST = _versions()
+
+
+def node(name, n=8):
+    return NodeView(name=name, allocatable=n, free=n, driver_version="535.183.01", cuda_version="12.2", compute_capability="8.0")
+
+
+def pool(group, product, resource="nvidia.com/gpu", *, labels=None, taints=(), nodes=(), scale_up=None, free=4):
+    return PoolView(
+        id=pool_id(group, product, resource),
+        resource=resource,
+        product=product,
+        memory_mib=None,
+        node_group_label="cloud.google.com/gke-nodepool" if group else None,
+        node_group=group,
+        nodes=len(nodes),
+        total=free,
+        free=free,
+        max_free_per_node=free,
+        driver_version=None,
+        cuda_version=None,
+        scale_up=scale_up,
+        defining_labels=tuple(labels if labels is not None else (("cloud.google.com/gke-nodepool", group),)),
+        taints=tuple(taints),
+        node_views=tuple(nodes),
+    )
+
+
+GKE_A100 = pool("a100", "NVIDIA-A100-SXM4-80GB",
+                labels=(("cloud.google.com/gke-nodepool", "a100"), ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB")),
+                taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),), nodes=(node("gke-a100-1"),))
+MIG = pool("a100", "NVIDIA-A100-SXM4-80GB", "nvidia.com/mig-1g.10gb", nodes=(node("gke-a100-2", 7),), free=7)
+AKS_SPOT = pool(None, "Tesla-T4", labels=(("kubernetes.azure.com/agentpool", "gpuspot"),),
+                taints=(Taint("sku", "gpu", "NoSchedule"), Taint("kubernetes.azure.com/scalesetpriority", "spot", "NoSchedule"),
+                        Taint("example.com/private", None, "NoSchedule")),
+                nodes=(node("aks-gpuspot-0", 1),), free=1)
+AMD_UNLABELLED = pool(None, None, "amd.com/gpu", labels=(), nodes=(node("mi300-b"), node("mi300-a")), free=8)
+H100_FROM_ZERO = pool("h100", "NVIDIA-H100-80GB-HBM3", taints=(Taint("nvidia.com/gpu", None, "NoSchedule"),),
+                      scale_up=ScaleUp(max_nodes=2, gpus_per_node=8, minutes=6), free=0)
+
+POOLS = (GKE_A100, MIG, AKS_SPOT, AMD_UNLABELLED, H100_FROM_ZERO)
+
+
+class FakeCache:
+    def __init__(self):
+        self.reserved = {}
+
+    async def wait_synced(self, timeout):
+        return True
+
+    def snapshot(self):
+        return CapacitySnapshot(pools=POOLS, synced=True, age_seconds=0.0, generation=1)
+
+    def reserve(self, owner, pool_id, count):
+        self.reserved[owner] = (pool_id, count)
+
+    def release(self, owner):
+        self.reserved.pop(owner, None)
+
+
+@pytest.fixture
+def spawner_factory(monkeypatch):
+    monkeypatch.setattr(kubespawner.spawner, "load_config", lambda **kw: None)
+    monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
+    cache = FakeCache()
+    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: cache)
+
+    class User:
+        name = "ada"
+        id = 7
+        url = "/user/ada/"
+        escaped_name = "ada"
+
+    def make(**traits):
+        c = Config()
+        c.GPUSpawner.gpu_profiles = [{"slug": "gpu", "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-latest"}}]
+        c.GPUSpawner.namespace = "jhub"
+        for k, v in traits.items():
+            c.GPUSpawner[k] = v
+        s = GPUSpawner(config=c, user=User(), hub=Hub(), _mock=True)
+        s.server = Server(ip="0.0.0.0", port=8888, base_url="/user/ada/")
+        return s
+
+    return make
+
+
+async def manifest_for(spawner, options):
+    spawner.user_options = options
+    await spawner.load_user_options()
+    pod = await spawner.get_pod_manifest()
+    async with ApiClient() as api:
+        return api.sanitize_for_serialization(pod)
+
+
+def required_terms(m):
+    return m["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+CASES = [
+    (
+        GKE_A100, 2, {"nvidia.com/gpu": "2"},
+        [{"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["a100"]},
+         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]}],
+        [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}],
+    ),
+    (
+        MIG, 3, {"nvidia.com/mig-1g.10gb": "3"},
+        [{"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["a100"]}],
+        [],
+    ),
+    (
+        AKS_SPOT, 1, {"nvidia.com/gpu": "1"},
+        [{"key": "kubernetes.azure.com/agentpool", "operator": "In", "values": ["gpuspot"]}],
+        [{"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+         {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+    ),
+    (
+        AMD_UNLABELLED, 8, {"amd.com/gpu": "8"},
+        [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["mi300-a", "mi300-b"]}],
+        [],
+    ),
+    (
+        H100_FROM_ZERO, 8, {"nvidia.com/gpu": "8"},
+        [{"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["h100"]}],
+        [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    ),
+]
+
+
+@pytest.mark.parametrize("version", [OLDEST, NEWEST], ids=["oldest-k8s", "newest-k8s"])
+@pytest.mark.parametrize(
+    "pool_view, gpus, resources, expressions, tolerations",
+    CASES,
+    ids=["gke-a100-tainted", "mig-slice", "aks-spot-two-taints", "amd-pinned-by-hostname", "scale-from-zero"],
+)
+async def test_manifest_valid_and_pinned(spawner_factory, version, pool_view, gpus, resources, expressions, tolerations):
+    m = await manifest_for(spawner_factory(), {"profile": "gpu", "gpu_pool": pool_view.id, "gpus": gpus})
+    kubernetes_validate.validate(m, version, strict=True)
+    container = m["spec"]["containers"][0]
+    assert container["image"] == "quay.io/jupyter/pytorch-notebook:cuda12-latest"
+    for res, count in resources.items():
+        assert container["resources"]["limits"][res] == count
+        assert container["resources"]["requests"][res] == count
+    assert required_terms(m) == [{"matchExpressions": expressions}]
+    assert (m["spec"].get("tolerations") or []) == tolerations
+    assert m["metadata"]["annotations"]["gpuspawner.io/pool"] == pool_view.id
+
+
+@pytest.mark.parametrize("version", [OLDEST, NEWEST], ids=["oldest-k8s", "newest-k8s"])
+async def test_admin_constraints_are_kept(spawner_factory, version):
+    s = spawner_factory(
+        node_selector={"topology.kubernetes.io/region": "europe-west4"},
+        node_affinity_required=[
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["europe-west4-a"]}]},
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["europe-west4-b"]}]},
+        ],
+        tolerations=[{"key": "example.com/hub", "operator": "Exists", "effect": "NoSchedule"}],
+        extra_resource_limits={"example.com/infiniband": "1"},
+        cpu_limit=4.0,
+    )
+    m = await manifest_for(s, {"profile": "gpu", "gpu_pool": GKE_A100.id, "gpus": 1})
+    kubernetes_validate.validate(m, version, strict=True)
+    assert m["spec"]["nodeSelector"] == {"topology.kubernetes.io/region": "europe-west4"}
+    pool_exprs = [
+        {"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["a100"]},
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
+    ]
+    terms = required_terms(m)
+    assert [t["matchExpressions"][1:] for t in terms] == [pool_exprs, pool_exprs]
+    assert [t["matchExpressions"][0]["values"] for t in terms] == [["europe-west4-a"], ["europe-west4-b"]]
+    assert {t["key"] for t in m["spec"]["tolerations"]} == {"example.com/hub", "nvidia.com/gpu"}
+    limits = m["spec"]["containers"][0]["resources"]["limits"]
+    assert {k: v for k, v in limits.items() if k != "cpu"} == {"example.com/infiniband": "1", "nvidia.com/gpu": "1"}
+    assert float(limits["cpu"]) == 4.0
+
+
+async def test_untolerated_taint_never_added(spawner_factory):
+    m = await manifest_for(spawner_factory(), {"profile": "gpu", "gpu_pool": AKS_SPOT.id, "gpus": 1})
+    keys = {t["key"] for t in m["spec"]["tolerations"]}
+    assert "example.com/private" not in keys
+    assert all(t.get("key") and not t["key"].startswith("node.kubernetes.io/") for t in m["spec"]["tolerations"])
