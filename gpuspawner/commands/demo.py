@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     from ..sim.cluster import SimCluster
-    from ..sim.loader import ClusterFileError
+    from ..sim.loader import LoadError
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
     cluster = SimCluster(cluster_file=args.cluster, port=args.k8s_port)
@@ -125,7 +125,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     try:
         try:
             k8s_url = await cluster.start()
-        except ClusterFileError as e:
+        except LoadError as e:
             print(f"gpuspawner demo: {e}", file=sys.stderr)
             return 2
         _ensure_namespace(cluster, DEMO_NAMESPACE)

@@ -1,0 +1,1013 @@
+"""Spawn progress in GPU words.
+
+Pure (stdlib and the pure ``capacity.model`` / ``overrides`` layers only): no
+JupyterHub, no Kubernetes client, no clock.  ``GPUSpawner.progress`` hands each
+core/v1 Event of its pod (the dicts KubeSpawner's event reflector keeps) to
+:func:`translate` together with a :class:`SpawnContext` (what the spawner knows
+about the pool it pinned the pod to) and shows :attr:`Translation.message`
+instead of the raw event text.  :func:`translate_pod` does the same from the
+pod object itself (its ``PodScheduled`` condition, container waiting states,
+a ``Failed`` phase), for when events were missed or aggregated.
+
+When a :class:`Translation` is ``fatal`` the pod can never start (not "not
+yet"): the spawner should stop waiting and fail the spawn with
+:attr:`Translation.reason` rather than let the start timeout run out.  We only
+say so when sure:
+
+* Every node the scheduler looked at is excluded by a reason that waiting does
+  not fix (a taint the pod does not tolerate, a node selector/affinity that
+  does not match, a volume bound to another zone) and the pool cannot scale up
+  (``SpawnContext.scale_up`` is None: the admin did not declare an autoscaler
+  for it).  Node-condition taints (``node.kubernetes.io/not-ready`` ...) and
+  cordoned nodes are *not* permanent: a node comes back.
+* The pod asks for more GPUs than the pool's largest node has allocatable
+  (the scheduler's NodeResourcesFit filter checks a pod against one node,
+  ``pkg/scheduler/framework/plugins/noderesources/fit.go``) and no scale-up
+  adds a big enough node.
+* The kubelet rejected the pod at admission (``UnexpectedAdmissionError``,
+  ``OutOf<resource>``): the pod is ``Failed`` and is never retried.
+* The image does not exist (the runtime answered ``NotFound``), or
+  libnvidia-container refused the image's ``NVIDIA_REQUIRE_CUDA``
+  (``unsatisfied condition: cuda>=X``, reference file
+  ``cuda-compat-and-gpu-labels.md`` section 3.3): retrying on the same node
+  gives the same answer.
+* The pod was preempted.
+
+Message formats parsed here (sources):
+
+* kube-scheduler ``FitError.Error()`` (``pkg/scheduler/framework/types.go``):
+  ``0/<N> nodes are available: <histogram>.`` then, when a PostFilter plugin
+  ran, `` <post-filter message>`` (DefaultPreemption: ``preemption: 0/<N>
+  nodes are available: ...``; with DRA, ``no new claims to deallocate, ``
+  first).  The histogram is ``"<count> <reason>"`` entries sorted as strings
+  and joined with ``", "``.  A PreFilter rejection has no count
+  (``0/3 nodes are available: pod has unbound immediate
+  PersistentVolumeClaims.``).  ``no nodes available to schedule pods``
+  (``ErrNoNodesAvailable``) when the cluster has no node at all.
+* Filter reasons: ``Insufficient <resource>`` and ``Too many pods``
+  (noderesources/fit.go); ``node(s) had untolerated taint {<key>: <value>}``
+  (tainttoleration, up to 1.34.1) and ``node(s) had untolerated taint(s)``
+  (kubernetes PR #134740, 1.35 and 1.34.2+), before 1.25 ``node(s) had taint
+  {k: v}, that the pod didn't tolerate`` / ``node(s) had taints that the pod
+  didn't tolerate``; ``node(s) didn't match Pod's node affinity/selector``
+  (nodeaffinity; older ``node(s) didn't match node selector``);
+  ``node(s) were unschedulable`` (nodeunschedulable); ``node(s) didn't match
+  the requested node name`` (nodename); ``node(s) had volume node affinity
+  conflict`` and ``node(s) didn't find available persistent volumes to bind``
+  (volumebinding); ``node(s) had no available volume zone`` (volumezone);
+  ``node(s) didn't match pod (anti-)affinity rules`` (interpodaffinity);
+  ``node(s) didn't match pod topology spread constraints``
+  (podtopologyspread); ``node(s) didn't have free ports for the requested pod
+  ports`` (nodeports).  Any other reason is kept verbatim as ``unknown``.
+* cluster-autoscaler ``processors/status/eventing_scale_up_processor.go``:
+  ``TriggeredScaleUp`` ``pod triggered scale-up: [{<group> <cur>-><new> (max:
+  <max>)}]`` (``ScaleUpInfo.String``) and ``NotTriggerScaleUp`` ``pod didn't
+  trigger scale-up: <count> <reason>, ...`` with the reasons of
+  ``core/scaleup/orchestrator/skippedreasons.go`` (``max node group size
+  reached``, ``in backoff after failed scale-up``, ``not ready for
+  scale-up``, ``max cluster <resources> limit reached``) or the scheduler
+  filter reasons above, or ``max total nodes in cluster reached``.
+* Karpenter: ``FailedScheduling`` ``Failed to schedule pod, <error>`` and
+  ``Nominated`` ``Pod should schedule on: <nodeclaim>``.
+* kubelet: ``Pulling image "<image>"``, ``Successfully pulled image "<image>"
+  in <d> ...``, ``Container image "<image>" already present on machine``,
+  ``Failed to pull image "<image>": <error>``, ``Error: ErrImagePull``,
+  ``Back-off pulling image "<image>"``, ``Created container[:] <name>``,
+  ``Started container <name>``; device manager admission ``Allocate failed
+  due to <error>, which is unexpected`` (``UnexpectedAdmissionError``) and
+  ``Node didn't have enough resource: <r>, requested: ...``
+  (``OutOf<resource>``, ``pkg/kubelet/lifecycle/predicate.go``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .capacity.model import PoolView, ScaleUp, Taint
+from .overrides import NEVER_TOLERATED_PREFIXES, taint_key_allowed
+
+# Progress hints (percent) for the spawn page's bar.  KubeSpawner moves the bar
+# a third of the way to 90 on every event whatever it says; these let the
+# spawner move it by what happened instead (keep the larger of the two).
+PROGRESS_SCHEDULING = 10
+PROGRESS_SCALE_UP = 20
+PROGRESS_SCHEDULED = 40
+PROGRESS_PULLING = 50
+PROGRESS_PULLED = 70
+PROGRESS_CREATED = 80
+PROGRESS_STARTED = 90
+
+# Kinds of scheduler reasons (ReasonCount.kind).  "Permanent" ones are not
+# fixed by waiting: only an admin (or a new node from an autoscaler) changes them.
+INSUFFICIENT = "insufficient"
+TAINT = "taint"
+CONDITION_TAINT = "condition_taint"
+AFFINITY = "affinity"
+NODE_NAME = "node_name"
+UNSCHEDULABLE = "unschedulable"
+VOLUME_ZONE = "volume_zone"
+VOLUME = "volume"
+POD_AFFINITY = "pod_affinity"
+TOPOLOGY_SPREAD = "topology_spread"
+PORTS = "ports"
+DRA = "dra"
+UNKNOWN = "unknown"
+PERMANENT_KINDS = frozenset({TAINT, AFFINITY, NODE_NAME, VOLUME_ZONE})
+
+# Every Translation.kind that comes with fatal=True: a bounded set, so the
+# spawner may use it as the ``reason`` label of failed spawns (metrics.py).
+FATAL_KINDS = frozenset(
+    {
+        "too_many_gpus",
+        "no_nodes",
+        "pool_empty",
+        "untolerated_taint",
+        "volume_zone",
+        "no_matching_node",
+        "image_not_found",
+        "image_invalid",
+        "cuda_mismatch",
+        "gpu_allocation_failed",
+        "node_out_of_resource",
+        "preempted",
+        "pod_failed",
+    }
+)
+
+# Taints that come and go with a node's health or life cycle, so a node that
+# has one now may take the pod later: the node lifecycle controller's and the
+# kubelet's (kubernetes.io "Taints and Tolerations", "Taint based Evictions";
+# the cloud node controller's ``uninitialized``), the cluster autoscaler's
+# ``ToBeDeletedByClusterAutoscaler`` (utils/taints/taints.go) and Karpenter's
+# ``karpenter.sh/disrupted`` / ``karpenter.sh/unregistered``.
+_CONDITION_TAINT_KEYS = frozenset(
+    {
+        "ToBeDeletedByClusterAutoscaler",
+        "karpenter.sh/disrupted",
+        "karpenter.sh/unregistered",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonCount:
+    """One entry of the scheduler's (or autoscaler's) reason histogram."""
+
+    count: int | None  # None: a PreFilter message, which speaks for every node
+    text: str  # verbatim
+    kind: str  # one of the kinds above
+    detail: str | None = None  # the resource of "Insufficient X"; the taint key of a taint
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingFailure:
+    """A parsed ``FailedScheduling`` message of the kube-scheduler."""
+
+    total_nodes: int
+    reasons: tuple[ReasonCount, ...]
+    post_filter: str | None = None  # "preemption: ..." verbatim
+
+    def count(self, *kinds: str) -> int:
+        return sum(r.count if r.count is not None else self.total_nodes for r in self.reasons if r.kind in kinds)
+
+    def insufficient(self, resource: str) -> int:
+        return sum(r.count or 0 for r in self.reasons if r.kind == INSUFFICIENT and r.detail == resource)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpStep:
+    """One node group a cluster autoscaler grows (``ScaleUpInfo``)."""
+
+    group: str
+    current: int
+    new: int
+    max: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnContext:
+    """What the spawner knows about the spawn when an event arrives.
+
+    ``queued_before``: how many other Pending pods wait for the same pool and
+    were created before this one (the spawner computes it from the capacity
+    cache).  ``max_node_allocatable``: GPUs allocatable on the pool's largest
+    node; None when unknown.  ``taints``: the pool's taints (``PoolView.taints``);
+    ``tolerated_taint_keys``: ``GPUSpawner.gpu_tolerated_taint_keys`` (globs).
+    Numbers that are None are unknown, and nothing is concluded from them.
+    """
+
+    pool_id: str
+    gpus: int
+    resource: str = "nvidia.com/gpu"
+    pool_name: str | None = None
+    free: int | None = None
+    total: int | None = None
+    max_free_per_node: int | None = None
+    max_node_allocatable: int | None = None
+    nodes: int | None = None
+    scale_up: ScaleUp | None = None
+    queued_before: int = 0
+    taints: tuple[Taint, ...] = ()
+    tolerated_taint_keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pool_id, str) or not self.pool_id:
+            raise ValueError(f"SpawnContext.pool_id must be a non-empty pool id string, not {self.pool_id!r}")
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise ValueError(f"SpawnContext.gpus must be a whole number of GPUs >= 1, not {self.gpus!r}")
+        if isinstance(self.queued_before, bool) or not isinstance(self.queued_before, int) or self.queued_before < 0:
+            raise ValueError(
+                f"SpawnContext.queued_before must be a count of pods >= 0, not {self.queued_before!r}"
+            )
+        for name in ("free", "total", "max_free_per_node", "max_node_allocatable", "nodes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"SpawnContext.{name} must be None (unknown) or a count >= 0, not {value!r}")
+        if isinstance(self.tolerated_taint_keys, str):
+            raise ValueError("SpawnContext.tolerated_taint_keys must be a list of keys, not one string")
+        object.__setattr__(self, "tolerated_taint_keys", tuple(self.tolerated_taint_keys))
+        object.__setattr__(self, "taints", tuple(self.taints))
+
+    @classmethod
+    def from_pool(
+        cls,
+        pool: PoolView | None,
+        *,
+        pool_id: str,
+        gpus: int,
+        queued_before: int = 0,
+        tolerated_taint_keys: Iterable[str] = (),
+        pool_name: str | None = None,
+        resource: str | None = None,
+    ) -> SpawnContext:
+        """The context for a spawn into ``pool`` (as the capacity cache sees it
+        now; None when the pool is not in the snapshot, so nothing is known)."""
+        if pool is None:
+            return cls(
+                pool_id=pool_id,
+                gpus=gpus,
+                resource=resource or "nvidia.com/gpu",
+                pool_name=pool_name,
+                queued_before=queued_before,
+                tolerated_taint_keys=tuple(tolerated_taint_keys),
+            )
+        largest = max((n.allocatable for n in pool.node_views), default=None)
+        return cls(
+            pool_id=pool_id,
+            gpus=gpus,
+            resource=resource or pool.resource,
+            pool_name=pool_name,
+            free=pool.free,
+            total=pool.total,
+            max_free_per_node=pool.max_free_per_node,
+            max_node_allocatable=largest,
+            nodes=pool.nodes,
+            scale_up=pool.scale_up,
+            queued_before=queued_before,
+            taints=pool.taints,
+            tolerated_taint_keys=tuple(tolerated_taint_keys),
+        )
+
+    @property
+    def label(self) -> str:
+        return self.pool_name or self.pool_id
+
+    def hard_taints(self) -> tuple[Taint, ...]:
+        """The pool's taints that keep this pod off its nodes for good: hard
+        effects, not a node-condition taint, key not among the tolerated ones
+        (the same rule as ``overrides.untolerated_taints``)."""
+        return tuple(
+            t
+            for t in self.taints
+            if t.effect in ("NoSchedule", "NoExecute")
+            and not _is_condition_taint(t.key)
+            and not taint_key_allowed(t.key, self.tolerated_taint_keys)
+        )
+
+    def can_grow(self) -> bool:
+        """Whether a declared autoscaler may still add a node to the pool."""
+        if self.scale_up is None:
+            return False
+        return self.nodes is None or self.nodes < self.scale_up.max_nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """An event in the words of someone waiting for a GPU server.
+
+    ``kind``: a short token for logs and metrics (``waiting_for_gpu``,
+    ``scale_up``, ``untolerated_taint``, ``image_pull`` ...).  ``progress``: a
+    hint for the progress bar, or None to leave it.  ``fatal``: the pod can
+    never start; ``reason`` then says why and what to change, for the spawn's
+    error message.
+    """
+
+    message: str
+    kind: str
+    progress: int | None = None
+    fatal: bool = False
+    reason: str | None = None
+
+
+# ---------------------------------------------------------------------------
+# parsing
+# ---------------------------------------------------------------------------
+
+NO_NODES_MESSAGE = "no nodes available to schedule pods"
+_FIT_HEADER = re.compile(r"^\s*0/(\d+) nodes are available:\s*")
+_ENTRY_SPLIT = re.compile(r", (?=\d+ )")
+_COUNTED = re.compile(r"^(\d+) (.+)$", re.S)
+_INSUFFICIENT = re.compile(r"^Insufficient (\S+)$")
+_TAINT_DETAIL = re.compile(r"^node\(s\) had (?:untolerated )?taint \{([^{}:]*):\s?([^{}]*)\}")
+
+
+def _is_condition_taint(key: str) -> bool:
+    return key.startswith(NEVER_TOLERATED_PREFIXES) or key in _CONDITION_TAINT_KEYS
+
+
+def classify_reason(text: str) -> tuple[str, str | None]:
+    """The kind of one scheduler filter reason, and its detail (resource, taint key)."""
+    m = _INSUFFICIENT.match(text)
+    if m:
+        return INSUFFICIENT, m.group(1)
+    if text == "Too many pods":
+        return INSUFFICIENT, "pods"
+    m = _TAINT_DETAIL.match(text)
+    if m:
+        key = m.group(1).strip()
+        return (CONDITION_TAINT if _is_condition_taint(key) else TAINT), key
+    if text.startswith(("node(s) had untolerated taint", "node(s) had taint")):
+        return TAINT, None  # 1.35 wording (and pre-1.25 "taints that the pod didn't tolerate"): no key
+    if text in ("node(s) were not ready", "node(s) were out of disk space", "node(s) had memory pressure",
+                "node(s) had disk pressure", "node(s) had pid pressure"):
+        return CONDITION_TAINT, None  # the old CheckNodeCondition predicates
+    if text.startswith(("node(s) didn't match Pod's node affinity", "node(s) didn't match node selector")):
+        return AFFINITY, None
+    if text.startswith("node(s) didn't match the requested node name") or text.startswith(
+        "node(s) didn't match the requested hostname"
+    ):
+        return NODE_NAME, None
+    if text == "node(s) were unschedulable":
+        return UNSCHEDULABLE, None
+    if text in ("node(s) had volume node affinity conflict", "node(s) had no available volume zone"):
+        return VOLUME_ZONE, None
+    if "PersistentVolumeClaim" in text or "persistentvolumeclaim" in text or "volume" in text or "storage" in text:
+        return VOLUME, None
+    if "pod affinity" in text or "anti-affinity" in text:
+        return POD_AFFINITY, None
+    if "topology spread" in text:
+        return TOPOLOGY_SPREAD, None
+    if "free ports" in text:
+        return PORTS, None
+    if "claim" in text or "resourceslice" in text.lower() or "device class" in text:
+        return DRA, None  # dynamicresources plugin: "cannot allocate all claims", ...
+    return UNKNOWN, None
+
+
+def _histogram(text: str) -> tuple[ReasonCount, ...]:
+    out = []
+    for entry in _ENTRY_SPLIT.split(text.strip()):
+        entry = entry.strip()
+        if not entry:
+            continue
+        m = _COUNTED.match(entry)
+        count, reason = (int(m.group(1)), m.group(2).strip()) if m else (None, entry)
+        kind, detail = classify_reason(reason)
+        out.append(ReasonCount(count, reason, kind, detail))
+    return tuple(out)
+
+
+def parse_scheduling_message(message: Any) -> SchedulingFailure | None:
+    """Parse the kube-scheduler's ``FailedScheduling`` message (also the
+    ``PodScheduled`` condition's message); None when it is not in that format.
+
+    The histogram ends at the first ``". "`` (or the final ``"."``): no known
+    reason contains one, while taint keys and resource names contain bare dots.
+    """
+    if not isinstance(message, str):
+        return None
+    if message.strip().rstrip(".") == NO_NODES_MESSAGE:
+        return SchedulingFailure(total_nodes=0, reasons=())
+    m = _FIT_HEADER.match(message)
+    if not m:
+        return None
+    rest = message[m.end():]
+    cut = re.search(r"\.(?:\s|$)", rest)
+    hist, post = (rest[: cut.start()], rest[cut.end():].strip()) if cut else (rest, "")
+    return SchedulingFailure(total_nodes=int(m.group(1)), reasons=_histogram(hist), post_filter=post or None)
+
+
+_SCALE_UP_STEP = re.compile(r"\{(\S+) (\d+)->(\d+) \(max: (\d+)\)\}")
+
+
+def parse_scale_up(message: Any) -> tuple[ScaleUpStep, ...]:
+    """The node groups of a ``TriggeredScaleUp`` message (empty when none parse)."""
+    if not isinstance(message, str):
+        return ()
+    return tuple(
+        ScaleUpStep(group=g, current=int(c), new=int(n), max=int(mx)) for g, c, n, mx in _SCALE_UP_STEP.findall(message)
+    )
+
+
+_NO_SCALE_UP = re.compile(r"^pod didn't trigger scale-up(?: \([^)]*\))?:\s*")
+
+
+def parse_no_scale_up(message: Any) -> tuple[ReasonCount, ...] | None:
+    """The reasons of a ``NotTriggerScaleUp`` message; None when not in that format."""
+    if not isinstance(message, str):
+        return None
+    m = _NO_SCALE_UP.match(message)
+    if not m:
+        return None
+    return _histogram(message[m.end():].rstrip("."))
+
+
+# ---------------------------------------------------------------------------
+# wording
+# ---------------------------------------------------------------------------
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+def _queue(ctx: SpawnContext) -> str:
+    if ctx.queued_before == 0:
+        return "you are next in line"
+    return f"{_n(ctx.queued_before, 'server')} {'is' if ctx.queued_before == 1 else 'are'} queued before you"
+
+
+def _pool_state(ctx: SpawnContext) -> str | None:
+    if ctx.free is None or ctx.total is None:
+        return None
+    if ctx.total == 0:
+        return "it has no GPUs right now"
+    if ctx.free == 0:
+        return "its only GPU is in use" if ctx.total == 1 else f"all {ctx.total} of its GPUs are in use"
+    if ctx.max_free_per_node is not None and ctx.max_free_per_node < ctx.gpus <= ctx.free:
+        # NodeResourcesFit checks one node: a pod's GPUs must all be on one node
+        return (
+            f"{ctx.free} of its {ctx.total} GPUs are free, but no single node has {ctx.gpus} free "
+            "(a server's GPUs must all be on one node)"
+        )
+    return f"{ctx.free} of its {ctx.total} GPUs {'is' if ctx.free == 1 else 'are'} free"
+
+
+def _growth(ctx: SpawnContext) -> str | None:
+    su = ctx.scale_up
+    if su is None:
+        return None
+    if ctx.can_grow():
+        return f"the pool can add nodes (up to {su.max_nodes}); a new GPU node takes about {su.minutes:g} minutes"
+    return f"the pool is at its maximum of {_n(su.max_nodes, 'node')}"
+
+
+def _waiting_for_gpu(ctx: SpawnContext, extra: str | None = None) -> str:
+    what = "a free GPU" if ctx.gpus == 1 else f"{ctx.gpus} free GPUs on one node"
+    parts = [p for p in (_pool_state(ctx), _queue(ctx), extra or _growth(ctx)) if p]
+    return f"Waiting for {what} in pool {ctx.label}: " + "; ".join(parts) + "."
+
+
+def _taint_text(t: Taint) -> str:
+    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+
+
+def _message_taint_text(key: str | None, reasons: Iterable[ReasonCount]) -> str:
+    if key is None:
+        return "a taint"
+    for r in reasons:
+        m = _TAINT_DETAIL.match(r.text)
+        if m and m.group(1).strip() == key:
+            value = m.group(2).strip()
+            return f"{key}={value}" if value else key
+    return key
+
+
+def _summary(reasons: Iterable[ReasonCount], limit: int = 3) -> str:
+    items = sorted(reasons, key=lambda r: -(r.count or 0))
+    shown = [f"{r.count} {r.text}" if r.count is not None else r.text for r in items[:limit]]
+    return "; ".join(shown)
+
+
+# ---------------------------------------------------------------------------
+# the kube-scheduler's FailedScheduling
+# ---------------------------------------------------------------------------
+
+
+def _permanent_count(failure: SchedulingFailure, ctx: SpawnContext) -> int:
+    """Nodes excluded for good.  Each node fails on the first filter that
+    rejects it, and only NodeResourcesFit gives a node more than one reason, so
+    the counts of single-reason kinds add up per node.  A taint without its key
+    (the 1.35 wording) may be a passing node-condition taint (a NotReady node
+    after a driver update, say): count it only when the cache shows the pool's
+    nodes carrying a taint this pod does not tolerate (``PoolView.taints``
+    leaves node-condition taints out, docs/capacity.md)."""
+    n = 0
+    keyless_is_permanent = bool(ctx.hard_taints())
+    for r in failure.reasons:
+        count = r.count if r.count is not None else failure.total_nodes
+        if r.kind == TAINT and r.detail is None:
+            if keyless_is_permanent:
+                n += count
+        elif r.kind in PERMANENT_KINDS:
+            n += count
+    return n
+
+
+def _too_big(ctx: SpawnContext) -> bool:
+    """The request exceeds every node of the pool, now and after any scale-up."""
+    largest = ctx.max_node_allocatable
+    if largest is None or largest <= 0:  # unknown, or a device plugin that is down: not sure
+        return False
+    if ctx.gpus <= largest:
+        return False
+    return ctx.scale_up is None or ctx.scale_up.gpus_per_node < ctx.gpus
+
+
+def _never_fits(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | None:
+    if ctx.nodes is None:
+        return None  # the pool is unknown to the cache: not sure of anything
+    if failure.insufficient(ctx.resource) and _too_big(ctx):
+        reason = (
+            f"this server asks for {_n(ctx.gpus, 'GPU')} on one node, but the largest node of pool "
+            f"{ctx.label} has {ctx.max_node_allocatable}; choose at most {ctx.max_node_allocatable} "
+            "or another pool"
+        )
+        return Translation(f"Cannot start: {reason}.", "too_many_gpus", fatal=True, reason=reason)
+    if ctx.scale_up is not None:
+        return None  # a new node may change everything
+    if failure.total_nodes == 0:
+        if ctx.nodes:  # the cache sees nodes the scheduler does not: not sure
+            return None
+        reason = f"the cluster has no nodes and pool {ctx.label} cannot add any; ask your administrator"
+        return Translation(f"Cannot start: {reason}.", "no_nodes", fatal=True, reason=reason)
+    if _permanent_count(failure, ctx) < failure.total_nodes:
+        return None
+    if ctx.nodes == 0:
+        reason = (
+            f"pool {ctx.label} has no usable nodes now and cannot add any, and no other node may run this server; "
+            "choose another pool or ask your administrator"
+        )
+        return Translation(f"Cannot start: {reason}.", "pool_empty", fatal=True, reason=reason)
+    # Which filter rejects the pool's own nodes?  They pass NodeAffinity (the
+    # spawner pins the pod to the pool's labels), and TaintToleration runs
+    # before it while VolumeBinding runs after it (the default profile's filter
+    # order, pkg/scheduler/apis/config/v1/default_plugins.go); other pools'
+    # nodes add taint and affinity entries of their own.
+    taints = [r for r in failure.reasons if r.kind == TAINT]
+    keys = {r.detail for r in taints if r.detail}
+    # the cache's evidence: a taint of the pool this pod does not tolerate and
+    # that the scheduler names too (or cannot name, in the 1.35 wording)
+    hard = tuple(t for t in ctx.hard_taints() if not keys or t.key in keys)
+    if taints and (hard or not failure.count(AFFINITY, NODE_NAME, VOLUME_ZONE)):
+        key = hard[0].key if hard else taints[0].detail
+        shown = _taint_text(hard[0]) if hard else _message_taint_text(key, taints)
+        reason = (
+            f"the nodes of pool {ctx.label} carry the taint {shown}, which this server does not tolerate; "
+            f"an administrator can allow it with c.GPUSpawner.gpu_tolerated_taint_keys "
+            f"(add {key!r}) or remove the taint"
+            if key
+            else "every node that could run this server carries a taint it does not tolerate; "
+            "an administrator can allow the taint's key with c.GPUSpawner.gpu_tolerated_taint_keys"
+        )
+        return Translation(f"Cannot start: {reason}.", "untolerated_taint", fatal=True, reason=reason)
+    if failure.count(VOLUME_ZONE):
+        reason = (
+            f"this server's storage volume is bound to a zone where pool {ctx.label} has no node; "
+            "choose a pool in that zone or ask your administrator to move the volume"
+        )
+        return Translation(f"Cannot start: {reason}.", "volume_zone", fatal=True, reason=reason)
+    reason = (
+        f"no node of pool {ctx.label} can ever take this server ({_summary(failure.reasons)}); "
+        "the pool's labels or taints may have changed: reload the page and choose again, "
+        "or ask your administrator"
+    )
+    return Translation(f"Cannot start: {reason}.", "no_matching_node", fatal=True, reason=reason)
+
+
+def _failed_scheduling(failure: SchedulingFailure, ctx: SpawnContext) -> Translation:
+    fatal = _never_fits(failure, ctx)
+    if fatal is not None:
+        return fatal
+    if failure.insufficient(ctx.resource):
+        return Translation(_waiting_for_gpu(ctx), "waiting_for_gpu", PROGRESS_SCHEDULING)
+    if failure.count(UNSCHEDULABLE):
+        return Translation(
+            f"Waiting for pool {ctx.label}: {_n(failure.count(UNSCHEDULABLE), 'node is', 'nodes are')} "
+            "cordoned for maintenance; your server starts when one is back or a GPU frees up elsewhere.",
+            "nodes_cordoned",
+            PROGRESS_SCHEDULING,
+        )
+    if failure.count(CONDITION_TAINT):
+        keys = sorted({r.detail for r in failure.reasons if r.kind == CONDITION_TAINT and r.detail})
+        what = f" ({', '.join(keys)})" if keys else ""
+        return Translation(
+            f"Waiting for pool {ctx.label}: {_n(failure.count(CONDITION_TAINT), 'node is', 'nodes are')} "
+            f"not ready{what}; Kubernetes keeps servers off them until they recover.",
+            "nodes_not_ready",
+            PROGRESS_SCHEDULING,
+        )
+    others = [r for r in failure.reasons if r.kind == INSUFFICIENT]
+    if others:
+        names = ", ".join(sorted({r.detail or "" for r in others}))
+        return Translation(
+            f"Waiting in pool {ctx.label}: a node with a free GPU lacks {names} for this server; "
+            f"{_queue(ctx)}.",
+            "waiting_for_resources",
+            PROGRESS_SCHEDULING,
+        )
+    if failure.count(VOLUME, VOLUME_ZONE):
+        storage = _summary(r for r in failure.reasons if r.kind in (VOLUME, VOLUME_ZONE))
+        return Translation(
+            f"Waiting for this server's storage: {storage}.",
+            "waiting_for_storage",
+            PROGRESS_SCHEDULING,
+        )
+    if ctx.can_grow() and _permanent_count(failure, ctx) >= failure.total_nodes:
+        return Translation(
+            f"No node of pool {ctx.label} can take this server now; waiting for the cluster autoscaler "
+            f"to add one (about {ctx.scale_up.minutes:g} minutes).",
+            "waiting_for_scale_up",
+            PROGRESS_SCHEDULING,
+        )
+    summary = _summary(failure.reasons) or "no reason given"
+    return Translation(
+        f"Waiting for a node in pool {ctx.label} ({summary}); {_queue(ctx)}.",
+        "waiting_for_node",
+        PROGRESS_SCHEDULING,
+    )
+
+
+# ---------------------------------------------------------------------------
+# cluster autoscaler and Karpenter
+# ---------------------------------------------------------------------------
+
+
+def _triggered_scale_up(message: str, ctx: SpawnContext) -> Translation:
+    steps = parse_scale_up(message)
+    minutes = f"about {ctx.scale_up.minutes:g} minutes" if ctx.scale_up else "a few minutes"
+    if steps:
+        groups = ", ".join(f"{s.group}: {s.current} -> {s.new} of at most {s.max}" for s in steps)
+        what = f" (node group {groups})"
+    else:
+        what = ""
+    return Translation(
+        f"Adding a GPU node to pool {ctx.label} for your server{what}. A new GPU node usually takes "
+        f"{minutes} to start and load its drivers; {_queue(ctx)}.",
+        "scale_up",
+        PROGRESS_SCALE_UP,
+    )
+
+
+def _no_scale_up(message: str, ctx: SpawnContext) -> Translation:
+    reasons = parse_no_scale_up(message) or ()
+    texts = {r.text for r in reasons}
+    if message.rstrip(".").endswith("max total nodes in cluster reached") or any(
+        t.startswith("max cluster ") for t in texts
+    ):
+        why = "the cluster has reached its autoscaling limit"
+    elif "in backoff after failed scale-up" in texts:
+        why = (
+            "a recent attempt to add a node failed (the cloud may be out of this GPU type); "
+            "the autoscaler will try again later"
+        )
+    elif "max node group size reached" in texts:
+        why = "the pool is at its maximum size"
+    elif "not ready for scale-up" in texts:
+        why = "the autoscaler is not ready to add nodes to the pool yet"
+    elif ctx.scale_up is None:
+        why = "the cluster autoscaler does not add nodes to this pool"
+    else:
+        why = f"the cluster autoscaler found no node group to add ({_summary(reasons) or message})"
+    return Translation(_waiting_for_gpu(ctx, extra=why), "no_scale_up", PROGRESS_SCHEDULING)
+
+
+def _karpenter_failed(message: str, ctx: SpawnContext) -> Translation:
+    detail = message[len("Failed to schedule pod, "):].strip()
+    return Translation(
+        f"Waiting for pool {ctx.label}: the node autoscaler (Karpenter) cannot create a node for this "
+        f"server yet: {detail}",
+        "no_scale_up",
+        PROGRESS_SCHEDULING,
+    )
+
+
+# ---------------------------------------------------------------------------
+# kubelet
+# ---------------------------------------------------------------------------
+
+_IMAGE = re.compile(r'image "([^"]*)"')
+_PULL_TIME = re.compile(r'" in (\S+?)(?: \(|\.?$| )')
+_CUDA_REFUSED = re.compile(r"unsatisfied condition: ([^,\s:]+)")
+
+
+def _image_not_found(message: str) -> bool:
+    # containerd/CRI: "rpc error: code = NotFound desc = failed to pull and unpack image ...: not found";
+    # registries: "manifest unknown"
+    return "code = NotFound" in message or "manifest unknown" in message
+
+
+def _pull_failed(message: str, ctx: SpawnContext) -> Translation:
+    m = _IMAGE.search(message)
+    image = m.group(1) if m else "the server image"
+    if _image_not_found(message):
+        reason = f"the image {image} does not exist; check its name and tag (or ask your administrator)"
+        return Translation(f"Cannot start: {reason}.", "image_not_found", fatal=True, reason=reason)
+    if "authoriz" in message or "denied" in message or "401" in message or "403" in message:
+        return Translation(
+            f"The node may not download the image {image} (access denied); retrying. "
+            "If this persists, the image is private and the cluster needs a pull secret for it.",
+            "image_pull_denied",
+            PROGRESS_PULLING,
+        )
+    return Translation(f"Downloading the image {image} failed; retrying ({message}).", "image_pull_failed",
+                       PROGRESS_PULLING)
+
+
+def _container_failed(message: str, ctx: SpawnContext) -> Translation | None:
+    if message.startswith("Failed to pull image"):
+        return _pull_failed(message, ctx)
+    if message in ("Error: ErrImagePull", "Error: ImagePullBackOff"):
+        return Translation("Downloading the server image failed; Kubernetes is retrying.", "image_pull_failed",
+                           PROGRESS_PULLING)
+    m = _CUDA_REFUSED.search(message)
+    if m and "nvidia-container-cli" in message:
+        cond = m.group(1)
+        reason = (
+            f"the image requires {cond.replace('>=', ' >= ')}, newer than the NVIDIA driver on the nodes of pool "
+            f"{ctx.label} supports (nvidia-container-cli refused it); choose an image built for an older "
+            "CUDA or a pool with a newer driver"
+        )
+        return Translation(f"Cannot start: {reason}.", "cuda_mismatch", fatal=True, reason=reason)
+    if "nvidia-container-cli" in message:
+        return Translation(
+            f"The node's NVIDIA container runtime could not set up the GPU for this server: {message}",
+            "gpu_runtime_error",
+            PROGRESS_CREATED,
+        )
+    return None
+
+
+def _admission(reason: str, message: str, ctx: SpawnContext) -> Translation:
+    if reason == "UnexpectedAdmissionError":
+        why = (
+            f"the node's GPU device plugin could not hand out {_n(ctx.gpus, 'GPU')} ({message}); "
+            "a GPU may have failed or the device plugin restarted. Start the server again"
+        )
+        kind = "gpu_allocation_failed"
+    else:
+        resource = reason[len("OutOf"):] or "a resource"
+        why = (
+            f"the node ran out of {resource} when the server arrived ({message}); "
+            "Kubernetes does not retry such a pod. Start the server again"
+        )
+        kind = "node_out_of_resource"
+    return Translation(f"Cannot start: {why}.", kind, fatal=True, reason=why)
+
+
+# ---------------------------------------------------------------------------
+# entry points
+# ---------------------------------------------------------------------------
+
+
+def translate(event: Any, ctx: SpawnContext) -> Translation | None:
+    """Translate one core/v1 Event of the spawning pod.
+
+    None when gpuspawner has nothing to add (the spawner then shows the event
+    as KubeSpawner does).  Never raises on odd events: cluster objects are
+    input, and a malformed one is just not translated.
+    """
+    if not isinstance(event, Mapping):
+        return None
+    reason = event.get("reason")
+    message = event.get("message")
+    if not isinstance(reason, str) or not isinstance(message, str):
+        return None
+    message = message.strip()
+
+    if reason == "FailedScheduling":
+        failure = parse_scheduling_message(message)
+        if failure is not None:
+            return _failed_scheduling(failure, ctx)
+        if message.startswith("Failed to schedule pod, "):
+            return _karpenter_failed(message, ctx)
+        return Translation(f"Waiting for a node in pool {ctx.label}: {message}", "waiting_for_node",
+                           PROGRESS_SCHEDULING)
+    if reason == "TriggeredScaleUp":
+        return _triggered_scale_up(message, ctx)
+    if reason == "NotTriggerScaleUp":
+        return _no_scale_up(message, ctx)
+    if reason in ("FailedScaling", "FailedScaleUp", "FailedToScaleUpGroup"):
+        return Translation(
+            _waiting_for_gpu(ctx, extra=f"the autoscaler could not add a node ({message})"),
+            "scale_up_failed",
+            PROGRESS_SCHEDULING,
+        )
+    if reason == "Nominated":
+        target = message.split(":", 1)[1].strip() if ":" in message else ""
+        return Translation(
+            f"A new GPU node{f' ({target})' if target else ''} is starting for your server in pool {ctx.label}.",
+            "scale_up",
+            PROGRESS_SCALE_UP,
+        )
+    if reason == "Scheduled":
+        m = re.search(r" to (\S+)$", message)
+        node = f" on node {m.group(1)}" if m else ""
+        return Translation(
+            f"Got {_n(ctx.gpus, 'GPU')} in pool {ctx.label}{node}; preparing your server.",
+            "scheduled",
+            PROGRESS_SCHEDULED,
+        )
+    if reason == "Pulling":
+        m = _IMAGE.search(message)
+        image = m.group(1) if m else "the server image"
+        return Translation(
+            f"Downloading the image {image}. GPU images are large: the first start on a node can take "
+            "several minutes.",
+            "image_pull",
+            PROGRESS_PULLING,
+        )
+    if reason == "Pulled":
+        m = _IMAGE.search(message)
+        image = m.group(1) if m else "the server image"
+        if "already present" in message:
+            return Translation(f"The image {image} is already on the node.", "image_ready", PROGRESS_PULLED)
+        t = _PULL_TIME.search(message)
+        took = f" in {t.group(1)}" if t else ""
+        return Translation(f"Downloaded the image {image}{took}.", "image_ready", PROGRESS_PULLED)
+    if reason == "Failed":
+        return _container_failed(message, ctx)
+    if reason in ("InspectFailed", "ErrImageNeverPull"):
+        # kubelet images/image_manager.go: an image reference that does not parse, or
+        # imagePullPolicy: Never with the image absent from the node: retrying cannot help
+        why = f"the node cannot use the server image ({message}); ask your administrator to fix the image"
+        return Translation(f"Cannot start: {why}.", "image_invalid", fatal=True, reason=why)
+    if reason == "BackOff":
+        if message.startswith("Back-off pulling image"):
+            m = _IMAGE.search(message)
+            image = m.group(1) if m else "the server image"
+            return Translation(
+                f"Downloading the image {image} failed; Kubernetes will retry shortly.",
+                "image_pull_failed",
+                PROGRESS_PULLING,
+            )
+        return Translation(
+            "The server keeps exiting right after it starts; Kubernetes is restarting it. "
+            "Check the image's start command (the server log has details).",
+            "crash_loop",
+            PROGRESS_STARTED,
+        )
+    if reason == "Created":
+        return Translation("Creating your server's container.", "container_created", PROGRESS_CREATED)
+    if reason == "Started":
+        return Translation(
+            "Your server's container started; waiting for Jupyter to answer.", "container_started", PROGRESS_STARTED
+        )
+    if reason in ("FailedMount", "FailedAttachVolume"):
+        m = re.search(r'volume "([^"]*)"', message) or re.search(r"unmounted volumes=\[([^\]]*)\]", message)
+        vol = f" {m.group(1)}" if m else ""
+        return Translation(
+            f"Waiting for the storage volume{vol} to be attached to the node; Kubernetes is retrying.",
+            "waiting_for_storage",
+            PROGRESS_SCHEDULED,
+        )
+    if reason == "FailedCreatePodSandBox":
+        if re.search(r'no runtime for "?nvidia"? is configured', message):
+            return Translation(
+                "The node has no NVIDIA container runtime configured yet (the GPU Operator may still be "
+                "installing it); Kubernetes is retrying.",
+                "gpu_runtime_missing",
+                PROGRESS_SCHEDULED,
+            )
+        return Translation(
+            f"The node could not set up the server's sandbox (network or runtime); Kubernetes is retrying "
+            f"({message}).",
+            "sandbox_failed",
+            PROGRESS_SCHEDULED,
+        )
+    if reason == "UnexpectedAdmissionError" or (reason.startswith("OutOf") and len(reason) > len("OutOf")):
+        return _admission(reason, message, ctx)
+    if reason == "Preempted":
+        why = "a higher-priority workload took this server's place on the node (preemption); start it again"
+        return Translation(f"Cannot start: {why}.", "preempted", fatal=True, reason=why)
+    return None
+
+
+def rewrite_progress_event(item: Any, ctx: SpawnContext) -> tuple[dict[str, Any], Translation | None]:
+    """Rewrite one item that ``KubeSpawner.progress`` yields
+    (``{"progress": int, "message": str, "raw_event": <Event dict>}``,
+    kubespawner/spawner.py) with :func:`translate`.
+
+    Returns the item to yield (a new dict; the raw event is kept for
+    JupyterHub's event log) and the translation, or the item unchanged and
+    None when there is nothing to translate (KubeSpawner's "slow spawn"
+    notices carry no ``raw_event``).  The progress never goes backwards.
+    """
+    if not isinstance(item, Mapping):
+        return {"message": str(item)}, None
+    out = dict(item)
+    t = translate(item.get("raw_event"), ctx)
+    if t is None:
+        return out, None
+    out["message"] = t.message
+    current = item.get("progress")
+    if t.progress is not None:
+        out["progress"] = max(t.progress, current) if isinstance(current, int) else t.progress
+    return out, t
+
+
+def _event(reason: str, message: str) -> dict[str, Any]:
+    return {"reason": reason, "message": message}
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def translate_pod(pod: Any, ctx: SpawnContext) -> Translation | None:
+    """Translate the pod's own state (for when its events were missed or are
+    aggregated): a ``Failed`` phase, the ``PodScheduled`` condition, the
+    first container that waits with a reason.  None when it says nothing new."""
+    if not isinstance(pod, Mapping):
+        return None
+    status = pod.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    if status.get("phase") == "Failed":
+        reason, message = status.get("reason") or "", status.get("message") or ""
+        if isinstance(reason, str) and isinstance(message, str):
+            if reason == "UnexpectedAdmissionError" or (reason.startswith("OutOf") and len(reason) > 5):
+                return _admission(reason, message, ctx)
+            why = f"the pod failed ({reason or 'no reason given'}: {message or 'no message'}); start the server again"
+            return Translation(f"Cannot start: {why}.", "pod_failed", fatal=True, reason=why)
+    for cond in _items(status.get("conditions")):
+        if not isinstance(cond, Mapping) or cond.get("type") != "PodScheduled" or cond.get("status") != "False":
+            continue
+        if cond.get("reason") == "SchedulingGated":
+            return Translation(
+                f"Waiting in a queue for pool {ctx.label} (the pod is held by a scheduling gate); {_queue(ctx)}.",
+                "queued",
+                PROGRESS_SCHEDULING,
+            )
+        message = cond.get("message")
+        if isinstance(message, str) and message:
+            return translate(_event("FailedScheduling", message), ctx)
+    for cs in _items(status.get("initContainerStatuses")) + _items(status.get("containerStatuses")):
+        waiting = _map(_map(cs).get("state")).get("waiting")
+        if not isinstance(waiting, Mapping):
+            continue
+        reason, message = waiting.get("reason") or "", waiting.get("message") or ""
+        if not isinstance(reason, str) or not isinstance(message, str):
+            continue
+        if reason in ("ErrImagePull", "ImagePullBackOff"):
+            image = cs.get("image") if isinstance(cs.get("image"), str) else "the server image"
+            text = message
+            if not message.startswith("Failed to pull image"):
+                text = f'Failed to pull image "{image}": {message}'
+            return _pull_failed(text, ctx)
+        if reason in ("CreateContainerError", "RunContainerError", "StartError", "CrashLoopBackOff"):
+            found = _container_failed(message, ctx)
+            if found is not None:
+                return found
+    return None
+
+
+# ---------------------------------------------------------------------------
+# time waiting for a GPU
+# ---------------------------------------------------------------------------
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def gpu_wait_seconds(pod: Any) -> float | None:
+    """Seconds from the pod's creation to its ``PodScheduled=True`` condition
+    (when the scheduler bound it to a node with free GPUs); None while it is
+    not scheduled or the timestamps are missing.  Both are RFC 3339 seconds
+    (``metav1.Time``), so the result is whole seconds."""
+    if not isinstance(pod, Mapping):
+        return None
+    created = _parse_time(_map(pod.get("metadata")).get("creationTimestamp"))
+    if created is None:
+        return None
+    for cond in _items(_map(pod.get("status")).get("conditions")):
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            scheduled = _parse_time(cond.get("lastTransitionTime"))
+            if scheduled is None or scheduled.tzinfo is None or created.tzinfo is None:
+                return None
+            return max(0.0, (scheduled - created).total_seconds())
+    return None
