@@ -145,8 +145,11 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
         )
         # the single-user servers the simulated kubelet starts must find jupyterhub-singleuser
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        # its own session: a terminal's Ctrl-C reaches only this process, which then stops the hub
+        # (and the hub its users' pods) before the cluster goes away
         hub = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG), cwd=str(workdir), env=env
+            sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
+            cwd=str(workdir), env=env, start_new_session=True,
         )
         hub_url = f"http://127.0.0.1:{args.port}"
         if not await _wait_hub(hub, hub_url, stop):

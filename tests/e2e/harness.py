@@ -89,9 +89,10 @@ class DemoHub:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
+            # as Ctrl-C would: the demo stops the hub, which deletes its pods, then the cluster
+            self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(30)
+                self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)

@@ -1,0 +1,308 @@
+"""What doctor reads from the cluster: nodes, pods and the hub's access rights.
+
+Kubernetes I/O only (kubernetes_asyncio); the judging is ``doctor.checks``.
+
+* Credentials, first that applies: ``--server URL`` (no credentials; with
+  ``--kubeconfig`` its credentials and the given server), ``--kubeconfig``,
+  the in-cluster service account (``KUBERNETES_SERVICE_HOST`` set: doctor runs
+  in a pod, e.g. ``kubectl exec`` into the hub), else ``$KUBECONFIG`` /
+  ``~/.kube/config`` as kubectl reads them.
+* Nodes and pods are listed cluster-wide in pages (``limit`` + ``continue``,
+  as ``kubectl get --chunk-size`` does; a ``410 Gone`` on an expired continue
+  token restarts the list: apiserver ``storage/cacher``/etcd3 "continue"
+  semantics).  Objects stay plain JSON dicts (``_preload_content=False``).
+* RBAC: a ``SubjectAccessReview`` for the hub's service account when
+  ``--hub-service-account NS/NAME`` is given (needs the right to create
+  them: cluster admins have it), else ``SelfSubjectAccessReview`` for the
+  credentials doctor runs with (every authenticated user may create those:
+  the ``system:basic-user`` ClusterRole).  When the server has no
+  ``authorization.k8s.io`` API (404) doctor falls back to trying the calls
+  themselves and reading 403s.
+
+Every failure to reach the API is a :class:`GatherError` with a one-line
+reason; doctor exits 2 on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .checks import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
+
+__all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
+
+_SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+class GatherError(Exception):
+    """Doctor cannot read the cluster; the message is one line saying why and what to do."""
+
+
+@dataclass
+class ClusterState:
+    server: str
+    nodes: list[dict] | None  # None: listing was forbidden
+    pods: list[dict] | None
+    rbac: RbacFacts
+
+
+def parse_service_account(text: str) -> tuple[str, str]:
+    """``"jhub/hub"`` or ``"system:serviceaccount:jhub:hub"`` -> ``("jhub", "hub")``."""
+    value = (text or "").strip()
+    prefix = "system:serviceaccount:"
+    if value.startswith(prefix):
+        parts = value[len(prefix):].split(":")
+    else:
+        parts = value.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(
+            f"--hub-service-account {text!r}: give NAMESPACE/NAME, e.g. jhub/hub "
+            "(Zero to JupyterHub names the hub's ServiceAccount 'hub')"
+        )
+    return parts[0], parts[1]
+
+
+class _Forbidden(Exception):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+async def _configure(kubeconfig: str | None, context: str | None, server: str | None) -> Any:
+    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    try:
+        if kubeconfig:
+            await config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
+            )
+        elif server:
+            pass  # a bare server: no credentials (e.g. `kubectl proxy`, the simulated cluster)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            await config.load_kube_config(context=context, client_configuration=cfg, persist_config=False)
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GatherError(
+            f"cannot load Kubernetes credentials from {where}: {reason}; pass --kubeconfig PATH "
+            "(and --context NAME) or --server URL, or run doctor in a pod"
+        ) from None
+    if server:
+        cfg.host = server.rstrip("/")
+    return cfg
+
+
+def _status_message(body: bytes, code: int) -> str:
+    try:
+        doc = json.loads(body)
+        if isinstance(doc, dict) and doc.get("message"):
+            return str(doc["message"])
+    except ValueError:
+        pass
+    return f"HTTP {code}"
+
+
+class _Reader:
+    def __init__(self, api_client: Any, server: str, timeout: float, page_size: int):
+        from kubernetes_asyncio import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.authz = client.AuthorizationV1Api(api_client)
+        self.server = server
+        self.timeout = timeout
+        self.page_size = page_size
+
+    async def _call(self, fn: Any, **params: Any) -> tuple[int, bytes]:
+        import aiohttp
+
+        try:
+            resp = await asyncio.wait_for(
+                fn(_preload_content=False, _request_timeout=self.timeout, **params), self.timeout + 5
+            )
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            reason = str(e) or type(e).__name__
+            raise GatherError(
+                f"cannot reach the Kubernetes API at {self.server}: {reason}; check --server/--kubeconfig "
+                "and that the cluster is up"
+            ) from None
+        try:
+            body = await resp.read()
+        finally:
+            resp.release()
+        return resp.status, body
+
+    async def list_all(self, what: str) -> list[dict]:
+        """Every object, page by page; raises _Forbidden on 403."""
+        fn = self.core.list_node if what == "nodes" else self.core.list_pod_for_all_namespaces
+        for _attempt in range(3):
+            items: list[dict] = []
+            token: str | None = None
+            while True:
+                params: dict[str, Any] = {"limit": self.page_size}
+                if token:
+                    params["_continue"] = token
+                code, body = await self._call(fn, **params)
+                if code == 410 and token:
+                    break  # the continue token expired: list again from the start
+                if code == 401:
+                    raise GatherError(
+                        f"the API server at {self.server} rejected the credentials (401 Unauthorized: "
+                        f"{_status_message(body, code)}); refresh them (e.g. re-run your cloud's "
+                        "get-credentials command) or pass --kubeconfig"
+                    )
+                if code == 403:
+                    raise _Forbidden(_status_message(body, code))
+                if code != 200:
+                    raise GatherError(
+                        f"listing {what} at {self.server} failed: {_status_message(body, code)} (HTTP {code})"
+                    )
+                try:
+                    doc = json.loads(body)
+                except ValueError:
+                    raise GatherError(f"listing {what} at {self.server}: the answer is not JSON") from None
+                items.extend(i for i in doc.get("items") or () if isinstance(i, dict))
+                token = (doc.get("metadata") or {}).get("continue") or None
+                if not token:
+                    return items
+        raise GatherError(f"listing {what} at {self.server}: the list kept expiring (410 Gone); try again")
+
+    async def review(self, verb: str, resource: str, namespace: str | None,
+                     subject: tuple[str, str] | None) -> RbacCheck | None:
+        """One access review; None when the server has no authorization API (404)."""
+        attrs: dict[str, Any] = {"verb": verb, "resource": resource, "group": ""}
+        if namespace:
+            attrs["namespace"] = namespace
+        if subject is None:
+            how = "SelfSubjectAccessReview"
+            body = {"apiVersion": "authorization.k8s.io/v1", "kind": how, "spec": {"resourceAttributes": attrs}}
+            code, raw = await self._call(self.authz.create_self_subject_access_review, body=body)
+        else:
+            how = "SubjectAccessReview"
+            ns, name = subject
+            # the identity the API server gives a service account's token
+            # (kubernetes.io "Service accounts": username and groups)
+            spec = {
+                "resourceAttributes": attrs,
+                "user": f"system:serviceaccount:{ns}:{name}",
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"],
+            }
+            body = {"apiVersion": "authorization.k8s.io/v1", "kind": how, "spec": spec}
+            code, raw = await self._call(self.authz.create_subject_access_review, body=body)
+        if code == 404:
+            return None
+        if code in (401, 403):
+            return RbacCheck(verb, resource, namespace, None, how,
+                             f"may not create {how}s: {_status_message(raw, code)}")
+        if code not in (200, 201):
+            return RbacCheck(verb, resource, namespace, None, how, _status_message(raw, code))
+        try:
+            status = json.loads(raw).get("status") or {}
+        except (ValueError, AttributeError):
+            return RbacCheck(verb, resource, namespace, None, how, "unreadable answer")
+        allowed = bool(status.get("allowed")) and not status.get("denied")
+        return RbacCheck(verb, resource, namespace, allowed, how, str(status.get("reason") or ""))
+
+    async def probe_watch(self, what: str) -> RbacCheck:
+        """Fallback: open a watch, read only its status code, close it."""
+        import aiohttp
+
+        fn = self.core.list_node if what == "nodes" else self.core.list_pod_for_all_namespaces
+        try:
+            resp = await asyncio.wait_for(
+                fn(watch=True, timeout_seconds=1, _preload_content=False, _request_timeout=self.timeout),
+                self.timeout,
+            )
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            return RbacCheck("watch", what, None, None, "watch call", str(e) or type(e).__name__)
+        try:
+            code = resp.status
+            body = await resp.read() if code in (401, 403) else b""
+        finally:
+            resp.close()
+        if code in (401, 403):
+            return RbacCheck("watch", what, None, False, "watch call", _status_message(body, code))
+        return RbacCheck("watch", what, None, code == 200, "watch call", "" if code == 200 else f"HTTP {code}")
+
+
+def _hub_namespace(service_account: tuple[str, str] | None) -> str | None:
+    if service_account:
+        return service_account[0]
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            with open(_SA_NAMESPACE_FILE, encoding="utf-8") as f:
+                return f.read().strip() or None
+        except OSError:
+            return None
+    return None
+
+
+async def gather(
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    server: str | None = None,
+    hub_service_account: tuple[str, str] | None = None,
+    page_size: int = 500,
+    timeout: float = 30.0,
+) -> ClusterState:
+    """Read nodes, pods and the hub's access rights; raises :class:`GatherError`."""
+    from kubernetes_asyncio import client
+
+    cfg = await _configure(kubeconfig, context, server)
+    url = cfg.host
+    async with client.ApiClient(configuration=cfg) as api_client:
+        reader = _Reader(api_client, url, timeout, page_size)
+        found: dict[str, list[dict] | None] = {}
+        listed: dict[str, RbacCheck] = {}
+        for what in ("nodes", "pods"):
+            try:
+                found[what] = await reader.list_all(what)
+            except _Forbidden as e:
+                found[what] = None
+                listed[what] = RbacCheck("list", what, None, False, "list call", e.message)
+            else:
+                listed[what] = RbacCheck("list", what, None, True, "list call")
+        nodes, pods = found["nodes"], found["pods"]
+
+        namespace = _hub_namespace(hub_service_account)
+        wanted: list[tuple[str, str, str | None]] = [(v, r, None) for v, r in REQUIRED_RBAC]
+        if namespace:
+            wanted += [(v, r, namespace) for v, r in REQUIRED_NAMESPACED_RBAC]
+        checks: list[RbacCheck] = []
+        first = await reader.review(*wanted[0], hub_service_account)
+        if first is not None:
+            rest = await asyncio.gather(*(reader.review(v, r, ns, hub_service_account) for v, r, ns in wanted[1:]))
+            checks = [first] + [
+                c if c is not None else RbacCheck(v, r, ns, None, first.how, "the access review answered 404")
+                for c, (v, r, ns) in zip(rest, wanted[1:])
+            ]
+        elif hub_service_account is not None:
+            checks = [RbacCheck(v, r, ns, None, "SubjectAccessReview",
+                                "the API server has no authorization.k8s.io/v1 API")
+                      for v, r, ns in wanted]
+        else:
+            # no authorization API: try the calls themselves
+            checks = [listed["nodes"], listed["pods"]]
+            name = (nodes[0].get("metadata") or {}).get("name") if nodes else None
+            if name:
+                code, body = await reader._call(reader.core.read_node, name=name)
+                checks.append(RbacCheck("get", "nodes", None, code == 200 if code != 404 else None,
+                                        "get call", "" if code == 200 else _status_message(body, code)))
+            for what in ("nodes", "pods"):
+                if listed[what].allowed:
+                    checks.append(await reader.probe_watch(what))
+        if hub_service_account is not None:
+            subject = f"the hub's service account system:serviceaccount:{hub_service_account[0]}:{hub_service_account[1]}"
+        elif os.environ.get("KUBERNETES_SERVICE_HOST") and not (kubeconfig or server):
+            subject = "this pod's service account"
+        else:
+            subject = "the credentials doctor runs with"
+        return ClusterState(server=url, nodes=nodes, pods=pods, rbac=RbacFacts(subject, tuple(checks)))

@@ -1,0 +1,218 @@
+"""End to end: ``gpuspawner demo`` (simulated cluster + real JupyterHub + real
+configurable-http-proxy), used the way a researcher and a script use it."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+
+import pytest
+
+from .harness import DemoHub, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.hub]
+
+if not shutil.which("configurable-http-proxy"):
+    pytest.skip(
+        "configurable-http-proxy is not installed: run scripts/setup.sh (scripts/test.sh does)",
+        allow_module_level=True,
+    )
+
+POOL_FIELDS = {
+    "id", "resource", "product", "memory_mib", "nodes", "total", "free",
+    "max_free_per_node", "driver_version", "cuda_version", "scale_up",
+}
+
+
+@pytest.fixture(scope="module")
+def hub():
+    h = DemoHub().start()
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+def gpu_limits(pod: dict) -> dict[str, str]:
+    limits: dict[str, str] = {}
+    for c in pod["spec"]["containers"]:
+        for k, v in (c.get("resources", {}).get("limits") or {}).items():
+            if "/" in k:
+                limits[k] = v
+    return limits
+
+
+def user_pod(hub: DemoHub, user: str, server: str = "") -> dict:
+    pods = hub.pods("jupyterhub", labelSelector=f"hub.jupyter.org/username={user}")
+    if server:
+        pods = [p for p in pods if p["metadata"].get("annotations", {}).get("hub.jupyter.org/servername") == server]
+    else:
+        pods = [p for p in pods if not p["metadata"].get("annotations", {}).get("hub.jupyter.org/servername")]
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return pods[0]
+
+
+def node_pool_matches(hub: DemoHub, pod: dict, pool: dict) -> None:
+    """The pod sits on a node of the pool it asked for, with its limits, affinity and tolerations."""
+    node = hub.nodes()[pod["spec"]["nodeName"]]
+    labels = node["metadata"].get("labels", {})
+    if pool["product"]:
+        product_labels = {v for k, v in labels.items() if k.endswith("product") or k.endswith("product-name")}
+        assert pool["product"] in product_labels, (pool["product"], labels)
+    affinity = pod["spec"].get("affinity", {}).get("nodeAffinity", {})
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    assert required, "the pod must carry a required node affinity that keeps it in its pool"
+    # every node taint with a schedule-blocking effect is tolerated by the pod
+    tolerations = pod["spec"].get("tolerations", [])
+    for taint in node["spec"].get("taints", []):
+        if taint["effect"] not in ("NoSchedule", "NoExecute"):
+            continue
+        assert any(
+            t.get("key") == taint["key"] and (t.get("operator") == "Exists" or t.get("value") == taint.get("value"))
+            for t in tolerations
+        ), (taint, tolerations)
+    for t in tolerations:
+        assert t.get("key"), f"a key-less toleration would tolerate every taint: {t}"
+
+
+def pick_pool(hub: DemoHub, need: int, taken: set[str] = frozenset()) -> dict:
+    for p in hub.gpus()["pools"]:
+        if p["nodes"] and p["max_free_per_node"] >= need and p["id"] not in taken and not p["resource"].startswith(
+            "amd.com"
+        ):
+            return p
+    raise AssertionError(f"the demo cluster has no pool with {need} free GPUs on one node: {hub.gpus()}")
+
+
+def test_capacity_api_exact_shape(hub):
+    data = hub.gpus()
+    assert set(data) == {"pools", "synced", "age_seconds"}
+    assert data["synced"] is True
+    assert isinstance(data["age_seconds"], float)
+    assert len(data["pools"]) >= 4
+    for pool in data["pools"]:
+        assert set(pool) == POOL_FIELDS, pool
+        assert 0 <= pool["free"] <= pool["total"]
+        assert pool["max_free_per_node"] <= pool["free"] or pool["nodes"] == 0
+    resources = {p["resource"] for p in data["pools"]}
+    assert "nvidia.com/gpu" in resources
+    assert any(r.startswith("nvidia.com/mig-") for r in resources), resources
+    scale = [p for p in data["pools"] if p["scale_up"]]
+    assert scale, "the demo declares a scale-from-zero pool"
+    assert set(scale[0]["scale_up"]) == {"max_nodes", "gpus_per_node", "minutes"}
+    assert any(p["nodes"] == 0 for p in scale)
+    # GPUs held by another namespace's pods are not free
+    assert any(p["free"] < p["total"] for p in data["pools"])
+
+
+def test_capacity_api_needs_authentication(hub):
+    r = hub.api("GET", "/gpus", headers={"Authorization": "token not-a-real-token"})
+    assert r.status_code in (401, 403)
+
+
+def test_capacity_api_for_a_user_token(hub):
+    hub.create_user("carol")
+    r = hub.api("POST", "/users/carol/tokens", json={"note": "e2e"})
+    assert r.status_code == 201, r.text
+    token = r.json()["token"]
+    r = hub.api("GET", "/gpus", headers={"Authorization": f"token {token}"})
+    assert r.status_code == 200
+    assert r.json()["pools"]
+
+
+def test_spawn_page_lists_pools_with_free_counts(hub):
+    session = hub.login("dora")
+    r = session.get(f"{hub.url}/hub/spawn", timeout=30)
+    assert r.status_code == 200
+    page = html.unescape(r.text)
+    assert 'name="profile"' in page and 'value="gpu"' in page and 'value="cpu"' in page
+    for pool in hub.gpus()["pools"]:
+        assert f'value="{pool["id"]}"' in page, pool["id"]
+        if pool["nodes"]:
+            assert f'{pool["free"]} of {pool["total"]}' in page, (pool["id"], pool["free"], pool["total"])
+
+
+def spawn_form(hub: DemoHub, session, user: str, data: dict):
+    """Submit the spawn form as the browser does: to the form's own action (which carries _xsrf)."""
+    page = session.get(f"{hub.url}/hub/spawn/{user}", timeout=30)
+    action = re.search(r'<form[^>]*action="([^"]+)"', page.text)
+    assert action, page.text[:2000]
+    return session.post(f"{hub.url}{html.unescape(action.group(1))}", data=data, timeout=60)
+
+
+def test_spawn_through_the_form_reaches_the_server_and_frees_on_stop(hub):
+    pool = pick_pool(hub, 1)
+    before = pool["free"]
+    session = hub.login("alice")
+    r = spawn_form(
+        hub, session, "alice",
+        {"profile": "gpu", "profile-option-gpu--gpu_pool": pool["id"], "profile-option-gpu--gpus": "1"},
+    )
+    assert r.status_code == 200, r.text[:2000]
+    hub.wait_ready("alice")
+    pod = user_pod(hub, "alice")
+    assert gpu_limits(pod) == {pool["resource"]: "1"}
+    node_pool_matches(hub, pod, pool)
+    # requests equal limits for extended resources
+    c = pod["spec"]["containers"][0]
+    assert c["resources"].get("requests", {}).get(pool["resource"]) in (None, "1")
+
+    # the server answers through the proxy (the session follows the OAuth dance)
+    r = session.get(f"{hub.url}/user/alice/api", timeout=60)
+    assert r.status_code == 200, r.text[:500]
+    assert "version" in r.json()
+
+    wait_for(lambda: hub.pool(pool["id"])["free"] == before - 1, 30, "the free count to drop")
+
+    r = hub.api("DELETE", "/users/alice/server")
+    assert r.status_code in (202, 204)
+    hub.wait_stopped("alice")
+    wait_for(lambda: hub.pool(pool["id"])["free"] == before, 60, "the free count to come back")
+
+
+def test_spawn_through_the_rest_api_with_a_named_server(hub):
+    pool = pick_pool(hub, 2)
+    before = pool["free"]
+    hub.create_user("bob")
+    r = hub.api(
+        "POST", "/users/bob/servers/train",
+        json={"profile": "gpu", "gpu_pool": pool["id"], "gpus": "2"},
+    )
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("bob", "train")
+    pod = user_pod(hub, "bob", "train")
+    assert gpu_limits(pod) == {pool["resource"]: "2"}
+    node_pool_matches(hub, pod, pool)
+    # the device plugin's share: two distinct devices, no other running pod holds them
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+    assert env.get("JUPYTERHUB_USER") == "bob"
+    wait_for(lambda: hub.pool(pool["id"])["free"] == before - 2, 30, "the free count to drop by 2")
+    r = hub.api("DELETE", "/users/bob/servers/train")
+    assert r.status_code in (202, 204)
+    hub.wait_stopped("bob", "train")
+    wait_for(lambda: hub.pool(pool["id"])["free"] == before, 60, "the free count to come back")
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        pytest.param({"profile": "gpu", "gpu_pool": "no-such:pool:nvidia.com/gpu", "gpus": 1}, "pool", id="unknown-pool"),
+        pytest.param({"profile": "gpu", "gpus": 0}, "gpu", id="zero-gpus"),
+        pytest.param({"profile": "gpu", "gpus": "two"}, "gpu", id="not-a-number"),
+        pytest.param({"profile": "gpu", "gpus": 1000}, "gpu", id="too-many"),
+        pytest.param({"profile": "nope"}, "profile", id="unknown-profile"),
+        pytest.param({"profile": "gpu", "gpus": 1, "node_selector": {"a": "b"}}, "node_selector", id="node-selector"),
+        pytest.param({"profile": "cpu", "image": "evil/image"}, "image", id="image"),
+        pytest.param({"profile": "gpu", "gpus": 1, "tolerations": [{"operator": "Exists"}]}, "tolerations", id="tolerations"),
+    ],
+)
+def test_bad_options_are_refused_with_400_and_no_pod(hub, options, words):
+    hub.create_user("mallory")
+    r = hub.api("POST", "/users/mallory/server", json=options)
+    assert r.status_code == 400, (r.status_code, r.text)
+    message = r.json().get("message", "")
+    assert words.lower() in message.lower(), message
+    assert not hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=mallory")
+    # nothing is left pending: the next good request works
+    assert not (hub.server("mallory") or {}).get("pending")
