@@ -41,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="port of the simulated Kubernetes API (default: a free port)",
     )
     parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="an extra jupyterhub_config.py loaded after the demo's own (to try settings)",
+    )
+    parser.add_argument(
         "--admin-token",
         metavar="TOKEN",
         help="register this API token for an admin service (for scripts and the REST API)",
@@ -86,6 +91,8 @@ def main(args: argparse.Namespace) -> int:
     problems = []
     if args.cluster and not Path(args.cluster).is_file():
         problems.append(f"--cluster {args.cluster}: no such file")
+    if args.config and not Path(args.config).is_file():
+        problems.append(f"--config {args.config}: no such file")
     if args.port and not _port_is_free(args.port):
         problems.append(f"--port {args.port} is in use; choose another with --port")
     if args.k8s_port and not _port_is_free(args.k8s_port):
@@ -141,6 +148,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
             GPUSPAWNER_DEMO_PROXY_API_PORT=str(_free_port()),
             GPUSPAWNER_DEMO_PROXY=proxy,
             GPUSPAWNER_DEMO_ADMIN_TOKEN=args.admin_token or "",
+            GPUSPAWNER_DEMO_EXTRA_CONFIG=str(Path(args.config).resolve()) if args.config else "",
             CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(32),
         )
         # the single-user servers the simulated kubelet starts must find jupyterhub-singleuser

@@ -42,13 +42,19 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
 
 
 class DemoHub:
-    def __init__(self, cluster_file: str | None = None, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        cluster_file: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        extra_config: str | None = None,
+    ):
         self.port = free_port()
         self.k8s_port = free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         self.k8s_url = f"http://127.0.0.1:{self.k8s_port}"
         self.cluster_file = cluster_file
+        self.extra_config = extra_config
         self.extra_args = extra_args
         self.proc: subprocess.Popen | None = None
         self.log_path = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-e2e-")) / "demo.log"
@@ -64,6 +70,8 @@ class DemoHub:
         ]
         if self.cluster_file:
             cmd += ["--cluster", str(self.cluster_file)]
+        if self.extra_config:
+            cmd += ["--config", str(self.extra_config)]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True

@@ -87,3 +87,7 @@ c.GPUSpawner.gpu_declared_pools = [
         "cuda_version": "12.8",
     },
 ]
+
+# tests and local experiments may add settings on top (gpuspawner demo --config FILE)
+if env.get("GPUSPAWNER_DEMO_EXTRA_CONFIG"):
+    load_subconfig(env["GPUSPAWNER_DEMO_EXTRA_CONFIG"])  # noqa: F821 - provided by traitlets
