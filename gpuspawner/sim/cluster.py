@@ -1,0 +1,196 @@
+"""``SimCluster``: the whole simulated cluster in one object.
+
+It assembles the in-process ``Store``, the HTTP ``ApiServer`` on loopback,
+the node lifecycle controller, the scheduler and the kubelet, loads the
+cluster file, and stops everything (every process the kubelet started) on
+``stop()``::
+
+    async with SimCluster(cluster_file="cluster.yaml") as cluster:
+        cluster.write_kubeconfig("kubeconfig")
+        ...   # kubectl --kubeconfig kubeconfig get pods -A
+
+Without ``cluster_file`` and ``manifests`` the packaged default cluster
+(``gpuspawner/data/clusters/default.yaml``) is loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from . import loader
+from .devices import DeviceLedger
+from .scheduler import MERGE, NodeLifecycleController, Scheduler, now_rfc3339
+from .scheduling import MessageStyle
+from .store import Store
+
+
+def default_cluster_file() -> Path:
+    """The packaged demo cluster."""
+    return Path(str(resources.files("gpuspawner") / "data" / "clusters" / "default.yaml"))
+
+
+class SimCluster:
+    """Store + API server + scheduler + node lifecycle controller + kubelet."""
+
+    def __init__(self, cluster_file: str | Path | None = None, manifests: list[dict] | None = None, *,
+                 host: str = "127.0.0.1", port: int = 0, run_pods: bool = True, stand_in: bool = False,
+                 message_style: MessageStyle = MessageStyle(), restart_backoff: tuple[float, float] = (10.0, 300.0),
+                 serve_http: bool = True, store: Store | None = None, pod_subnet: str | None = None):
+        if cluster_file is not None and manifests is not None:
+            raise ValueError("give either cluster_file or manifests, not both")
+        self.cluster_file = cluster_file
+        self.manifests = manifests
+        self.host, self.port = host, port
+        self.run_pods = run_pods
+        self.stand_in = stand_in
+        self.message_style = message_style
+        self.restart_backoff = restart_backoff
+        self.serve_http = serve_http
+        self.pod_subnet = pod_subnet
+        self.store = store or Store()
+        self.apiserver = None
+        self.ledger = DeviceLedger()
+        self.scheduler: Scheduler | None = None
+        self.node_lifecycle: NodeLifecycleController | None = None
+        self.kubelet = None
+        self.url: str | None = None
+        self.load_seconds: float | None = None
+        self._started = False
+
+    # -- lifecycle --------------------------------------------------------
+
+    def load(self) -> loader.Manifests:
+        """Read and validate the cluster (raises ``loader.LoadError``)."""
+        if self.manifests is not None:
+            return loader.load_objects(self.manifests)
+        return loader.load_file(self.cluster_file or default_cluster_file())
+
+    async def start(self) -> str | None:
+        """Load the cluster, start every component; returns the API server's URL."""
+        if self._started:
+            raise RuntimeError("SimCluster already started")
+        from .kubelet import Kubelet
+
+        t0 = time.perf_counter()
+        loader.apply(self.store, self.load())
+        self.load_seconds = time.perf_counter() - t0
+        self._started = True
+        try:
+            if self.serve_http:
+                from .apiserver import ApiServer
+
+                self.apiserver = ApiServer(self.store, self.host, self.port)
+                self.url = await self.apiserver.start()
+            self.node_lifecycle = NodeLifecycleController(self.store)
+            await self.node_lifecycle.start()
+            # the kubelet first: loaded pods take their devices before anything new is bound
+            self.kubelet = Kubelet(self.store, ledger=self.ledger, run_pods=self.run_pods, stand_in=self.stand_in,
+                                   api_url=self.url, restart_backoff=self.restart_backoff,
+                                   pod_subnet=self.pod_subnet)
+            await self.kubelet.start()
+            self.scheduler = Scheduler(self.store, style=self.message_style)
+            await self.scheduler.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self.url
+
+    async def stop(self) -> None:
+        """Stop every component; kills every process the kubelet started."""
+        for part in (self.scheduler, self.kubelet, self.node_lifecycle):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    await part.stop()
+        if self.apiserver is not None:
+            with contextlib.suppress(Exception):
+                await self.apiserver.stop()
+        self.store.close_watchers()
+
+    async def __aenter__(self) -> "SimCluster":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    # -- clients ----------------------------------------------------------
+
+    def kubeconfig(self) -> dict[str, Any]:
+        if not self.url:
+            raise RuntimeError("start the cluster (with serve_http=True) before asking for a kubeconfig")
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "gpuspawner-sim", "cluster": {"server": self.url}}],
+            "users": [{"name": "gpuspawner-sim", "user": {}}],
+            "contexts": [{"name": "gpuspawner-sim",
+                          "context": {"cluster": "gpuspawner-sim", "user": "gpuspawner-sim",
+                                      "namespace": "default"}}],
+            "current-context": "gpuspawner-sim",
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path: str | Path) -> Path:
+        """Write a kubeconfig (no auth, plain HTTP) that kubectl, kubernetes_asyncio and KubeSpawner accept."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        return p
+
+    # -- helpers for tests and demos -----------------------------------------
+
+    def set_node_ready(self, name: str, ready: bool | None) -> dict:
+        """Set the node's Ready condition (True/False, or None for Unknown: the node stopped posting)."""
+        node = self.store.get("nodes", name)
+        status = {True: "True", False: "False", None: "Unknown"}[ready]
+        reason = {True: "KubeletReady", False: "KubeletNotReady", None: "NodeStatusUnknown"}[ready]
+        message = {True: "kubelet is posting ready status",
+                   False: "container runtime network not ready: NetworkReady=false",
+                   None: "Kubelet stopped posting node status."}[ready]
+        now = now_rfc3339()
+        conds = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") != "Ready"]
+        conds.append({"type": "Ready", "status": status, "reason": reason, "message": message,
+                      "lastHeartbeatTime": now, "lastTransitionTime": now})
+        return self.store.patch("nodes", name, {"status": {"conditions": conds}}, MERGE, subresource="status")
+
+    def cordon(self, name: str, unschedulable: bool = True) -> dict:
+        """``kubectl cordon`` (``uncordon`` with ``unschedulable=False``)."""
+        return self.store.patch("nodes", name, {"spec": {"unschedulable": True if unschedulable else None}}, MERGE)
+
+    def add_node(self, manifest: dict) -> dict:
+        """Add a node (validated like the cluster file's)."""
+        m = loader.load_objects([dict(manifest, kind="Node", apiVersion="v1")], "add_node")
+        return self.store.create("nodes", m.nodes[0])
+
+    def logs(self, namespace: str, name: str, container: str | None = None) -> str:
+        """The pod's log (kept in memory by the kubelet)."""
+        if self.kubelet is None:
+            raise RuntimeError("the cluster is not started")
+        return self.kubelet.logs(namespace, name, container)
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05,
+                       what: str = "condition") -> Any:
+        """Poll ``predicate`` until it returns something truthy (returned); TimeoutError names ``what``."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+            await asyncio.sleep(interval)
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.store.get("pods", name, namespace=namespace)
+        except Exception as e:
+            if getattr(e, "code", None) == 404:
+                return None
+            raise

@@ -1,0 +1,340 @@
+"""Load a simulated cluster from a file of ordinary Kubernetes manifests.
+
+Accepted: multi-document YAML, a ``kind: List`` (what ``kubectl get
+nodes,pods -A -o yaml`` prints) or the same as JSON (``-o json``, much faster
+to parse for big clusters).  Read-only fields such output carries
+(``uid``, ``resourceVersion``, ``creationTimestamp``, ``managedFields``,
+``selfLink``, ``generation``) are accepted and dropped by the store.
+
+* Nodes keep labels, taints, ``spec.unschedulable``, ``status.capacity``/
+  ``allocatable`` (allocatable defaults to capacity, as
+  ``SetDefaults_NodeStatus`` does) and conditions.  A node with no Ready
+  condition is given ``Ready=True`` (its simulated kubelet posts it).
+* Pods already bound (``spec.nodeName``) keep their status (phase Running
+  when the file says so); the kubelet never runs them, but they hold their
+  node's cpu, memory and GPUs.  Unbound pods are created Pending and go
+  through the scheduler.
+* Namespaces the objects use are created.
+
+Bad input raises ``LoadError`` naming the document (1-based, with the item
+index inside a List), the object and the field, and what to write instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from .scheduling import QuantityError, parse_quantity
+
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
+
+
+class _Loader(_Base):  # type: ignore[valid-type,misc]
+    """SafeLoader that keeps timestamps as the strings Kubernetes uses (an
+    unquoted ``2025-01-01T00:00:00Z`` would otherwise become a datetime)."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+
+KINDS = {
+    "Namespace": "namespaces", "Node": "nodes", "Pod": "pods", "ConfigMap": "configmaps",
+    "Secret": "secrets", "Service": "services", "ServiceAccount": "serviceaccounts",
+    "PersistentVolumeClaim": "persistentvolumeclaims", "Event": "events",
+}
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+_BUILTIN_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+
+
+class LoadError(ValueError):
+    """A manifest the simulated cluster cannot load; the message says where and what to fix."""
+
+    def __init__(self, where: str, field_path: str | None, message: str):
+        self.where = where
+        self.field = field_path
+        self.message_text = message
+        super().__init__(f"{where}: {field_path}: {message}" if field_path else f"{where}: {message}")
+
+
+@dataclass
+class Manifests:
+    """Validated objects, in the order they must be created."""
+
+    namespaces: list[dict] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)
+    pods: list[dict] = field(default_factory=list)
+    others: list[tuple[str, dict]] = field(default_factory=list)  # (plural, object)
+
+    def __len__(self) -> int:
+        return len(self.namespaces) + len(self.nodes) + len(self.pods) + len(self.others)
+
+
+def parse_text(text: str, source: str = "<manifests>") -> list[tuple[str, Any]]:
+    """Documents of ``text`` as ``(where, object)``; Lists are flattened."""
+    stripped = text.lstrip()
+    docs: Iterable[Any]
+    try:
+        if stripped.startswith("{") or stripped.startswith("["):
+            loaded = json.loads(text)
+            docs = loaded if isinstance(loaded, list) else [loaded]
+        else:
+            # libyaml's parser when PyYAML has it; a cluster of 100,000s of pods loads much
+            # faster from JSON (`kubectl get nodes,pods -A -o json`), which json.loads reads
+            docs = list(yaml.load_all(text, Loader=_Loader))
+    except (yaml.YAMLError, json.JSONDecodeError) as e:
+        raise LoadError(source, None, f"not valid YAML or JSON: {e}") from None
+    out: list[tuple[str, Any]] = []
+    for i, doc in enumerate(docs, 1):
+        if doc is None:
+            continue
+        where = f"{source}: document {i}"
+        if isinstance(doc, dict) and (doc.get("kind") == "List" or str(doc.get("kind", "")).endswith("List")):
+            items = doc.get("items")
+            if not isinstance(items, list):
+                raise LoadError(where, "items", f"a {doc.get('kind')} needs an 'items' list")
+            for j, item in enumerate(items):
+                out.append((f"{where}, item {j}", item))
+        else:
+            out.append((where, doc))
+    return out
+
+
+def _name(where: str, obj: dict) -> str:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise LoadError(where, "metadata.name", "every object needs a metadata.name string")
+    return meta["name"]
+
+
+def _check_quantities(where: str, path: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise LoadError(where, path, "must be a map of resource name to quantity, e.g. {cpu: '8', memory: 32Gi}")
+    for k, v in value.items():
+        try:
+            parse_quantity(v)
+        except QuantityError as e:
+            raise LoadError(where, f"{path}.{k}", str(e)) from None
+
+
+def _check_string_map(where: str, path: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise LoadError(where, path, "must be a map of strings")
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise LoadError(where, f"{path}.{k}", f"value {v!r} must be a string: quote it, e.g. '{v}'")
+
+
+def check_node(where: str, node: dict) -> dict:
+    """Validate one Node and fill what a real node always has; returns it."""
+    name = _name(where, node)
+    where = f"{where} (Node {name})"
+    meta = node["metadata"]
+    _check_string_map(where, "metadata.labels", meta.get("labels"))
+    spec = node.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise LoadError(where, "spec", "must be a map")
+    taints = spec.get("taints") or []
+    if not isinstance(taints, list):
+        raise LoadError(where, "spec.taints", "must be a list of {key, value, effect}")
+    for i, t in enumerate(taints):
+        if not isinstance(t, dict) or not t.get("key"):
+            raise LoadError(where, f"spec.taints[{i}].key", "every taint needs a key")
+        if t.get("effect") not in _TAINT_EFFECTS:
+            raise LoadError(where, f"spec.taints[{i}].effect",
+                            f"{t.get('effect')!r} is not one of {', '.join(_TAINT_EFFECTS)}")
+    if "unschedulable" in spec and not isinstance(spec["unschedulable"], bool):
+        raise LoadError(where, "spec.unschedulable", "must be true or false")
+    status = node.setdefault("status", {})
+    if not isinstance(status, dict):
+        raise LoadError(where, "status", "must be a map")
+    _check_quantities(where, "status.capacity", status.get("capacity"))
+    _check_quantities(where, "status.allocatable", status.get("allocatable"))
+    if not status.get("allocatable"):
+        if not status.get("capacity"):
+            raise LoadError(where, "status.allocatable",
+                            "a node needs status.allocatable (or capacity) with at least cpu, memory and pods")
+        status["allocatable"] = dict(status["capacity"])
+    status.setdefault("capacity", dict(status["allocatable"]))
+    if "pods" not in status["allocatable"]:
+        raise LoadError(where, "status.allocatable.pods", "missing: say how many pods the node takes, e.g. '110'")
+    conds = status.get("conditions") or []
+    if not isinstance(conds, list):
+        raise LoadError(where, "status.conditions", "must be a list of {type, status}")
+    for i, c in enumerate(conds):
+        if not isinstance(c, dict) or c.get("status") not in ("True", "False", "Unknown"):
+            raise LoadError(where, f"status.conditions[{i}].status", "must be 'True', 'False' or 'Unknown'")
+    if not any(c.get("type") == "Ready" for c in conds):
+        conds.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                      "message": "kubelet is posting ready status"})
+    status["conditions"] = conds
+    return node
+
+
+def _check_container(where: str, path: str, c: Any) -> None:
+    if not isinstance(c, dict):
+        raise LoadError(where, path, "must be a map with name and image")
+    if not c.get("name"):
+        raise LoadError(where, f"{path}.name", "every container needs a name")
+    res = c.get("resources") or {}
+    if not isinstance(res, dict):
+        raise LoadError(where, f"{path}.resources", "must be a map with requests/limits")
+    _check_quantities(where, f"{path}.resources.requests", res.get("requests"))
+    _check_quantities(where, f"{path}.resources.limits", res.get("limits"))
+    for key in ("command", "args"):
+        if key in c and not isinstance(c[key], list):
+            raise LoadError(where, f"{path}.{key}", "must be a list of strings")
+
+
+def check_pod(where: str, pod: dict) -> dict:
+    name = _name(where, pod)
+    where = f"{where} (Pod {name})"
+    meta = pod["metadata"]
+    _check_string_map(where, "metadata.labels", meta.get("labels"))
+    _check_string_map(where, "metadata.annotations", meta.get("annotations"))
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise LoadError(where, "spec", "a pod needs a spec with containers")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise LoadError(where, "spec.containers", "a pod needs at least one container")
+    for i, c in enumerate(containers):
+        _check_container(where, f"spec.containers[{i}]", c)
+        if not c.get("image"):
+            raise LoadError(where, f"spec.containers[{i}].image", "every container needs an image")
+    for i, c in enumerate(spec.get("initContainers") or []):
+        _check_container(where, f"spec.initContainers[{i}]", c)
+    _check_quantities(where, "spec.overhead", spec.get("overhead"))
+    _check_string_map(where, "spec.nodeSelector", spec.get("nodeSelector"))
+    status = pod.get("status") or {}
+    if not isinstance(status, dict):
+        raise LoadError(where, "status", "must be a map")
+    if status.get("phase") is not None and status["phase"] not in _PHASES:
+        raise LoadError(where, "status.phase", f"{status['phase']!r} is not one of {', '.join(_PHASES)}")
+    return pod
+
+
+def validate(docs: list[tuple[str, Any]]) -> Manifests:
+    """Check each object and sort them into what the store creates, in order."""
+    out = Manifests()
+    node_names: set[str] = set()
+    namespaces_defined: set[str] = set()
+    namespaces_used: dict[str, str] = {}
+    pod_wheres: list[str] = []
+    for where, obj in docs:
+        if not isinstance(obj, dict):
+            raise LoadError(where, None, f"expected a Kubernetes object (a map), got {type(obj).__name__}")
+        kind = obj.get("kind")
+        if kind not in KINDS:
+            raise LoadError(where, "kind", f"{kind!r} cannot be loaded; supported kinds: {', '.join(KINDS)}")
+        api = obj.get("apiVersion")
+        if api not in (None, "v1"):
+            raise LoadError(where, "apiVersion", f"{api!r}: these kinds are core 'v1'")
+        if kind == "Node":
+            n = check_node(where, obj)
+            if n["metadata"]["name"] in node_names:
+                raise LoadError(where, "metadata.name", f"node {n['metadata']['name']!r} is defined twice")
+            node_names.add(n["metadata"]["name"])
+            out.nodes.append(n)
+            continue
+        name = _name(where, obj)
+        if kind == "Namespace":
+            namespaces_defined.add(name)
+            if name not in _BUILTIN_NAMESPACES:
+                out.namespaces.append(obj)
+            continue
+        ns = obj["metadata"].get("namespace") or "default"
+        obj["metadata"]["namespace"] = ns
+        namespaces_used.setdefault(ns, where)
+        if kind == "Pod":
+            out.pods.append(check_pod(where, obj))
+            pod_wheres.append(where)
+        else:
+            out.others.append((KINDS[kind], obj))
+    for pod, where in zip(out.pods, pod_wheres):
+        node = pod["spec"].get("nodeName")
+        if node and node not in node_names:
+            raise LoadError(f"{where} (Pod {pod['metadata']['name']})", "spec.nodeName",
+                            f"node {node!r} is not in the file: add the Node or remove the nodeName")
+    for ns in sorted(namespaces_used):
+        if ns not in namespaces_defined and ns not in _BUILTIN_NAMESPACES:
+            out.namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    return out
+
+
+def load_text(text: str, source: str = "<manifests>") -> Manifests:
+    return validate(parse_text(text, source))
+
+
+def load_file(path: str | Path) -> Manifests:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise LoadError(str(p), None, f"cannot read the cluster file: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise LoadError(str(p), None, f"not UTF-8 text: {e}") from None
+    return load_text(text, str(p))
+
+
+def load_objects(objects: list[dict], source: str = "manifests") -> Manifests:
+    """Validate manifests given as dicts (e.g. ``SimCluster(manifests=[...])``)."""
+    docs: list[tuple[str, Any]] = []
+    for i, doc in enumerate(copy.deepcopy(list(objects)), 1):
+        if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List"):
+            for j, item in enumerate(doc.get("items") or []):
+                docs.append((f"{source}[{i - 1}], item {j}", item))
+        else:
+            docs.append((f"{source}[{i - 1}]", doc))
+    return validate(docs)
+
+
+def apply(store, manifests: Manifests) -> None:
+    """Create the objects in the store: namespaces, nodes, other objects, pods.
+
+    The store discards a pod's status on create (as the API server does), so
+    a pod with a status in the file gets it back through ``pods/status``.
+    """
+    for ns in manifests.namespaces:
+        store.create("namespaces", ns)
+    for n in manifests.nodes:
+        store.create("nodes", n)
+    for plural, obj in manifests.others:
+        store.create(plural, obj, namespace=obj["metadata"]["namespace"])
+    for p in manifests.pods:
+        ns = p["metadata"]["namespace"]
+        created = store.create("pods", p, namespace=ns)
+        status = p.get("status")
+        if status:
+            merged = dict(created.get("status") or {})
+            merged.update(status)
+            if merged.get("phase") == "Running":
+                _fill_running(created, merged)
+            store.replace("pods", created["metadata"]["name"], {"metadata": {}, "status": merged},
+                          namespace=ns, subresource="status")
+
+
+def _fill_running(pod: dict, status: dict) -> None:
+    """A Running pod written by hand without the status a kubelet keeps: give it
+    ready containers and conditions, as ``kubectl get pods -o yaml`` would show."""
+    stamp = pod["metadata"].get("creationTimestamp")
+    if not status.get("conditions"):
+        status["conditions"] = [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": stamp}
+                                for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                          "PodScheduled")]
+    if not status.get("containerStatuses"):
+        status["containerStatuses"] = [
+            {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": True, "started": True,
+             "restartCount": 0, "state": {"running": {"startedAt": stamp}}, "lastState": {}}
+            for c in pod["spec"].get("containers") or []]
+    status.setdefault("startTime", stamp)

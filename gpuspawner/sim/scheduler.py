@@ -1,0 +1,527 @@
+"""The simulated kube-scheduler, node lifecycle controller and event recorder.
+
+They run in the simulation's event loop against the shared in-process
+``Store`` (``docs/architecture.md``) and use only its documented API.  The
+rules live in ``gpuspawner.sim.scheduling`` (pure); this module is the loop:
+
+* ``Scheduler``: keeps an incremental cache of nodes and of what bound pods
+  request (list, then watch, as the real scheduler's informers do), binds
+  Pending pods with no ``spec.nodeName`` and ``schedulerName:
+  default-scheduler``, and parks pods that fit nowhere as unschedulable until
+  a cluster event may help them (a node added or changed, a pod deleted or
+  finished), with the scheduling queue's per-pod backoff (1 s doubling to
+  10 s: ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``) and its
+  periodic flush (``podMaxInUnschedulablePodsDuration``, 5 minutes).
+* ``NodeLifecycleController``: keeps the ``not-ready``/``unreachable``/
+  ``unschedulable`` taints in step with each node's Ready condition and
+  ``spec.unschedulable`` (``pkg/controller/nodelifecycle``).
+* ``EventRecorder``: core/v1 Events with client-go's aggregation of repeats
+  (``tools/record/events_cache.go``: same source, object, type, reason and
+  message -> one Event whose ``count`` and ``lastTimestamp`` grow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from . import scheduling as rules
+
+log = logging.getLogger(__name__)
+
+MERGE = "application/merge-patch+json"
+DEFAULT_SCHEDULER = "default-scheduler"
+TERMINAL = ("Succeeded", "Failed")
+
+
+def now_rfc3339(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if ts is None else ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if ts is None else ts, timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def pod_key(pod: dict[str, Any]) -> str:
+    m = pod.get("metadata") or {}
+    return f"{m.get('namespace') or 'default'}/{m.get('name')}"
+
+
+def _code(exc: BaseException) -> int | None:
+    return getattr(exc, "code", None)
+
+
+# ---------------------------------------------------------------------------
+# events
+# ---------------------------------------------------------------------------
+
+class EventRecorder:
+    """Writes core/v1 Events into the store, aggregating repeats like client-go.
+
+    ``component`` is ``source.component`` and ``reportingComponent``;
+    ``host`` (the kubelet's node) is ``source.host`` and the reporting
+    instance.  ``events_api=True`` adds what the events.k8s.io/v1 API
+    (which kube-scheduler uses) shows through core/v1: ``eventTime``,
+    ``action``, ``series``.
+    """
+
+    CACHE_SIZE = 4096
+
+    def __init__(self, store, component: str, host: str | None = None, *, events_api: bool = False,
+                 clock: Callable[[], float] = time.time):
+        self.store = store
+        self.component = component
+        self.host = host
+        self.events_api = events_api
+        self.clock = clock
+        self.instance = host or f"{component}-{socket.gethostname()}"
+        self._seen: dict[tuple, tuple[str, str]] = {}  # aggregation key -> (namespace, event name)
+
+    def emit(self, obj: dict[str, Any], type_: str, reason: str, message: str, *, action: str | None = None,
+             field_path: str | None = None, host: str | None = None) -> None:
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        host = host or self.host
+        involved = {
+            "apiVersion": obj.get("apiVersion") or "v1",
+            "kind": obj.get("kind") or "Pod",
+            "name": meta.get("name"),
+            "namespace": ns,
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+        if field_path:
+            involved["fieldPath"] = field_path
+        key = (self.component, host, involved["kind"], ns, involved["name"], involved["uid"],
+               field_path, type_, reason, message)
+        ts = self.clock()
+        seen = self._seen.get(key)
+        if seen is not None:
+            try:
+                ev = self.store.get("events", seen[1], namespace=seen[0])
+            except Exception as e:  # the event was deleted (TTL, user): start a new one
+                if _code(e) != 404:
+                    raise
+            else:
+                ev["count"] = int(ev.get("count") or 1) + 1
+                ev["lastTimestamp"] = now_rfc3339(ts)
+                if self.events_api:
+                    ev["series"] = {"count": ev["count"], "lastObservedTime": now_micro(ts)}
+                self.store.replace("events", seen[1], ev, namespace=seen[0])
+                return
+        name = f"{involved['name']}.{time.time_ns():x}"
+        ev = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": self.component, **({"host": host} if host else {})},
+            "firstTimestamp": now_rfc3339(ts),
+            "lastTimestamp": now_rfc3339(ts),
+            "count": 1,
+            "reportingComponent": self.component,
+            "reportingInstance": host or self.instance,
+        }
+        if self.events_api:
+            ev["eventTime"] = now_micro(ts)
+            ev["action"] = action or reason
+        self.store.create("events", ev, namespace=ns)
+        self._seen[key] = (ns, name)
+        if len(self._seen) > self.CACHE_SIZE:
+            # client-go keeps an LRU of 4096 (maxLruCacheEntries); drop the oldest
+            del self._seen[next(iter(self._seen))]
+
+
+# ---------------------------------------------------------------------------
+# list + watch helper
+# ---------------------------------------------------------------------------
+
+async def informer(store, plural: str, on_list: Callable[[list[dict]], None],
+                   on_event: Callable[[str, dict], None], stopping: asyncio.Event,
+                   synced: asyncio.Event | None = None) -> None:
+    """List, then watch from the list's resourceVersion; re-list after 410 Gone.
+
+    Handlers must not modify the objects they are given: the initial list
+    is the store's own objects when the store offers ``list_page`` (no copy
+    of 150,000 pods at start-up); otherwise ``list``'s copies.
+    """
+    while not stopping.is_set():
+        list_page = getattr(store, "list_page", None)
+        if list_page is not None:
+            meta, items = list_page(plural)
+        else:
+            listed = store.list(plural)
+            meta, items = listed.get("metadata") or {}, listed.get("items") or []
+        on_list(list(items))
+        if synced is not None:
+            synced.set()
+        rv = (meta or {}).get("resourceVersion")
+        try:
+            watcher = store.watch(plural, resource_version=rv)
+        except Exception as e:
+            if _code(e) == 410:
+                continue
+            raise
+        try:
+            async for ev in watcher:
+                if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    on_event(ev["type"], ev["object"])
+                elif ev.get("type") == "ERROR":
+                    break
+        except Exception as e:
+            if _code(e) != 410:
+                raise
+        finally:
+            with contextlib.suppress(Exception):
+                watcher.close()
+        await asyncio.sleep(0)
+
+
+# ---------------------------------------------------------------------------
+# scheduler
+# ---------------------------------------------------------------------------
+
+def _scheduling_relevant(pod: dict) -> tuple:
+    """What ``isPodUpdated`` compares: the pod less status and bookkeeping metadata."""
+    meta = pod.get("metadata") or {}
+    return (pod.get("spec"), meta.get("labels"), meta.get("annotations"))
+
+
+class Scheduler:
+    """Binds pending pods to nodes by the rules of ``gpuspawner.sim.scheduling``."""
+
+    INITIAL_BACKOFF = 1.0
+    MAX_BACKOFF = 10.0
+    FLUSH_UNSCHEDULABLE = 300.0
+
+    def __init__(self, store, *, style: rules.MessageStyle = rules.MessageStyle(),
+                 clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.style = style
+        self.clock = clock
+        self.recorder = EventRecorder(store, DEFAULT_SCHEDULER, events_api=True)
+        self.nodes: dict[str, rules.NodeInfo] = {}
+        self._placed: dict[str, tuple[str, dict[str, int]]] = {}  # pod key -> (node, requests)
+        self._pending: dict[str, dict] = {}  # pod key -> pod awaiting a node
+        self._active: set[str] = set()
+        self._unschedulable: dict[str, float] = {}  # key -> when parked
+        self._attempts: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self.synced = asyncio.Event()
+        self._nodes_synced = asyncio.Event()
+        self._pods_synced = asyncio.Event()
+        self.bound_count = 0
+
+    # -- cache ------------------------------------------------------------
+
+    def _node_list(self, items: list[dict]) -> None:
+        keep = {}
+        for n in items:
+            name = n["metadata"]["name"]
+            info = self.nodes.get(name) or rules.NodeInfo(n)
+            info.node = n
+            keep[name] = info
+        self.nodes = keep
+        self._move_all_to_active()
+
+    def _node_event(self, kind: str, node: dict) -> None:
+        name = node["metadata"]["name"]
+        if kind == "DELETED":
+            self.nodes.pop(name, None)
+        else:
+            info = self.nodes.get(name)
+            if info is None:
+                self.nodes[name] = rules.NodeInfo(node)
+            else:
+                info.node = node
+        self._move_all_to_active()
+
+    def _forget(self, key: str) -> None:
+        placed = self._placed.pop(key, None)
+        if placed:
+            info = self.nodes.get(placed[0])
+            if info:
+                info.remove_pod(key, placed[1])
+        self._pending.pop(key, None)
+        self._active.discard(key)
+        self._unschedulable.pop(key, None)
+        self._attempts.pop(key, None)
+        self._not_before.pop(key, None)
+
+    def _pod_seen(self, pod: dict) -> bool:
+        """Update the cache with one pod; True when capacity was freed."""
+        key = pod_key(pod)
+        spec = pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        node = spec.get("nodeName")
+        if phase in TERMINAL:
+            freed = key in self._placed
+            self._forget(key)
+            return freed
+        if node:
+            self._pending.pop(key, None)
+            self._active.discard(key)
+            self._unschedulable.pop(key, None)
+            if key not in self._placed:
+                reqs = rules.pod_requests(pod)
+                self._placed[key] = (node, reqs)
+                info = self.nodes.get(node)
+                if info is None:
+                    # a pod bound to a node not (yet) known: account when it appears
+                    info = self.nodes[node] = rules.NodeInfo({"metadata": {"name": node}, "status": {}})
+                info.add_pod(key, reqs)
+            return False
+        if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+            return False
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self._forget(key)
+            return False
+        if spec.get("schedulingGates"):
+            self._pending[key] = pod
+            return False
+        old = self._pending.get(key)
+        self._pending[key] = pod
+        if old is None or key not in self._unschedulable:
+            self._active.add(key)
+        elif _scheduling_relevant(old) != _scheduling_relevant(pod):
+            # an update to a parked pod may make it schedulable (the queue's
+            # PodUpdate); status-only updates, e.g. our own condition, do not
+            self._unschedulable.pop(key, None)
+            self._active.add(key)
+        return False
+
+    def _pod_list(self, items: list[dict]) -> None:
+        seen = set()
+        for p in items:
+            seen.add(pod_key(p))
+            self._pod_seen(p)
+        for key in list(self._placed) + list(self._pending):
+            if key not in seen:
+                self._forget(key)
+        self._wake.set()
+
+    def _pod_event(self, kind: str, pod: dict) -> None:
+        if kind == "DELETED":
+            key = pod_key(pod)
+            freed = key in self._placed
+            self._forget(key)
+            if freed:
+                self._move_all_to_active()
+        elif self._pod_seen(pod):
+            self._move_all_to_active()
+        self._wake.set()
+
+    def _move_all_to_active(self) -> None:
+        for key in list(self._unschedulable):
+            self._unschedulable.pop(key)
+            self._active.add(key)
+        self._wake.set()
+
+    # -- lifecycle --------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(informer(self.store, "nodes", self._node_list, self._node_event,
+                                         self._stopping, self._nodes_synced), name="scheduler-nodes"),
+            asyncio.create_task(self._pods_after_nodes(), name="scheduler-pods"),
+            asyncio.create_task(self._run(), name="scheduler-loop"),
+        ]
+        await asyncio.wait_for(self.synced.wait(), 60)
+
+    async def _pods_after_nodes(self) -> None:
+        await self._nodes_synced.wait()
+        await informer(self.store, "pods", self._pod_list, self._pod_event, self._stopping, self._pods_synced)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks = []
+
+    # -- the loop ---------------------------------------------------------
+
+    async def _run(self) -> None:
+        await self._pods_synced.wait()
+        self.synced.set()
+        last_flush = self.clock()
+        while not self._stopping.is_set():
+            now = self.clock()
+            if now - last_flush >= self.FLUSH_UNSCHEDULABLE:
+                last_flush = now
+                for key, since in list(self._unschedulable.items()):
+                    if now - since >= self.FLUSH_UNSCHEDULABLE:
+                        self._unschedulable.pop(key)
+                        self._active.add(key)
+            ready = [k for k in self._active if self._not_before.get(k, 0) <= now and k in self._pending]
+            self._active.intersection_update(self._pending)
+            if not ready:
+                waits = [self._not_before[k] - now for k in self._active if k in self._not_before]
+                timeout = min(waits + [self.FLUSH_UNSCHEDULABLE])
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), max(0.01, timeout))
+                continue
+            # PrioritySort: higher priority first, then older pods
+            ready.sort(key=lambda k: (-int((self._pending[k].get("spec") or {}).get("priority") or 0),
+                                      (self._pending[k].get("metadata") or {}).get("creationTimestamp") or "",
+                                      k))
+            for i, key in enumerate(ready):
+                if self._stopping.is_set():
+                    return
+                self._active.discard(key)
+                pod = self._pending.get(key)
+                if pod is None:
+                    continue
+                try:
+                    self.schedule_one(pod)
+                except Exception:  # one bad pod must not stop the scheduler
+                    log.exception("scheduling %s failed", key)
+                if i % 50 == 49:
+                    await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+    def schedule_one(self, pod: dict) -> str | None:
+        """One scheduling cycle for one pod; returns the node it was bound to."""
+        key = pod_key(pod)
+        try:
+            reqs = rules.pod_requests(pod)
+        except rules.QuantityError as e:
+            self._fail(pod, f"invalid resource request: {e}")
+            return None
+        # skip placeholders for nodes known only from a bound pod
+        nodes = [i for i in self.nodes.values() if i.node.get("spec") or i.node.get("status")]
+        feasible, statuses, pre_msg = rules.evaluate(pod, nodes, reqs, self.style)
+        chosen = rules.pick_node(reqs, feasible)
+        if chosen is None:
+            self._fail(pod, rules.fit_error_message(len(nodes), statuses, pod, self.style, pre_msg))
+            return None
+        self._bind(pod, chosen.name, reqs)
+        self._pending.pop(key, None)
+        self._attempts.pop(key, None)
+        self._not_before.pop(key, None)
+        return chosen.name
+
+    def _fail(self, pod: dict, message: str) -> None:
+        key = pod_key(pod)
+        n = self._attempts.get(key, 0) + 1
+        self._attempts[key] = n
+        self._not_before[key] = self.clock() + min(self.INITIAL_BACKOFF * 2 ** (n - 1), self.MAX_BACKOFF)
+        self._unschedulable[key] = self.clock()
+        meta = pod["metadata"]
+        try:
+            current = self.store.get("pods", meta["name"], namespace=meta.get("namespace"))
+        except Exception as e:
+            if _code(e) == 404:
+                self._forget(key)
+                return
+            raise
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                "lastProbeTime": None}
+        conds = list((current.get("status") or {}).get("conditions") or [])
+        old = next((c for c in conds if c.get("type") == "PodScheduled"), None)
+        if old is None or old.get("status") != "False" or old.get("message") != message \
+                or old.get("reason") != "Unschedulable":
+            cond["lastTransitionTime"] = now_rfc3339()
+            conds = [c for c in conds if c.get("type") != "PodScheduled"] + [cond]
+            self.store.patch("pods", meta["name"], {"status": {"conditions": conds, "phase": "Pending"}},
+                             MERGE, namespace=meta.get("namespace"), subresource="status")
+        self.recorder.emit(current, "Warning", "FailedScheduling", message, action="Scheduling")
+
+    def _bind(self, pod: dict, node: str, reqs: dict[str, int]) -> None:
+        """POST pods/binding, as the DefaultBinder plugin does: nodeName set, PodScheduled=True."""
+        meta = pod["metadata"]
+        ns = meta.get("namespace")
+        key = pod_key(pod)
+        # assume the pod at once (the scheduler cache's AssumePod) so the next
+        # cycle does not offer the same last GPU
+        self._placed[key] = (node, reqs)
+        self.nodes[node].add_pod(key, reqs)
+        try:
+            self.store.bind(meta["name"], node, namespace=ns)
+        except Exception as e:
+            # deleted or bound by someone else meanwhile (409/404): forget the assumption
+            self._forget(key)
+            if _code(e) in (404, 409):
+                return
+            raise
+        current = self.store.get("pods", meta["name"], namespace=ns)
+        self.bound_count += 1
+        self.recorder.emit(current, "Normal", "Scheduled",
+                           f"Successfully assigned {ns}/{meta['name']} to {node}", action="Binding")
+
+
+# ---------------------------------------------------------------------------
+# node lifecycle controller
+# ---------------------------------------------------------------------------
+
+class NodeLifecycleController:
+    """Keeps the condition taints of every node in step with its Ready condition.
+
+    NoExecute eviction of running pods (the taint manager) is not modelled:
+    pods stay on a NotReady node; new pods are kept off it by the NoSchedule
+    taint, which the scheduler filters on as the real one does.
+    """
+
+    def __init__(self, store, clock: Callable[[], float] = time.time):
+        self.store = store
+        self.clock = clock
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.synced = asyncio.Event()
+
+    def reconcile(self, node: dict) -> bool:
+        """Patch the node's taints when they differ from what its state asks; True if patched."""
+        want = [dict(t) for t in rules.lifecycle_taints(node)]
+        have = list((node.get("spec") or {}).get("taints") or [])
+        if [(t.get("key"), t.get("value"), t.get("effect")) for t in want] == \
+                [(t.get("key"), t.get("value"), t.get("effect")) for t in have]:
+            return False
+        stamp = now_rfc3339(self.clock())
+        for t in want:
+            if t.get("effect") == "NoExecute" and "timeAdded" not in t:
+                t["timeAdded"] = stamp
+        try:
+            self.store.patch("nodes", node["metadata"]["name"], {"spec": {"taints": want or None}}, MERGE)
+        except Exception as e:
+            if _code(e) != 404:
+                raise
+            return False
+        return True
+
+    def _list(self, items: list[dict]) -> None:
+        for n in items:
+            self.reconcile(n)
+
+    def _event(self, kind: str, node: dict) -> None:
+        if kind != "DELETED":
+            self.reconcile(node)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(
+            informer(self.store, "nodes", self._list, self._event, self._stopping, self.synced),
+            name="node-lifecycle")
+        await asyncio.wait_for(self.synced.wait(), 60)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
