@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .cudacheck import PoolFit
 from .profiles import GPU_COUNT_OPTION, GPU_OPTIONS, GPU_POOL_OPTION, PoolOffer, ProfileOffer
 
 # Names that would steer the pod if some layer ever copied user options onto
@@ -71,6 +72,10 @@ class OptionError(ValueError):
         self.status = status
 
 
+class CudaRefusal(OptionError):
+    """The chosen image fits no node of the chosen pool (the CUDA check)."""
+
+
 @dataclass(frozen=True)
 class Selection:
     """What a valid request asks for."""
@@ -79,6 +84,9 @@ class Selection:
     offer: ProfileOffer | None = None  # set for a GPU profile
     pool: PoolOffer | None = None
     gpus: int | None = None
+    # the image the request runs (cudacheck.ProfileImages key) and how it fits the pool
+    image_key: str | None = None
+    cuda: PoolFit | None = None
 
 
 def _show(value: Any) -> str:
@@ -238,10 +246,17 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
             status=503,
         )
 
+    image_key = offer.spec.images.key_for(user_options)
+
+    def driver_fits(p: PoolOffer) -> bool:
+        fit = p.fit(image_key)
+        return fit is None or not fit.refused
+
     if not pool_id:
-        # the first pool that fits; if none does, the biggest, so the message
-        # below says how many the user may ask for
-        chosen = offer.default_pool(gpus) or max(offer.usable, key=lambda p: p.max_gpus, default=None)
+        # the first pool with room whose drivers fit the image best; if none
+        # has room, the biggest, so the message below says how many one may ask for
+        chosen = offer.preferred_pool(gpus, image_key)
+        chosen = chosen or max(offer.usable, key=lambda p: p.max_gpus, default=None)
         if chosen is None:
             raise OptionError(
                 f"no GPUs can be had in profile {slug!r} right now; try again later or choose another profile"
@@ -266,4 +281,9 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
             f"choose between 1 and {chosen.max_gpus} GPUs in pool {chosen.pool.id!r} "
             f"(asked for {_show(gpus)}); {_pools_hint(offer)}"
         )
-    return Selection(profile=slug, offer=offer, pool=chosen, gpus=gpus)
+    fit = chosen.fit(image_key)
+    if fit is not None and fit.refused:
+        others = [p.pool.id for p in offer.usable if p is not chosen and driver_fits(p)]
+        hint = f" GPU pools whose drivers fit this image: {', '.join(others)}." if others else ""
+        raise CudaRefusal(fit.refusal(chosen.display_name) + hint)
+    return Selection(profile=slug, offer=offer, pool=chosen, gpus=gpus, image_key=image_key, cuda=fit)

@@ -145,8 +145,14 @@ def build_overrides(
     affinity_required: Sequence[dict[str, Any]] = (),
     tolerations: Sequence[dict[str, Any]] = (),
     is_gpu_resource: Callable[[str], bool] | None = None,
+    extra_expressions: Sequence[dict[str, Any]] = (),
 ) -> PodOverrides:
     """Overrides for ``gpus`` GPUs of ``pool``, on top of the current values.
+
+    ``extra_expressions`` are ANDed with the pool's own in every term: the
+    CUDA check's ``kubernetes.io/hostname NotIn [...]`` that keeps the pod off
+    the pool's nodes whose driver does not fit the image
+    (:func:`gpuspawner.cudacheck.steering_expression`).
 
     ``is_gpu_resource`` (optional) names the other GPU resources: an admin's
     static limit on one (say ``nvidia.com/gpu: 1`` in a shared
@@ -169,7 +175,9 @@ def build_overrides(
     new_limits[pool.resource] = str(gpus)
     new_guarantees[pool.resource] = str(gpus)
 
-    affinity = _merge_affinity(affinity_required, pool_match_expressions(pool))
+    affinity = _merge_affinity(
+        affinity_required, pool_match_expressions(pool) + [dict(e) for e in extra_expressions]
+    )
 
     allowed = tuple(allowed_taint_keys)
     tols = [dict(t) for t in tolerations]

@@ -1,7 +1,9 @@
 """GPU profiles offered to a user, built from admin config and live capacity.
 
-Pure (stdlib and ``gpuspawner.capacity.model`` only). The admin declares a GPU
-profile with little config (:class:`GPUProfileSpec`); the pools it offers are
+Pure (stdlib, ``gpuspawner.capacity.model``, ``gpuspawner.cuda`` and
+``gpuspawner.cudacheck`` only). The admin declares a GPU profile with little
+config (:class:`GPUProfileSpec`), including what its image carries (``cuda``,
+see :func:`gpuspawner.cudacheck.profile_images`); the pools it offers are
 discovered by the capacity layer and only filtered (``pools.include`` /
 ``pools.exclude`` globs on pool ids), renamed, ordered or hidden
 (:class:`PoolRule`). For each request this module turns a
@@ -26,12 +28,14 @@ waits for the cluster autoscaler). The profile's ``max_gpus`` caps both.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
 from .capacity.model import CapacitySnapshot, PoolView
+from .cuda.image import ImageCuda
+from .cudacheck import PoolFit, ProfileImages, profile_images
 
 GPU_POOL_OPTION = "gpu_pool"
 GPU_COUNT_OPTION = "gpus"
@@ -51,6 +55,7 @@ _SPEC_KEYS = {
     "pools",
     "max_gpus",
     "profile_options",
+    "cuda",
 }
 _RULE_KEYS = {"match", "display_name", "hide"}
 
@@ -86,6 +91,8 @@ class GPUProfileSpec:
     exclude: tuple[str, ...] = ()
     max_gpus: int | None = None
     profile_options: Mapping[str, Any] = field(default_factory=dict)
+    # what the profile's image (or each image choice) carries: CUDA, NVIDIA_REQUIRE_CUDA, cuda-compat
+    images: ProfileImages = field(default_factory=ProfileImages)
 
     @classmethod
     def from_config(cls, d: Any, where: str = "gpu_profiles") -> GPUProfileSpec:
@@ -151,6 +158,10 @@ class GPUProfileSpec:
                     f"profile option {name!r} needs 'choices' (a dict of choices) or an "
                     "enabled 'unlisted_choice', as in KubeSpawner's profile_list",
                 )
+        image = override.get("image")
+        images = profile_images(
+            d.get("cuda"), image if isinstance(image, str) else None, options, where
+        )
         return cls(
             slug=slug,
             display_name=display_name,
@@ -161,6 +172,7 @@ class GPUProfileSpec:
             exclude=exclude,
             max_gpus=max_gpus,
             profile_options=dict(options),
+            images=images,
         )
 
     def admits(self, pool_id: str) -> bool:
@@ -260,6 +272,11 @@ class PoolOffer:
     scale_up_minutes: float | None  # set when counts above ``now`` wait for a new node
     reason: str | None = None  # why ``max_gpus`` is 0
     checked: bool = True  # False: admitted without a free-count check
+    # image key (see cudacheck.ProfileImages) -> how that image fits this pool's drivers
+    cuda: Mapping[str, PoolFit] = field(default_factory=dict)
+
+    def fit(self, image_key: str | None) -> PoolFit | None:
+        return self.cuda.get(image_key) if image_key is not None else None
 
     @property
     def available(self) -> bool:
@@ -286,13 +303,31 @@ class ProfileOffer:
     def max_gpus(self) -> int:
         return max((p.max_gpus for p in self.pools), default=0)
 
-    def default_pool(self, gpus: int = 1) -> PoolOffer | None:
+    def default_pool(
+        self, gpus: int = 1, accept: Callable[[PoolOffer], bool] | None = None
+    ) -> PoolOffer | None:
         """The first pool (admin's order) that gives ``gpus`` now, else the
-        first that gives them after a scale-up."""
-        fits = [p for p in self.pools if p.max_gpus >= gpus]
+        first that gives them after a scale-up; only pools ``accept`` takes."""
+        fits = [p for p in self.pools if p.max_gpus >= gpus and (accept is None or accept(p))]
         return next((p for p in fits if not p.needs_scale_up(gpus)), None) or next(
             iter(fits), None
         )
+
+
+    def preferred_pool(self, gpus: int = 1, image_key: str | None = None) -> PoolOffer | None:
+        """:meth:`default_pool` for an image: a pool whose drivers fit it
+        best (fits, then fits with a caveat, then driver unknown), else any
+        pool with room (a spawn there is refused with the CUDA reason)."""
+
+        def rank(p: PoolOffer) -> int:
+            fit = p.fit(image_key)
+            return 0 if fit is None else {"ok": 0, "warn": 1, "skip": 2}.get(fit.level, 3)
+
+        for worst in (0, 1, 2, 3):
+            found = self.default_pool(gpus, accept=lambda p, w=worst: rank(p) <= w)
+            if found is not None:
+                return found
+        return None
 
 
 def _scale_up_gpus(pool: PoolView) -> int:
@@ -351,12 +386,15 @@ def build_offers(
     rules: Sequence[PoolRule] = (),
     *,
     admit_without_capacity: bool = False,
+    fit: Callable[[ImageCuda, PoolView], PoolFit] | None = None,
 ) -> dict[str, ProfileOffer]:
     """One :class:`ProfileOffer` per GPU profile slug, in the specs' order.
 
     When capacity is unknown (:func:`capacity_problem`), a profile offers no
     pool unless ``admit_without_capacity``; then it offers the pools the last
-    snapshot still lists, without a free-count check.
+    snapshot still lists, without a free-count check. ``fit`` (the spawner's
+    CUDA check, see :func:`gpuspawner.cudacheck.pool_fit`) judges each image
+    of a profile that declares CUDA on each of its pools.
     """
     problem = capacity_problem(snapshot)
     visible = present_pools(snapshot.pools if snapshot else (), rules)
@@ -368,7 +406,12 @@ def build_offers(
             for pool, name in visible:
                 if spec.admits(pool.id):
                     pinnable = bool(pool.defining_labels or pool.node_views)
-                    pools.append(make(pool, name, spec.max_gpus, pinnable))
+                    offer = make(pool, name, spec.max_gpus, pinnable)
+                    if fit is not None and spec.images.declared:
+                        offer = replace(
+                            offer, cuda={k: fit(img, pool) for k, img in spec.images.images.items()}
+                        )
+                    pools.append(offer)
         offers[spec.slug] = ProfileOffer(spec=spec, pools=tuple(pools), problem=problem)
     return offers
 
@@ -388,6 +431,9 @@ def describe_pool(offer: PoolOffer) -> str:
     text += f", up to {offer.max_gpus} per server"
     if offer.scale_up_minutes is not None:
         text += f" (more than {offer.now} after a scale-up, ~{offer.scale_up_minutes:g} min)"
+    own = offer.cuda.get("") if len(offer.cuda) == 1 else None
+    if own is not None and own.summary:
+        text += f"; CUDA: {own.summary}"
     return text
 
 

@@ -20,17 +20,21 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import importlib
 from typing import Any
 
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from tornado import web
+from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, List, TraitError, Unicode, default, validate
 from traitlets.config import Config, Configurable
 
+from . import cudacheck
 from .capacity.config import CapacityConfig, DeclaredPool
-from .options import OptionError, Selection, validate_user_options
+from .cuda import POLICIES, decide
+from .options import CudaRefusal, OptionError, Selection, validate_user_options
 from .overrides import NEVER_TOLERATED_PREFIXES, build_overrides, untolerated_taints
 from .profiles import (
     GPU_OPTIONS,
@@ -42,6 +46,19 @@ from .profiles import (
     merge_profiles,
 )
 from .templates import template_dirs
+
+try:
+    # JupyterHub 6+: a refusal JupyterHub logs without a traceback, with a
+    # reason label in its spawn metrics (jupyterhub/spawner.py)
+    from jupyterhub.spawner import SpawnException
+except ImportError:  # JupyterHub 5.x
+
+    class SpawnException(web.HTTPError):  # type: ignore[no-redef]
+        def __init__(self, message, *, reason, status_code=400, **_):
+            super().__init__(status_code, message)
+            self.message = message
+            self.reason_label = reason
+
 
 POOL_ANNOTATION = "gpuspawner.io/pool"
 GPUS_ANNOTATION = "gpuspawner.io/gpus"
@@ -288,7 +305,94 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         """,
     )
 
+    cuda_policy = Unicode(
+        "minor",
+        config=True,
+        help="""
+        How strictly an image's CUDA must fit a node's NVIDIA driver
+        (docs/cuda-compatibility.md): ``strict`` accepts only backward
+        compatibility (driver CUDA >= image CUDA); ``minor`` (the default) also
+        minor-version compatibility, with a warning in the spawn progress;
+        ``forward`` also the image's cuda-compat package on data-center GPUs.
+
+            c.GPUSpawner.cuda_policy = "strict"
+        """,
+    )
+    cuda_check = AnyTrait(
+        decide,
+        config=True,
+        help="""
+        The CUDA compatibility decision: a callable ``(ImageCuda, NodeCuda,
+        policy) -> Verdict`` (see ``gpuspawner.cuda``), or its import string.
+        The default is ``gpuspawner.cuda.decide``. It is called for each node
+        of each pool a profile offers, on every render of the spawn page.
+
+            from gpuspawner.cuda import decide, Facts
+            facts = Facts(enforce_require=True)
+            c.GPUSpawner.cuda_check = lambda image, node, policy: decide(image, node, policy, facts)
+            # or: c.GPUSpawner.cuda_check = "mysite.cuda:check"
+        """,
+    )
+    cuda_probe = Bool(
+        False,
+        config=True,
+        help="""
+        Before a GPU server starts, run ``gpuspawner probe`` in an init container
+        with the same GPUs: it confirms on the node that the driver is visible,
+        that the GPUs the server asked for are there and that the driver fits
+        the image. A failure is the spawn error the user sees.
+
+            c.GPUSpawner.cuda_probe = True
+        """,
+    )
+    cuda_probe_image = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="""
+        The image of the probe init container; it must have gpuspawner (and
+        nvidia-ml-py) installed. None (the default) uses the server's own image.
+
+            c.GPUSpawner.cuda_probe_image = "ghcr.io/example/gpuspawner-probe:1.0"
+        """,
+    )
+
     _logged_capacity_problems: set[str] = set()
+
+    @validate("cuda_policy")
+    def _validate_cuda_policy(self, proposal):
+        if proposal.value not in POLICIES:
+            raise TraitError(
+                f"cuda_policy must be one of {', '.join(POLICIES)} (default minor), not {proposal.value!r}"
+            )
+        return proposal.value
+
+    @validate("cuda_check")
+    def _validate_cuda_check(self, proposal):
+        value = proposal.value
+        if isinstance(value, str):
+            module, sep, attr = value.partition(":")
+            if not sep:
+                module, _, attr = value.rpartition(".")
+            try:
+                value = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError, ValueError) as e:
+                raise TraitError(
+                    f"cuda_check {proposal.value!r} cannot be imported ({e}); give a callable or "
+                    "'module:function', e.g. 'gpuspawner.cuda:decide'"
+                ) from None
+        if not callable(value):
+            raise TraitError(
+                f"cuda_check must be a callable (image, node, policy) -> Verdict or its import "
+                f"string, not {proposal.value!r}"
+            )
+        return value
+
+    @validate("cuda_probe_image")
+    def _validate_probe_image(self, proposal):
+        if proposal.value is not None and not proposal.value.strip():
+            raise TraitError("cuda_probe_image must be an image reference, or None for the server's image")
+        return proposal.value
 
     @validate("gpu_profiles")
     def _validate_gpu_profiles(self, proposal):
@@ -378,11 +482,28 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
                 snapshot,
                 self.pool_rules(),
                 admit_without_capacity=self.gpu_admit_without_capacity,
+                fit=self._cuda_fit,
             )
         merged, shadowed = merge_profiles(list(static or []), offers)
         if shadowed:
             self.log.error("profile_list slugs %s are shadowed by gpu_profiles with the same slug", shadowed)
         return self._get_initialized_profile_list(merged), offers
+
+    _logged_check_errors: set[str] = set()
+
+    def _cuda_fit(self, image, pool) -> cudacheck.PoolFit:
+        """How ``image`` fits ``pool`` under this hub's policy and check. A
+        broken ``cuda_check`` gives "unknown" (never a refusal) and is logged
+        once per distinct error (the page is rendered often)."""
+        fit = cudacheck.pool_fit(image, pool, self.cuda_policy, self.cuda_check)
+        for n in fit.nodes:
+            if n.verdict.rule == "check-error" and n.verdict.reason not in self._logged_check_errors:
+                self._logged_check_errors.add(n.verdict.reason)
+                self.log.error(
+                    "c.GPUSpawner.cuda_check failed on node %s: %s Servers start unchecked until it is fixed.",
+                    n.name, n.verdict.reason,
+                )
+        return fit
 
     # --- the spawn form ---------------------------------------------------
 
@@ -417,11 +538,42 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     # --- spawning ---------------------------------------------------------
 
+    # traits _apply_gpu_selection replaces; restored before each start so a
+    # respawn into another pool does not AND the old pool's terms with the new
+    _GPU_TRAITS = (
+        "extra_resource_limits",
+        "extra_resource_guarantees",
+        "node_affinity_required",
+        "tolerations",
+        "extra_annotations",
+        "init_containers",
+    )
+    _gpu_base_traits: dict[str, Any] | None = None
+
+    def _restore_gpu_traits(self) -> None:
+        if self._gpu_base_traits is None:
+            self._gpu_base_traits = {n: copy.deepcopy(getattr(self, n)) for n in self._GPU_TRAITS}
+        else:
+            for name, value in self._gpu_base_traits.items():
+                setattr(self, name, copy.deepcopy(value))
+
     async def load_user_options(self):
+        try:
+            await self._load_gpu_user_options()
+        finally:
+            if self._cuda_notes is not None and not self._cuda_notes.done():
+                self._cuda_notes.set_result(None)
+
+    async def _load_gpu_user_options(self):
         """Validate the user's options against what is offered now, apply the
-        profile, and for a GPU profile pin the pod to the pool and reserve
-        its GPUs. Every user mistake is an HTTP 400 before any pod exists."""
+        profile, and for a GPU profile pin the pod to the pool (and to its
+        nodes whose driver fits the image) and reserve its GPUs. Every user
+        mistake, and an image no node of the pool can run, is an HTTP 400
+        before any pod exists."""
         self.release_gpus()
+        self._restore_gpu_traits()
+        self._cuda_warnings = []
+        self._probe_image = None
         profile_list, offers = await self.gpu_profile_list()
         try:
             selection = validate_user_options(
@@ -433,6 +585,10 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             )
         except OptionError as e:
             self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
+            if isinstance(e, CudaRefusal):
+                # SpawnException: JupyterHub logs it without a traceback and
+                # counts it as a policy failure (reason label) in its metrics
+                raise SpawnException(str(e), reason="cuda-driver", status_code=400) from None
             raise web.HTTPError(e.status, str(e)) from None
         if not profile_list:
             return
@@ -467,6 +623,8 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     def _apply_gpu_selection(self, selection: Selection) -> None:
         pool, gpus = selection.pool.pool, selection.gpus
+        fit = selection.cuda
+        steer = cudacheck.steering_expression(fit)
         try:
             overrides = build_overrides(
                 pool,
@@ -477,6 +635,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
                 affinity_required=self._sorted_dict_values(self.node_affinity_required),
                 tolerations=self._sorted_dict_values(self.tolerations),
                 is_gpu_resource=self._is_gpu_resource,
+                extra_expressions=[steer] if steer else (),
             )
         except ValueError as e:
             raise web.HTTPError(400, f"{e}; choose another pool") from None
@@ -487,6 +646,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             POOL_ANNOTATION: pool.id,
             GPUS_ANNOTATION: str(gpus),
         }
+        self._apply_cuda(selection)
         hard = untolerated_taints(pool, self.gpu_tolerated_taint_keys)
         if hard:
             self.log.warning(
@@ -515,6 +675,37 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         )
 
     _gpu_reservation: tuple[Any, str] | None = None
+    _cuda_warnings: list[str] | None = None
+    _cuda_notes: asyncio.Future | None = None
+    _probe_image: str | None = None
+    _watch_probe = False
+
+    def _apply_cuda(self, selection: Selection) -> None:
+        """The CUDA check's part of a GPU spawn: log the steering, keep the
+        warning for the spawn progress, add the probe init container."""
+        pool, gpus, fit = selection.pool.pool, selection.gpus, selection.cuda
+        if fit is not None and fit.exclude_hostnames:
+            self.log.info(
+                "%s is kept off nodes %s of pool %s: their driver does not fit image %s",
+                self._log_name, ", ".join(fit.exclude_hostnames), pool.id, fit.image.name,
+            )
+        warning = fit.warning() if fit is not None else None
+        if warning:
+            self._cuda_warnings = [warning]
+        if self.cuda_probe:
+            image = selection.offer.spec.images.image(selection.image_key)
+            self._probe_image = self.cuda_probe_image or self.image
+            probe = cudacheck.probe_container(
+                image, gpus, pool.resource, self.cuda_policy, self._probe_image, product=pool.product
+            )
+            existing = [
+                c for c in self._sorted_dict_values(self.init_containers)
+                if not (isinstance(c, dict) and c.get("name") == cudacheck.PROBE_CONTAINER)
+            ]
+            # the admin's init containers first: the probe runs last, right
+            # before the server, on what they prepared
+            self.init_containers = existing + [probe]
+            self._watch_probe = True
 
     def release_gpus(self) -> None:
         """Give back GPUs reserved for this server's pod (a no-op if none)."""
@@ -526,12 +717,47 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             except Exception as e:
                 self.log.error("Could not release GPUs reserved for %s: %s", owner, e)
 
+    def start(self):
+        # a fresh future per spawn: progress() waits on it for this spawn's
+        # CUDA warnings, computed in load_user_options
+        self._cuda_notes = asyncio.get_running_loop().create_future()
+        return super().start()
+
     async def _start(self):
         try:
             return await super()._start()
         except BaseException:
             self.release_gpus()
             raise
+        finally:
+            self._watch_probe = False
+            if self._cuda_notes is not None and not self._cuda_notes.done():
+                self._cuda_notes.set_result(None)
+
+    def is_pod_running(self, pod):
+        """KubeSpawner's test, which its ``_start`` polls until the pod runs
+        (kubespawner/spawner.py ``_start``: ``exponential_backoff(lambda:
+        self.is_pod_running(...))``); while a spawn with the probe is waiting,
+        a failed probe ends the wait with the probe's own message, instead of
+        the start timeout (the probe's init container would otherwise restart
+        in CrashLoopBackOff until then)."""
+        if self._watch_probe and pod is not None:
+            failure = cudacheck.probe_failure(pod, self._probe_image)
+            if failure:
+                self.log.warning("GPU probe failed for %s: %s", self._log_name, failure)
+                raise SpawnException(failure, reason="gpu-probe", status_code=500)
+        return super().is_pod_running(pod)
+
+    async def progress(self):
+        """The CUDA warning of this spawn first (minor-version compatibility
+        and the like), then KubeSpawner's events."""
+        notes = self._cuda_notes
+        if notes is not None:
+            await asyncio.wait([notes], timeout=self.start_timeout)
+        for warning in self._cuda_warnings or ():
+            yield {"progress": 0, "message": warning}
+        async for event in super().progress():
+            yield event
 
     async def stop(self, now=False):
         self.release_gpus()

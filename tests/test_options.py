@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
@@ -256,3 +258,54 @@ def test_keys_the_admin_maps_with_apply_user_options_are_allowed(profile):
     assert sel.profile == profile
     with pytest.raises(OptionError, match="may not set `mem_limit`"):
         validate_user_options(options, profiles, offers, trait_names=TRAITS + ("mem_limit",))
+
+
+# --- the CUDA check
+
+def _cuda_offers(policy="minor"):
+    from gpuspawner.cuda import decide
+    from gpuspawner.cudacheck import pool_fit
+
+    old = replace(T4, driver_version="470.82.01", cuda_version="11.4")
+    new = replace(A100, driver_version="550.54.15", cuda_version="12.4")
+    specs = [GPUProfileSpec.from_config({
+        "slug": "gpu", "cuda": "12.4", "kubespawner_override": {"image": "pt:cu124"},
+        "profile_options": {"image": {"choices": {
+            "cu124": {"display_name": "CUDA 12.4"},
+            "cu118": {"kubespawner_override": {"image": "pt:cu118"}, "cuda": "11.8"},
+        }}},
+    })]
+    snapshot = CapacitySnapshot(pools=(old, new), synced=True, age_seconds=0.1, generation=1)
+    offers = build_offers(specs, snapshot, fit=lambda img, p: pool_fit(img, p, policy, decide))
+    profiles, _ = merge_profiles([], offers)
+    return old, new, profiles, offers
+
+
+@pytest.mark.parametrize(
+    "options, pool, image_key, level",
+    [
+        ({"profile": "gpu"}, "new", "cu124", "ok"),  # not the first pool (t4 sorts first): its driver is too old
+        ({"profile": "gpu", "image": "cu118"}, "new", "cu118", "ok"),  # fits fully beats fits with a caveat
+        ({"profile": "gpu", "image": "cu118", "gpu_pool": "old"}, "old", "cu118", "warn"),
+        ({"profile": "gpu", "gpu_pool": "new"}, "new", "cu124", "ok"),
+    ],
+    ids=["default-pool-skips-refused", "default-pool-best-fit", "older-image-on-old-driver", "explicit-pool"],
+)
+def test_selection_carries_the_fit(options, pool, image_key, level):
+    old, new, profiles, offers = _cuda_offers()
+    ids = {"old": old.id, "new": new.id}
+    if "gpu_pool" in options:
+        options = {**options, "gpu_pool": ids[options["gpu_pool"]]}
+    sel = validate_user_options(options, profiles, offers)
+    assert sel.pool.pool.id == ids[pool] and sel.image_key == image_key and sel.cuda.level == level
+
+
+def test_pool_whose_drivers_do_not_fit_is_refused_with_the_reason():
+    from gpuspawner.options import CudaRefusal
+
+    old, new, profiles, offers = _cuda_offers()
+    with pytest.raises(CudaRefusal) as e:
+        validate_user_options({"profile": "gpu", "gpu_pool": old.id}, profiles, offers)
+    assert e.value.status == 400
+    assert str(e.value).startswith("The image pt:cu124 (CUDA 12.4) does not fit any node of GPU pool")
+    assert str(e.value).endswith(f"GPU pools whose drivers fit this image: {new.id}.")

@@ -210,3 +210,81 @@ async def test_untolerated_taint_never_added(spawner_factory):
     keys = {t["key"] for t in m["spec"]["tolerations"]}
     assert "example.com/private" not in keys
     assert all(t.get("key") and not t["key"].startswith("node.kubernetes.io/") for t in m["spec"]["tolerations"])
+
+
+# --- the CUDA check: steering off nodes whose driver does not fit, and the probe
+
+def gfd_node(name, driver, cuda, hostname=None):
+    return NodeView(name=name, allocatable=8, free=8, driver_version=driver, cuda_version=cuda, compute_capability="8.0",
+                    labels=(("kubernetes.io/hostname", hostname or name),))
+
+
+UPGRADING = pool("upgrade", "NVIDIA-A100-SXM4-80GB",
+                 nodes=(gfd_node("a100-new", "550.54.15", "12.4"), gfd_node("a100-old", "470.82.01", "11.4", "ip-10-0-0-9")),
+                 free=8)
+
+
+@pytest.fixture
+def cuda_spawner(spawner_factory, monkeypatch):
+    """A GPU profile whose image declares CUDA 12.4, on a pool mid driver upgrade."""
+    cache = FakeCache()
+    cache.snapshot = lambda: CapacitySnapshot(pools=(UPGRADING, GKE_A100), synced=True, age_seconds=0.0, generation=1)
+    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: cache)
+
+    def make(**traits):
+        s = spawner_factory(**traits)
+        s.gpu_profiles = [{"slug": "gpu", "cuda": {"cuda": "12.4", "require": "cuda>=12.4"},
+                           "kubespawner_override": {"image": "nvcr.io/nvidia/pytorch:24.05-py3"}}]
+        return s
+
+    return make
+
+
+@pytest.mark.parametrize("version", [OLDEST, NEWEST], ids=["oldest-k8s", "newest-k8s"])
+async def test_steering_and_probe_manifest_is_valid(cuda_spawner, version):
+    s = cuda_spawner(
+        cuda_probe=True,
+        init_containers=[{"name": "admin-init", "image": "busybox", "command": ["true"]}],
+        node_affinity_required=[
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-a"]}]},
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-b"]}]},
+        ],
+    )
+    m = await manifest_for(s, {"profile": "gpu", "gpu_pool": UPGRADING.id, "gpus": 2})
+    kubernetes_validate.validate(m, version, strict=True)
+    steer = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["ip-10-0-0-9"]}
+    # every ORed term keeps the pod off the old-driver node (by its hostname label, not its name)
+    assert [t["matchExpressions"][-1] for t in required_terms(m)] == [steer, steer]
+    inits = m["spec"]["initContainers"]
+    assert [c["name"] for c in inits] == ["admin-init", "gpuspawner-probe"]
+    probe = inits[1]
+    assert probe["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"  # the server's own image by default
+    assert probe["command"] == ["gpuspawner"]
+    assert probe["args"] == ["probe", "--expect-gpus", "2", "--policy", "minor", "--cuda", "12.4",
+                             "--require", "cuda>=12.4"]
+    assert probe["resources"] == {"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "2"}}
+    assert probe["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert probe["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+
+
+async def test_no_probe_unless_asked_and_admin_probe_image(cuda_spawner):
+    m = await manifest_for(cuda_spawner(), {"profile": "gpu", "gpus": 1})
+    assert not m["spec"].get("initContainers")
+    s = cuda_spawner(cuda_probe=True, cuda_probe_image="ghcr.io/example/probe:1", cuda_policy="strict")
+    m = await manifest_for(s, {"profile": "gpu", "gpus": 1})
+    (probe,) = m["spec"]["initContainers"]
+    assert probe["image"] == "ghcr.io/example/probe:1" and "strict" in probe["args"]
+
+
+async def test_respawn_does_not_stack_old_terms_or_probes(cuda_spawner):
+    s = cuda_spawner(cuda_probe=True)
+    first = await manifest_for(s, {"profile": "gpu", "gpu_pool": UPGRADING.id, "gpus": 1})
+    again = await manifest_for(s, {"profile": "gpu", "gpu_pool": UPGRADING.id, "gpus": 1})
+    assert required_terms(again) == required_terms(first)
+    assert [c["name"] for c in again["spec"]["initContainers"]] == ["gpuspawner-probe"]
+    # into another pool: only that pool's terms, no NotIn left from the first spawn
+    other = await manifest_for(s, {"profile": "gpu", "gpu_pool": GKE_A100.id, "gpus": 1})
+    assert required_terms(other) == [{"matchExpressions": [
+        {"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["a100"]},
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
+    ]}]

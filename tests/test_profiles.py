@@ -210,8 +210,11 @@ def test_merge_keeps_static_profiles_first_and_reports_shadowed():
         ({"slug": "gpu", "kubespawner_override": "image=x"}, "'kubespawner_override' must be a dict"),
         ({"slug": "gpu", "default": "yes"}, "'default' must be True or False"),
         ("gpu", "must be a dict"),
+        ({"slug": "gpu", "cuda": "twelve"}, "'cuda': the image's CUDA declaration"),
+        ({"slug": "gpu", "profile_options": {"size": {"choices": {"s": {"cuda": "12.4"}}}}},
+         "choice 's' of option 'size' has 'cuda' but sets no image"),
     ],
-    ids=["no-slug", "bad-slug", "unknown-key", "zero-max", "str-max", "bool-max", "pools-list", "pools-bad-key", "include-not-str", "reserved-option", "option-without-choices", "override-not-dict", "default-not-bool", "not-a-dict"],
+    ids=["no-slug", "bad-slug", "unknown-key", "zero-max", "str-max", "bool-max", "pools-list", "pools-bad-key", "include-not-str", "reserved-option", "option-without-choices", "override-not-dict", "default-not-bool", "not-a-dict", "bad-cuda", "cuda-on-non-image-choice"],
 )
 def test_spec_config_errors(config, message):
     with pytest.raises(ValueError) as e:
@@ -234,3 +237,35 @@ def test_rule_config_errors(config, message):
     with pytest.raises(ValueError) as e:
         PoolRule.from_config(config)
     assert message in str(e.value)
+
+
+# --- the CUDA check's part of an offer
+
+def test_offers_carry_each_images_fit_and_the_stock_form_line_says_it():
+    from gpuspawner.cuda import decide
+    from gpuspawner.cudacheck import pool_fit
+    from gpuspawner.profiles import describe_pool
+
+    declared = spec(cuda="12.4", kubespawner_override={"image": "pt:cu124"})
+    undeclared = GPUProfileSpec.from_config({"slug": "cpu-image"})
+    offers = build_offers([declared, undeclared], snap(A100), fit=lambda img, p: pool_fit(img, p, "strict", decide))
+    (a100,) = offers["gpu"].pools
+    fit = a100.fit("")
+    assert fit.level == "fail" and fit.image.name == "pt:cu124"  # 535/12.2 under strict
+    assert a100.fit(None) is None
+    assert "; CUDA: does not fit: The image is built with CUDA 12.4" in describe_pool(a100)
+    assert offers["cpu-image"].pools[0].cuda == {}  # nothing declared: nothing checked
+
+
+def test_preferred_pool_takes_the_best_fitting_pool_with_room():
+    from gpuspawner.cuda import decide
+    from gpuspawner.cudacheck import pool_fit
+
+    offers = build_offers([spec(cuda="12.4")], snap(A100, T4), fit=lambda img, p: pool_fit(img, p, "minor", decide))
+    offer = offers["gpu"]
+    assert offer.preferred_pool(1, "").pool.id == A100.id  # both warn: the admin's order
+    strict = build_offers([spec(cuda="12.4")], snap(A100, T4), fit=lambda img, p: pool_fit(img, p, "strict", decide))
+    # every pool refused: still the first with room, so the spawn is refused with the CUDA reason
+    assert strict["gpu"].preferred_pool(1, "").pool.id == A100.id
+    assert strict["gpu"].preferred_pool(3, "").pool.id == A100.id
+    assert strict["gpu"].preferred_pool(4, "") is None  # no pool has room for 4

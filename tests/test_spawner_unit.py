@@ -370,3 +370,210 @@ async def test_free_text_only_option_without_value_is_400(no_cluster, cache):
     s.user_options = {"profile": "custom", "image--unlisted-choice": "quay.io/jupyter/base-notebook"}
     await s.load_user_options()
     assert s.image == "quay.io/jupyter/base-notebook"
+
+
+# --- the CUDA driver check ----------------------------------------------------
+
+from gpuspawner.capacity.model import NodeView  # noqa: E402
+from jupyterhub.spawner import SpawnException  # noqa: E402
+
+
+def gfd(name, driver, cuda):
+    return NodeView(name=name, allocatable=4, free=4, driver_version=driver, cuda_version=cuda,
+                    compute_capability="8.0", labels=(("kubernetes.io/hostname", name),))
+
+
+def driver_pool(group, *nodes):
+    return dataclasses.replace(make_pool(group, "NVIDIA-A100-SXM4-80GB", total=4 * len(nodes), free=4 * len(nodes),
+                                         per_node=4), nodes=len(nodes), node_views=tuple(nodes),
+                               driver_version=min(n.driver_version for n in nodes),
+                               cuda_version=min(n.cuda_version for n in nodes))
+
+
+OLD_POOL = driver_pool("old", gfd("old-1", "470.82.01", "11.4"))
+MVC_POOL = driver_pool("mvc", gfd("mvc-1", "535.183.01", "12.2"))
+NEW_POOL = driver_pool("new", gfd("new-1", "550.54.15", "12.4"), gfd("new-2", "470.82.01", "11.4"))
+UNLABELLED = dataclasses.replace(make_pool("bare", "NVIDIA-A100-SXM4-80GB", total=4, free=4),
+                                 driver_version=None, cuda_version=None,
+                                 node_views=(NodeView("bare-1", 4, 4, None, None, None),))
+
+CUDA_PROFILES = [{
+    "slug": "gpu",
+    "display_name": "GPU server",
+    "cuda": "12.4",
+    "kubespawner_override": {"image": "pytorch:cu124"},
+    "profile_options": {"image": {"display_name": "Image", "choices": {
+        "cu124": {"display_name": "PyTorch (CUDA 12.4)", "default": True},
+        "cu118": {"display_name": "PyTorch (CUDA 11.8)", "kubespawner_override": {"image": "pytorch:cu118"},
+                  "cuda": "11.8"},
+        "cpu": {"display_name": "SciPy", "kubespawner_override": {"image": "scipy"}},
+    }}},
+}]
+
+
+@pytest.fixture
+def driver_cache(monkeypatch):
+    fake = FakeCache(OLD_POOL, MVC_POOL, NEW_POOL, UNLABELLED)
+    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: fake)
+    return fake
+
+
+def cuda_spawner(**traits):
+    return make_spawner(gpu_profiles=CUDA_PROFILES, **traits)
+
+
+async def test_no_fitting_node_refuses_before_any_pod(no_cluster, driver_cache):
+    s = cuda_spawner()
+    s.user_options = {"profile": "gpu", "gpu_pool": OLD_POOL.id, "image": "cu124"}
+    with pytest.raises(SpawnException) as e:
+        await s.load_user_options()
+    message = e.value.log_message
+    assert e.value.status_code == 400 and e.value.reason == "cuda-driver"
+    for part in ("pytorch:cu124 (CUDA 12.4)", "driver 470.82.01, CUDA up to 11.4", "rule: driver-too-old",
+                 "ask the admin to install driver 550.54.14 or newer",
+                 f"GPU pools whose drivers fit this image: {UNLABELLED.id}, {MVC_POOL.id}, {NEW_POOL.id}"):
+        assert part in message, (part, message)
+    assert driver_cache.reservations == {}
+
+
+@pytest.mark.parametrize(
+    "options, pool, excluded, warned",
+    [
+        ({"profile": "gpu", "gpu_pool": OLD_POOL.id, "image": "cpu"}, OLD_POOL, None, False),
+        ({"profile": "gpu", "gpu_pool": NEW_POOL.id, "image": "cu118"}, NEW_POOL, None, True),
+        ({"profile": "gpu", "gpu_pool": MVC_POOL.id}, MVC_POOL, None, True),
+        ({"profile": "gpu", "gpu_pool": NEW_POOL.id}, NEW_POOL, ["new-2"], False),
+        ({"profile": "gpu", "gpu_pool": UNLABELLED.id}, UNLABELLED, None, False),
+        ({"profile": "gpu"}, NEW_POOL, ["new-2"], False),  # fits best: not OLD (refused), bare (unknown), mvc (caveat)
+    ],
+    ids=["cpu-image-unchecked", "caveat-on-some-nodes", "minor-version-warns", "steered-off-old-node",
+         "driver-unknown-admitted", "default-pool-fits"],
+)
+async def test_fitting_spawns_are_steered_and_warned(no_cluster, driver_cache, options, pool, excluded, warned):
+    s = cuda_spawner()
+    s.user_options = options
+    await s.load_user_options()
+    assert s.extra_annotations["gpuspawner.io/pool"] == pool.id
+    (term,) = s.node_affinity_required
+    steer = [e for e in term["matchExpressions"] if e["operator"] == "NotIn"]
+    assert steer == ([{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": excluded}] if excluded else [])
+    assert bool(s._cuda_warnings) is warned
+    if warned:
+        assert "minor-version compatibility" in s._cuda_warnings[0]
+        assert s._cuda_warnings[0].startswith("CUDA check: ")
+
+
+async def test_strict_policy_refuses_what_minor_warns(no_cluster, driver_cache):
+    s = cuda_spawner(cuda_policy="strict")
+    s.user_options = {"profile": "gpu", "gpu_pool": MVC_POOL.id}
+    with pytest.raises(SpawnException) as e:
+        await s.load_user_options()
+    assert "policy: strict" in e.value.log_message
+
+
+async def test_admin_check_replaces_the_rules(no_cluster, driver_cache):
+    from gpuspawner.cuda import Verdict
+
+    def site_check(image, node, policy):
+        return Verdict("fail" if node.name == "mvc-1" else "ok", "site", "Our cluster rule.", "Ask #gpu-help.")
+
+    s = cuda_spawner(cuda_check=site_check)
+    s.user_options = {"profile": "gpu", "gpu_pool": MVC_POOL.id}
+    with pytest.raises(SpawnException) as e:
+        await s.load_user_options()
+    assert "Our cluster rule. (rule: site, policy: minor) Ask #gpu-help." in e.value.log_message
+    s.user_options = {"profile": "gpu", "gpu_pool": OLD_POOL.id}
+    await s.load_user_options()  # the site's rule accepts what the default refuses
+
+
+async def test_progress_shows_the_warning_before_kubespawners_events(no_cluster, driver_cache, monkeypatch):
+    async def events(self):
+        yield {"progress": 50, "message": "Pulling image"}
+
+    monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "progress", events)
+    s = cuda_spawner()
+    s.user_options = {"profile": "gpu", "gpu_pool": MVC_POOL.id}
+    s._cuda_notes = asyncio.get_running_loop().create_future()
+    gen = s.progress()
+    first = asyncio.ensure_future(gen.__anext__())
+    await asyncio.sleep(0.05)
+    assert not first.done()  # waits for this spawn's check, not a previous one's
+    await s.load_user_options()
+    event = await asyncio.wait_for(first, 30)
+    assert event["message"].startswith("CUDA check: The image is built with CUDA 12.4")
+    assert [e async for e in gen] == [{"progress": 50, "message": "Pulling image"}]
+
+
+def failed_probe_pod(message):
+    return {
+        "metadata": {"name": "jupyter-alice"},
+        "spec": {"nodeName": "new-1"},
+        "status": {"phase": "Pending", "initContainerStatuses": [{
+            "name": "gpuspawner-probe", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": message}},
+        }]},
+    }
+
+
+async def test_failed_probe_ends_the_wait_with_its_message(no_cluster, driver_cache):
+    s = cuda_spawner(cuda_probe=True)
+    s.user_options = {"profile": "gpu", "gpu_pool": NEW_POOL.id}
+    await s.load_user_options()
+    report = '{"ok": false, "check": "gpu-count", "message": "the pod asked for 1 GPU(s) but only 0 are visible"}'
+    with pytest.raises(SpawnException) as e:
+        s.is_pod_running(failed_probe_pod(report))
+    assert e.value.reason == "gpu-probe"
+    assert e.value.log_message == ("The GPU check on node new-1 failed before your server started: "
+                                   "the pod asked for 1 GPU(s) but only 0 are visible")
+    s._watch_probe = False  # after start (poll): KubeSpawner's own answer
+    assert s.is_pod_running(failed_probe_pod(report)) is False
+
+
+async def test_form_shows_fit_per_pool_and_image(no_cluster, driver_cache):
+    s = cuda_spawner()
+    form = await s.get_options_form()
+    cards = {}
+    for pid in (OLD_POOL.id, MVC_POOL.id, NEW_POOL.id, UNLABELLED.id):
+        card = re.search(r'value="%s".*?</div>' % re.escape(pid), form, re.S).group(0)
+        cards[pid] = {
+            key: (level, label, text.strip())
+            for level, key, label, text in re.findall(
+                r'<p class="gs-cuda gs-cuda-(\w+)"\s+data-gs-image-field="profile-option-gpu--image" '
+                r'data-gs-image-choice="(\w+)">\s*<strong>CUDA for (.*?):</strong> ([^<]*)</p>', card)
+        }
+    old, mvc, new, bare = (cards[p] for p in (OLD_POOL.id, MVC_POOL.id, NEW_POOL.id, UNLABELLED.id))
+    assert old["cu124"][0] == "fail" and old["cu124"][1] == "PyTorch (CUDA 12.4)"
+    assert old["cu124"][2].startswith("does not fit: The image is built with CUDA 12.4 but node old-1")
+    assert old["cu118"][0] == "warn" and old["cu118"][2].startswith("fits with a caveat:")
+    assert mvc["cu124"][0] == "warn"
+    assert new["cu124"] == ("ok", "PyTorch (CUDA 12.4)",
+                            "fits (1 of 2 nodes of this pool do not fit (new-2); the server is kept off them)")
+    assert bare["cu124"] == ("skip", "PyTorch (CUDA 12.4)", "driver unknown")
+    assert all("cpu" not in c for c in cards.values())  # an undeclared image shows no line
+    assert "<dt>Driver</dt><dd>mixed: 470.82.01, 550.54.15</dd>" in form  # a pool mid upgrade
+
+
+@pytest.mark.parametrize(
+    "trait, value, message",
+    [
+        ("cuda_policy", "lenient", "cuda_policy must be one of strict, minor, forward"),
+        ("cuda_check", "gpuspawner.cuda:nope", "cuda_check 'gpuspawner.cuda:nope' cannot be imported"),
+        ("cuda_check", 42, "cuda_check must be a callable"),
+        ("cuda_probe_image", " ", "cuda_probe_image must be an image reference"),
+        ("gpu_profiles", [{"slug": "gpu", "cuda": 12.4}], "gpu_profiles[0] (slug 'gpu'): 'cuda': the image's"),
+    ],
+    ids=["policy", "check-import", "check-type", "probe-image", "profile-cuda"],
+)
+def test_cuda_trait_validation_messages(no_cluster, trait, value, message):
+    s = make_spawner()
+    with pytest.raises(TraitError) as e:
+        setattr(s, trait, value)
+    assert message in str(e.value)
+
+
+def test_cuda_check_import_string(no_cluster):
+    from gpuspawner.cuda import decide
+
+    assert make_spawner(cuda_check="gpuspawner.cuda:decide").cuda_check is decide
+    assert make_spawner(cuda_check="gpuspawner.cuda.decide").cuda_check is decide
+    assert make_spawner().cuda_check is decide and make_spawner().cuda_policy == "minor"
