@@ -19,7 +19,7 @@ import json
 import logging
 import random
 import time
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from aiohttp import web
@@ -163,6 +163,8 @@ class ApiServer:
         self.faults._close_watches = self._close_http_watches
         self.counters = RequestCounters()
         self.url: str | None = None
+        # pods/log: (namespace, pod, container, previous) -> text; the simulated kubelet's logs
+        self.log_source: Callable[[str, str, str | None, bool], str] | None = None
         self._watches: set[Watcher] = set()
         self._runner: web.AppRunner | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -324,6 +326,8 @@ class ApiServer:
             raise err
         if q.get("dryRun"):
             raise bad_request("dryRun is not supported by the simulated API server")
+        if route.sub == "log":
+            return self._pod_log(request, route)
         if verb == "watch":
             return await self._watch(request, route)
         if verb == "list":
@@ -347,6 +351,10 @@ class ApiServer:
     def _verb(method: str, route: _Route, watching: bool) -> str:
         not_allowed = ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource")
+        if route.sub == "log" and route.info.plural == "pods" and route.name is not None:
+            if method != "GET":
+                raise not_allowed
+            return "get"
         if route.sub not in (None, "status", "binding") or (route.sub == "binding" and route.info.plural != "pods"):
             raise ApiError(404, "NotFound", _NOT_FOUND, details={})
         if route.sub == "status" and not route.info.status_subresource:
@@ -381,6 +389,36 @@ class ApiServer:
                             retry_after=retry_after)
         return ApiError(500, "InternalError", "Internal error occurred: injected fault",
                         details={"causes": [{"message": "injected fault"}]})
+
+    def _pod_log(self, request: web.Request, route: _Route) -> web.Response:
+        """GET pods/{name}/log (registry/core/pod/rest/log.go): plain text, one container."""
+        pod = self.store.get("pods", route.name, route.namespace)
+        names = [c.get("name") for c in pod.get("spec", {}).get("containers", [])]
+        container = request.query.get("container")
+        if not container:
+            if len(names) != 1:
+                raise bad_request(f"a container name must be specified for pod {route.name}, "
+                                  f"choose one of: [{' '.join(map(str, names))}]")
+            container = names[0]
+        init_names = [c.get("name") for c in pod.get("spec", {}).get("initContainers", [])]
+        if container not in names and container not in init_names:
+            raise bad_request(f"container {container} is not valid for pod {route.name}")
+        previous = _parse_bool("previous", request.query.get("previous"))
+        try:
+            text = self.log_source(route.namespace, route.name, container, previous) if self.log_source else ""
+        except KeyError:
+            # the kubelet has no log for it (pods loaded from a file run no process)
+            raise bad_request(f'container "{container}" in pod "{route.name}" is waiting to start: '
+                              "ContainerCreating") from None
+        tail = request.query.get("tailLines")
+        if tail is not None:
+            try:
+                n = int(tail)
+            except ValueError:
+                raise bad_request(f"tailLines: invalid value {tail!r}") from None
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-n:]) if n > 0 else ""
+        return web.Response(text=text, content_type="text/plain")
 
     # -- bodies --
     async def _read_body(self, request: web.Request, info: ResourceInfo) -> dict[str, Any]:

@@ -16,6 +16,7 @@ Without ``cluster_file`` and ``manifests`` the packaged default cluster
 from __future__ import annotations
 
 import asyncio
+import gc
 import contextlib
 import time
 from importlib import resources
@@ -81,6 +82,10 @@ class SimCluster:
         t0 = time.perf_counter()
         loader.apply(self.store, self.load())
         self.load_seconds = time.perf_counter() - t0
+        # a loaded cluster is long-lived: move it out of the cyclic collector's reach, whose full
+        # passes over 100,000s of stored objects would otherwise stall the loop for seconds
+        gc.collect()
+        gc.freeze()
         self._started = True
         try:
             if self.serve_http:
@@ -95,6 +100,8 @@ class SimCluster:
                                    api_url=self.url, restart_backoff=self.restart_backoff,
                                    pod_subnet=self.pod_subnet)
             await self.kubelet.start()
+            if self.apiserver is not None:
+                self.apiserver.log_source = self.kubelet.logs  # `kubectl logs`
             self.scheduler = Scheduler(self.store, style=self.message_style)
             await self.scheduler.start()
         except BaseException:

@@ -405,6 +405,10 @@ class PodWorker:
         delay = min(self.k.restart_backoff[0] * 2 ** c.restarts, self.k.restart_backoff[1])
         msg = f"back-off {int(delay)}s restarting failed container={c.name} pod={self.name}_{self.ns}" \
               f"({self.pod['metadata'].get('uid', '')})"
+        if c.state.get("terminated"):
+            # while it waits to restart, the run that ended shows as lastState (kubelet's
+            # kuberuntime_container.go: the previous container's status)
+            c.last_state = {"terminated": dict(c.state["terminated"])}
         c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": msg}}
         self.event("Warning", "BackOff", f"Back-off restarting failed container {c.name} in pod "
                                          f"{self.name}_{self.ns}({self.pod['metadata'].get('uid', '')})", c)
@@ -474,6 +478,13 @@ class PodWorker:
             return False
         else:
             env[TERMINATION_LOG_ENV] = str(c.term_file)
+            # the container's terminationMessagePath is a file the kubelet mounts into it; here
+            # the container shares the host's files, so that path in its command line and env
+            # means this container's own file (as 0.0.0.0 means the pod's own address)
+            tm_path = c.spec.get("terminationMessagePath") or "/dev/termination-log"
+            argv = [a.replace(tm_path, str(c.term_file)) for a in argv]
+            env = {k: (v.replace(tm_path, str(c.term_file)) if k != TERMINATION_LOG_ENV else v)
+                   for k, v in env.items()}
             cwd = c.spec.get("workingDir")
             if not cwd or not os.path.isdir(cwd):
                 cwd = str(self.dir)
@@ -549,8 +560,6 @@ class PodWorker:
         if msg:
             term["message"] = msg
         c.ready = False
-        if c.restarts or c.state.get("terminated"):
-            c.last_state = {"terminated": dict(term)}
         c.state = {"terminated": term}
         self.push_status()
         return code

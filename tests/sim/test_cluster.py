@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -351,3 +353,32 @@ def test_pod_ips_are_never_those_of_live_pods():
         ips.take()
     with pytest.raises(ValueError, match="inside 127.0.0.0/8"):
         Kubelet(None, pod_subnet="10.0.0.0/16")
+
+
+async def test_pod_log_is_served_like_kubectl_logs_reads_it(cluster):
+    script = "print('hello from the pod'); print('second line')"
+    cluster.store.create("pods", pod("talker", args=[sys.executable, "-c", script], restart="Never", tolerations=[]),
+                         namespace="default")
+    await cluster.wait_for(lambda: (x := cluster.pod("default", "talker")) and
+                           x["status"].get("phase") == "Succeeded", 20, what="phase Succeeded")
+    url = f"{cluster.url}/api/v1/namespaces/default/pods/talker/log"
+    assert await asyncio.to_thread(_text, url) == (200, "hello from the pod\nsecond line\n")
+    assert await asyncio.to_thread(_text, url + "?tailLines=1") == (200, "second line\n")
+    status, body = await asyncio.to_thread(_text, url + "?container=nope")
+    assert status == 400 and "container nope is not valid" in body
+    if shutil.which("kubectl"):
+        out = await asyncio.to_thread(
+            subprocess.run, ["kubectl", "--server", cluster.url, "logs", "-n", "default", "talker"],
+            capture_output=True, text=True, timeout=30)
+        assert out.stdout == "hello from the pod\nsecond line\n", out.stderr
+
+
+def _text(url: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

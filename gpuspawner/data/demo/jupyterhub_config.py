@@ -37,6 +37,9 @@ if token:
 c.GPUSpawner.namespace = "jupyterhub"
 c.GPUSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
 c.GPUSpawner.cmd = ["jupyterhub-singleuser"]
+# the simulated kubelet runs servers as the demo's own user, which may be root (a container, CI);
+# a real notebook image runs as an unprivileged user and needs no such flag
+c.GPUSpawner.args = ["--allow-root"]
 c.GPUSpawner.start_timeout = 180
 c.GPUSpawner.http_timeout = 90
 c.GPUSpawner.delete_grace_period = 2
