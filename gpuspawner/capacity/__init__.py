@@ -1,0 +1,30 @@
+"""Live GPU capacity: what the cluster can offer a spawn right now.
+
+Layers (docs/architecture.md, docs/capacity.md): ``quantity``, ``labels``,
+``podres``, ``config`` and ``ledger`` are pure (stdlib only); ``cache`` does
+the Kubernetes I/O and is loaded lazily, so importing this package pulls in
+no Kubernetes client.
+"""
+
+from .config import CapacityConfig, DeclaredPool
+from .model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
+
+__all__ = [
+    "CapacityCache",
+    "CapacityConfig",
+    "CapacitySnapshot",
+    "DeclaredPool",
+    "NodeView",
+    "PoolView",
+    "ScaleUp",
+    "Taint",
+    "pool_id",
+]
+
+
+def __getattr__(name):
+    if name == "CapacityCache":
+        from .cache import CapacityCache
+
+        return CapacityCache
+    raise AttributeError(f"module 'gpuspawner.capacity' has no attribute {name!r}")

@@ -1,0 +1,638 @@
+"""The shared informer cache: list, then watch Nodes and Pods cluster-wide.
+
+One :class:`CapacityCache` per hub process and event loop (STYLE.md #7), fed
+by two informers with client-go reflector semantics
+(``k8s.io/client-go/tools/cache/reflector.go``, STYLE.md #8):
+
+* **list** in pages (``limit`` + ``continue``), raw JSON (``_preload_content=
+  False``) parsed here, keeping only compact GPU records (a pod that requests
+  no GPU is not stored at all), yielding to the event loop between pages and
+  between slices of a page so the hub never stalls;
+* **watch** from the list's resourceVersion with ``allowWatchBookmarks`` and a
+  jittered ``timeoutSeconds``; after a normal close the next watch **resumes**
+  from the last resourceVersion seen (bookmarks advance it) with no re-list;
+* **re-list only after 410 Gone** (an ``ERROR`` event with code 410, or HTTP
+  410 on the watch or on a stale ``continue`` token);
+* **other failures back off** exponentially with full jitter, capped
+  (``delay = rand() * min(cap, base * 2**(n-1))``, the "full jitter" of the
+  AWS Architecture Blog "Exponential Backoff and Jitter"); a watch that stays
+  open but silent longer than ``stall_timeout`` is treated as stuck and
+  restarted: the API server's watch cache sends a bookmark about once a minute
+  (``k8s.io/apiserver/pkg/storage/cacher``, ``bookmarkFrequency``), so silence
+  is abnormal;
+* **403** (the Zero to JupyterHub hub Role is namespaced) is reported in
+  :attr:`CapacityCache.health` and in ``CapacitySnapshot.error`` with the
+  ClusterRole rules to add; the informer keeps retrying slowly, so granting
+  the rights later heals it without a hub restart.
+
+Time is injected (``clock``, ``sleep``, ``rand``; STYLE.md #12) so tests assert
+backoff delays exactly.  Accounting is delegated to the pure
+:class:`~gpuspawner.capacity.ledger.Ledger`; answering :meth:`snapshot` makes
+no API call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import random
+import time
+import weakref
+from typing import Any, Awaitable, Callable, ClassVar
+
+from .config import CapacityConfig
+from .labels import node_record
+from .ledger import Ledger
+from .model import CapacitySnapshot
+from .podres import pod_key, pod_record
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CapacityCache", "missing_rules_message"]
+
+ApiFactory = Callable[[], Any]
+
+# what each kind needs at the cluster scope, for the 403 message
+_RULES = {"nodes": "nodes: list, watch", "pods": "pods: list, watch"}
+
+
+def missing_rules_message(kinds: list[str]) -> str:
+    """The 403 explanation: which ClusterRole rules the hub lacks."""
+    rules = "; ".join(_RULES[k] for k in kinds)
+    return (
+        f"forbidden: the hub cannot {' and '.join('list/watch ' + k for k in kinds)} at the cluster scope, "
+        f"so live GPU capacity is unknown. Bind the hub's service account to a ClusterRole with the rules "
+        f'[{rules}] (apiGroups: [""]); the Zero to JupyterHub hub Role is namespaced and does not grant them.'
+    )
+
+
+_SHORT_WATCH = 1.0  # seconds; client-go reflector's "very short watch" threshold
+_SLICE_SECONDS = 0.005  # synchronous work between two yields while applying a list page
+
+
+class _Gone(Exception):
+    """410: the resourceVersion is too old; a re-list is needed."""
+
+
+class _Forbidden(Exception):
+    pass
+
+
+class _Stuck(Exception):
+    pass
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _retry_after(resp: Any) -> float | None:
+    # 429 (max-in-flight / API priority and fairness) and 503 carry Retry-After
+    # in seconds (k8s.io/apiserver/pkg/server/filters); client-go waits for it
+    headers = getattr(resp, "headers", None) or {}
+    try:
+        value = float(headers.get("Retry-After", ""))
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def _status_message(body: bytes) -> str:
+    try:
+        doc = json.loads(body)
+        if isinstance(doc, dict) and doc.get("message"):
+            return str(doc["message"])
+    except ValueError:
+        pass
+    return body[:200].decode("utf-8", "replace")
+
+
+async def _raise_for_status(resp: Any) -> None:
+    if resp.status == 200:
+        return
+    body = await resp.read()
+    resp.release()
+    msg = _status_message(body)
+    if resp.status == 410:
+        raise _Gone(msg)
+    if resp.status == 403:
+        raise _Forbidden(msg)
+    raise _HttpError(resp.status, msg, _retry_after(resp))
+
+
+class _Informer:
+    """List-then-watch of one kind; feeds ``apply``/``remove``/``retain`` callbacks."""
+
+    def __init__(self, cache: "CapacityCache", kind: str, method: str) -> None:
+        self.cache = cache
+        self.kind = kind
+        self.method = method
+        self.resource_version: str | None = None
+        self.synced = False
+        self.forbidden = False
+        self.last_contact: float | None = None
+        self.failures = 0  # consecutive
+        self.error: str | None = None
+        self.lists = 0
+        self.relists = 0
+        self.watches = 0
+        self.watch_restarts = 0
+        self.stuck = 0
+        self.events = 0
+
+    # -- state -------------------------------------------------------------
+
+    def _contact(self) -> None:
+        self.last_contact = self.cache._clock()
+
+    def _ok(self) -> None:
+        if self.failures or self.error:
+            log.info("capacity %s informer recovered", self.kind)
+        self.failures = 0
+        self.error = None
+        self.forbidden = False
+
+    def health(self) -> dict[str, Any]:
+        now = self.cache._clock()
+        since = self.last_contact if self.last_contact is not None else self.cache._started
+        return {
+            "synced": self.synced,
+            "age_seconds": round(now - since, 3),
+            "resource_version": self.resource_version,
+            "consecutive_failures": self.failures,
+            "error": self.error,
+            "forbidden": self.forbidden,
+            "lists": self.lists,
+            "relists": self.relists,
+            "watches": self.watches,
+            "watch_restarts": self.watch_restarts,
+            "stuck_watches": self.stuck,
+            "events": self.events,
+        }
+
+    # -- the loop ------------------------------------------------------------
+
+    async def run(self) -> None:
+        need_list = True
+        while True:
+            wait: float | None = None  # a Retry-After from the server
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                began = self.cache._clock()
+                events = await self._watch()
+                # a normal close (timeoutSeconds): resume from resource_version
+                self.watch_restarts += 1
+                if events or self.cache._clock() - began >= _SHORT_WATCH:
+                    self._ok()
+                    continue
+                # client-go treats a watch that ends at once without events as
+                # an error ("very short watch"), so a server that keeps
+                # closing streams is not hammered in a tight loop
+                self.error = "very short watch: the API server closed it at once without events"
+                log.warning("capacity %s: %s", self.kind, self.error)
+            except asyncio.CancelledError:
+                raise
+            except _Gone as e:
+                # client-go: "too old resource version" -> re-list at once
+                log.info("capacity %s: %s; re-listing", self.kind, e)
+                self.resource_version = None
+                self.relists += 1
+                need_list = True
+                continue
+            except _Forbidden as e:
+                self.forbidden = True
+                self.error = missing_rules_message([self.kind]) + f" (API server: {e})"
+                if self.failures == 0:
+                    log.warning("capacity: %s", self.error)
+            except _Stuck as e:
+                self.stuck += 1
+                self.watch_restarts += 1
+                self.error = str(e)
+                log.warning("capacity %s: %s; restarting the watch", self.kind, e)
+            except Exception as e:  # network errors, 5xx, bad JSON: back off and retry
+                self.error = f"{type(e).__name__}: {e}".strip()
+                wait = getattr(e, "retry_after", None)
+                log.warning(
+                    "capacity %s %s failed (%d in a row): %s",
+                    self.kind,
+                    "list" if need_list else "watch",
+                    self.failures + 1,
+                    self.error,
+                )
+            self.failures += 1
+            self.cache._changed_health()
+            delay = self.cache._backoff(self.failures)
+            if wait is not None:  # the server said when to come back; never beyond the cap
+                delay = min(max(delay, wait), self.cache._backoff_cap)
+            await self.cache._sleep(delay)
+
+    async def _call(self, **params: Any) -> Any:
+        api = await self.cache._get_api()
+        return await getattr(api, self.method)(_preload_content=False, **params)
+
+    async def _list(self) -> None:
+        cache = self.cache
+        seen: set[str] = set()
+        token: str | None = None
+        rv: str | None = None
+        self.lists += 1
+        while True:
+            params: dict[str, Any] = {"limit": cache._page_size, "_request_timeout": cache._request_timeout}
+            if token:
+                params["_continue"] = token
+            resp = await self._call(**params)
+            try:
+                await _raise_for_status(resp)
+                body = await resp.read()
+            finally:
+                resp.release()
+            self._contact()
+            doc = json.loads(body)
+            del body
+            items = doc.get("items") or []
+            meta = doc.get("metadata") or {}
+            doc = None
+            # yield whenever a stretch of work exceeds the slice budget, so
+            # the hub's loop never stalls long (issue #2: <= 25 ms)
+            began = time.perf_counter()
+            for obj in items:
+                key = self._apply(obj)
+                if key is not None:
+                    seen.add(key)
+                if time.perf_counter() - began > _SLICE_SECONDS:
+                    await asyncio.sleep(0)
+                    began = time.perf_counter()
+            items = None
+            rv = meta.get("resourceVersion") or rv
+            token = meta.get("continue") or None
+            await asyncio.sleep(0)
+            if not token:
+                break
+        removed = self._retain(seen)
+        if removed:
+            log.info("capacity %s re-list dropped %d vanished objects", self.kind, removed)
+        self.resource_version = rv
+        self._ok()
+        if not self.synced:
+            self.synced = True
+            log.info("capacity %s informer synced at resourceVersion %s", self.kind, rv)
+        cache._changed_health()
+
+    async def _watch(self) -> int:
+        """One watch request; returns the number of events after a normal close."""
+        cache = self.cache
+        seen = 0
+        # client-go: timeoutSeconds = minWatchTimeout * (1 + rand), spreading reconnects
+        timeout = max(1, int(cache._watch_timeout * (1 + cache._rand())))
+        try:
+            resp = await self._call(
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=self.resource_version,
+                timeout_seconds=timeout,
+                _request_timeout=cache._watch_request_timeout(),
+            )
+        except asyncio.TimeoutError:
+            # no response headers within stall_timeout (aiohttp sock_read)
+            raise _Stuck(f"watch request unanswered for more than {cache._stall_timeout:g}s") from None
+        try:
+            await _raise_for_status(resp)
+            self.watches += 1
+            self._contact()
+            # the server answers again; the failure count (and so the backoff)
+            # is only reset once the stream proves itself with an event
+            self.error = None
+            self.forbidden = False
+            cache._changed_health()
+            buf = b""
+            while True:
+                try:
+                    # aiohttp's sock_read timeout (= stall_timeout) bounds the
+                    # silence between two chunks; it raises in this task, so
+                    # cancelling the informer needs no helper task
+                    chunk = await resp.content.readany()
+                except asyncio.TimeoutError:
+                    raise _Stuck(f"watch silent for more than {cache._stall_timeout:g}s") from None
+                if not chunk:
+                    return seen
+                self._contact()
+                buf += chunk
+                if b"\n" not in buf:
+                    continue
+                lines = buf.split(b"\n")
+                buf = lines.pop()
+                for line in lines:
+                    if line.strip():
+                        self._event(json.loads(line))
+                        if not seen:
+                            self._ok()
+                        seen += 1
+        finally:
+            resp.release()
+
+    def _event(self, ev: dict) -> None:
+        kind = ev.get("type")
+        obj = ev.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            msg = obj.get("message") or obj.get("reason") or "watch error"
+            if code == 410:
+                raise _Gone(msg)
+            if code == 403:
+                raise _Forbidden(msg)
+            raise _HttpError(int(code or 500), msg)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind in ("ADDED", "MODIFIED"):
+            self._apply(obj)
+        elif kind == "DELETED":
+            self._remove(obj)
+        elif kind != "BOOKMARK":
+            log.debug("capacity %s: ignoring watch event type %r", self.kind, kind)
+            return
+        self.events += 1
+        if rv:
+            self.resource_version = rv
+
+    # -- kind-specific -------------------------------------------------------
+
+    def _apply(self, obj: dict) -> str | None:
+        cache = self.cache
+        if self.kind == "nodes":
+            name = (obj.get("metadata") or {}).get("name")
+            rec = node_record(obj, cache.config)
+            if rec is None:
+                if name:
+                    cache._ledger.remove_node(name)
+                return None
+            cache._ledger.upsert_node(rec)
+            return rec.name
+        prec = pod_record(obj, cache.config.is_gpu_resource)
+        if prec is None:
+            key = pod_key(obj)
+            if key is not None:
+                cache._ledger.remove_pod(key)
+            return None
+        cache._ledger.upsert_pod(prec)
+        return prec.key
+
+    def _remove(self, obj: dict) -> None:
+        if self.kind == "nodes":
+            name = (obj.get("metadata") or {}).get("name")
+            if name:
+                self.cache._ledger.remove_node(name)
+        else:
+            key = pod_key(obj)
+            if key is not None:
+                self.cache._ledger.remove_pod(key)
+
+    def _retain(self, seen: set[str]) -> int:
+        if self.kind == "nodes":
+            return self.cache._ledger.retain_nodes(seen)
+        return self.cache._ledger.retain_pods(seen)
+
+
+class CapacityCache:
+    """Live GPU capacity of the cluster, shared by every spawner of the hub.
+
+    Use :meth:`shared`; the constructor is public for tests and benchmarks,
+    which inject the API and time (``clock``, ``sleep``, ``rand``).
+    """
+
+    _shared: ClassVar["weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CapacityCache]"] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(
+        self,
+        config: CapacityConfig,
+        *,
+        api_factory: ApiFactory | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+        page_size: int = 250,
+        watch_timeout: float = 300.0,
+        stall_timeout: float = 120.0,
+        request_timeout: float = 60.0,
+        backoff_base: float = 0.8,
+        backoff_cap: float = 30.0,
+        stale_after: float | None = None,
+    ) -> None:
+        if not isinstance(config, CapacityConfig):
+            raise TypeError(f"CapacityCache needs a CapacityConfig, got {type(config).__name__}")
+        if page_size < 1 or watch_timeout <= 0 or stall_timeout <= 0 or backoff_base <= 0 or backoff_cap <= 0:
+            raise ValueError("page_size, watch_timeout, stall_timeout and the backoff times must be positive")
+        self.config = config
+        self._api_factory = api_factory
+        self._owns_api = api_factory is not None
+        self._api: Any = None
+        self._api_lock = asyncio.Lock()
+        self._clock = clock
+        self._sleep = sleep
+        self._rand = rand
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout
+        self._stall_timeout = stall_timeout
+        self._request_timeout = request_timeout
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+        self._stale_after = stale_after if stale_after is not None else 2 * stall_timeout
+        self._ledger = Ledger(config.declared_pools)
+        self._started = clock()
+        self._informers = {
+            "nodes": _Informer(self, "nodes", "list_node"),
+            "pods": _Informer(self, "pods", "list_pod_for_all_namespaces"),
+        }
+        self._tasks: list[asyncio.Task] = []
+        self._settled = asyncio.Event()
+        self._snapshot: CapacitySnapshot | None = None
+        self._snapshot_key: tuple | None = None
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @classmethod
+    def shared(cls, config: CapacityConfig, *, api_factory: ApiFactory | None = None) -> "CapacityCache":
+        """The process's cache for the running loop; the first call creates and starts it."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError("CapacityCache.shared() must be called from a running event loop") from None
+        cache = cls._shared.get(loop)
+        if cache is None:
+            cache = cls(config, api_factory=api_factory)
+            cache.start()
+            cls._shared[loop] = cache
+        elif cache.config != config:
+            log.warning("CapacityCache.shared(): a different config was passed and ignored; the first one wins")
+        return cache
+
+    @classmethod
+    async def reset_shared(cls) -> None:
+        """Tests: stop the running loop's shared cache and forget every shared cache."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        mine = cls._shared.get(loop) if loop is not None else None
+        cls._shared.clear()
+        if mine is not None:
+            await mine.stop()
+
+    def start(self) -> None:
+        if self._tasks:
+            return
+        for inf in self._informers.values():
+            self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}"))
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # pragma: no cover - run() only ends by cancellation
+                log.exception("capacity informer ended with an error")
+        api, self._api = self._api, None
+        if api is not None and self._owns_api:
+            client = getattr(api, "api_client", None)
+            if client is not None:
+                await client.close()
+
+    async def _get_api(self) -> Any:
+        if self._api is not None:
+            return self._api
+        async with self._api_lock:
+            if self._api is None:
+                factory = self._api_factory or _default_api
+                api = factory()
+                if inspect.isawaitable(api):
+                    api = await api
+                self._api = api
+        return self._api
+
+    # -- reading ---------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced for i in self._informers.values())
+
+    def _error(self) -> str | None:
+        forbidden = [k for k, i in self._informers.items() if i.forbidden]
+        if forbidden:
+            return missing_rules_message(forbidden)
+        errors = [f"{k}: {i.error}" for k, i in self._informers.items() if i.error]
+        return "; ".join(errors) or None
+
+    def _age(self) -> float:
+        now = self._clock()
+        contacts = [i.last_contact for i in self._informers.values()]
+        oldest = min((c if c is not None else self._started) for c in contacts)
+        return max(0.0, now - oldest)
+
+    def _healthy(self, age: float) -> bool:
+        return (
+            self.synced
+            and not any(i.error or i.forbidden for i in self._informers.values())
+            and age <= self._stale_after
+        )
+
+    def _changed_health(self) -> None:
+        if self.synced or any(i.forbidden for i in self._informers.values()):
+            self._settled.set()
+
+    async def wait_synced(self, timeout: float) -> bool:
+        """Wait until both informers have listed once; False on timeout or when forbidden."""
+        if not self.synced:
+            try:
+                await asyncio.wait_for(self._settled.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        return self.synced
+
+    def snapshot(self) -> CapacitySnapshot:
+        """The pools as of now.  No I/O; the pools are rebuilt only after a change."""
+        self._ledger.expire(self._clock())
+        pools = self._ledger.pools()
+        age = self._age()
+        return CapacitySnapshot(
+            pools=pools,
+            synced=self.synced,
+            age_seconds=age,
+            generation=self._ledger.generation,
+            healthy=self._healthy(age),
+            error=self._error(),
+            pools_by_id=self._ledger.pools_by_id(),
+        )
+
+    def reserve(self, owner: str, pool_id: str, count: int) -> None:
+        """Count ``count`` GPUs of ``pool_id`` for the pod ``owner`` ("<namespace>/<name>") at once."""
+        if not isinstance(owner, str) or "/" not in owner:
+            raise ValueError(f"reservation owner must be '<namespace>/<pod name>', got {owner!r}")
+        self._ledger.reserve(owner, pool_id, count, self._clock() + self.config.reservation_ttl)
+
+    def release(self, owner: str) -> None:
+        self._ledger.release(owner)
+
+    @property
+    def health(self) -> dict[str, Any]:
+        age = self._age()
+        informers = {k: i.health() for k, i in self._informers.items()}
+        return {
+            "synced": self.synced,
+            "age_seconds": round(age, 3),
+            "healthy": self._healthy(age),
+            "error": self._error(),
+            "relists": sum(i.relists for i in self._informers.values()),
+            "watch_restarts": sum(i.watch_restarts for i in self._informers.values()),
+            "consecutive_failures": max(i.failures for i in self._informers.values()),
+            "gpu_nodes": self._ledger.node_count,
+            "gpu_pods": self._ledger.pod_count,
+            "reservations": len(self._ledger.reservations()),
+            "generation": self._ledger.generation,
+            "informers": informers,
+        }
+
+    # -- timing ----------------------------------------------------------------
+
+    def _backoff(self, failures: int) -> float:
+        """Full jitter: uniform in [0, min(cap, base * 2**(failures-1)))."""
+        ceiling = min(self._backoff_cap, self._backoff_base * (2 ** min(failures - 1, 30)))
+        return self._rand() * ceiling
+
+    def _watch_request_timeout(self) -> Any:
+        import aiohttp
+
+        # no total: a watch lives for timeoutSeconds; silence before the
+        # response headers is bounded by sock_read, silence after them by the
+        # stall check in _watch
+        return aiohttp.ClientTimeout(
+            total=None,
+            connect=self._request_timeout,
+            sock_connect=self._request_timeout,
+            sock_read=self._stall_timeout,
+        )
+
+
+async def _default_api() -> Any:
+    """KubeSpawner's client: in-cluster config, KUBECONFIG, and its ``k8s_api_host``.
+
+    ``load_config`` is only called when no spawner has loaded the global
+    configuration yet (a second call would undo KubeSpawner's host override);
+    it blocks on file I/O, so it runs in a thread.
+    """
+    from kubernetes_asyncio.client import Configuration
+    from kubespawner.clients import load_config, shared_client
+
+    if getattr(Configuration, "_default", None) is None:
+        await asyncio.to_thread(load_config)
+    return shared_client("CoreV1Api")

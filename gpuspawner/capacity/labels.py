@@ -1,0 +1,386 @@
+"""Reading GPU facts from a node: product, memory, driver, CUDA, node group.
+
+Small provider tables (STYLE.md #5) over one reader.  Label names and their
+history are in ``/work/shared/reference/cuda-compat-and-gpu-labels.md``
+(cited below as "ref §x.y").  This module also turns a Node object (the JSON
+dict of the API) into the compact :class:`NodeRecord` the ledger keeps: only
+what pool accounting and driver steering need, never the whole object.
+
+Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from .model import Taint, pool_id
+from .quantity import QuantityError, parse_count
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import CapacityConfig
+
+log = logging.getLogger(__name__)
+
+# a handful of distinct pools, thousands of nodes: slugging once per pool is enough
+_pool_id = functools.lru_cache(maxsize=4096)(pool_id)
+
+__all__ = [
+    "NodeGroupProvider",
+    "NODE_GROUP_PROVIDERS",
+    "GpuVendor",
+    "VENDORS",
+    "GpuFacts",
+    "NodeGpu",
+    "NodeRecord",
+    "node_group",
+    "gpu_facts",
+    "driver_versions",
+    "product_label_for",
+    "version_key",
+    "node_record",
+]
+
+
+# ---------------------------------------------------------------------------
+# node groups (ref §4.3)
+
+
+@dataclass(frozen=True)
+class NodeGroupProvider:
+    label: str
+    provider: str
+    source: str
+
+
+NODE_GROUP_PROVIDERS: tuple[NodeGroupProvider, ...] = (
+    NodeGroupProvider("cloud.google.com/gke-nodepool", "GKE", "ref §4.3 (GKE GPU how-to)"),
+    NodeGroupProvider("eks.amazonaws.com/nodegroup", "EKS managed node groups", "ref §4.3"),
+    NodeGroupProvider("kubernetes.azure.com/agentpool", "AKS", "ref §4.3 (AKS 'use labels')"),
+    NodeGroupProvider("karpenter.sh/nodepool", "Karpenter v1 (AWS, Azure NAP)", "ref §4.3"),
+    # Karpenter before v0.32 named node pools "provisioners" [S: Karpenter v1beta1 migration guide]
+    NodeGroupProvider("karpenter.sh/provisioner-name", "Karpenter < v0.32", "Karpenter migration guide [S]"),
+    # DigitalOcean Kubernetes [S: DOKS docs, "doks.digitalocean.com/node-pool"]
+    NodeGroupProvider("doks.digitalocean.com/node-pool", "DigitalOcean DOKS", "DOKS docs [S]"),
+)
+
+
+def node_group(labels: Mapping[str, str], group_labels: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """(label, value) of the first configured node-group label present, else (None, None)."""
+    for key in group_labels:
+        value = labels.get(key)
+        if value:
+            return key, value
+    return None, None
+
+
+# ---------------------------------------------------------------------------
+# GPU vendors (ref §4.1 NVIDIA GFD, §4.2 AMD node labeller)
+
+
+def _mib(value: str | None) -> int | None:
+    """GFD memory labels are plain MiB counts (``GetMemoryInfo().Total/2^20``, ref §4.1)."""
+    if not value:
+        return None
+    try:
+        n = parse_count(value)
+    except QuantityError:
+        return None
+    return n or None
+
+
+def _amd_vram_mib(value: str | None) -> int | None:
+    """``amd.com/gpu.vram`` is e.g. ``"192G"`` (ref §4.2, MI300X).
+
+    [I] The labeller divides the byte size by 2^30 and appends "G", so "G" is
+    read as GiB (an MI300X has 192 GiB of HBM3); a bare number is taken as MiB.
+    """
+    if not value:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?)?B?\s*", value)
+    if m is None:
+        return None
+    scale = {None: 1, "K": 1 / 1024, "Ki": 1 / 1024, "M": 1, "Mi": 1, "G": 1024, "Gi": 1024, "T": 1 << 20, "Ti": 1 << 20}
+    return int(float(m.group(1)) * scale[m.group(2)]) or None
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    product: str | None
+    memory_mib: int | None
+    product_label: str | None  # the label the product was read from, when it exists on the node
+
+
+@dataclass(frozen=True)
+class GpuVendor:
+    """How one vendor's resources map to product and memory labels."""
+
+    name: str
+    matches: Callable[[str], bool]
+    facts: Callable[[str, Mapping[str, str]], GpuFacts]
+    product_label: Callable[[str], str | None]
+
+
+def _mig_profile(resource: str) -> str:
+    return resource[len("nvidia.com/mig-"):]
+
+
+def _nvidia_mig_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
+    # MIG mixed strategy: per-profile labels nvidia.com/mig-<profile>.{product,memory} (ref §4.1)
+    profile = _mig_profile(resource)
+    key = f"nvidia.com/mig-{profile}.product"
+    product = labels.get(key)
+    label = key if product else None
+    if not product:
+        base = labels.get("nvidia.com/gpu.product")
+        product = f"{base}-MIG-{profile}" if base else None
+    return GpuFacts(product, _mib(labels.get(f"nvidia.com/mig-{profile}.memory")), label)
+
+
+def _nvidia_gpu_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
+    # full GPUs, time-sliced/MPS replicas (gpu.product gets "-SHARED") and MIG
+    # single strategy (GFD rewrites gpu.product/gpu.memory) (ref §4.1)
+    product = labels.get("nvidia.com/gpu.product") or None
+    return GpuFacts(product, _mib(labels.get("nvidia.com/gpu.memory")), "nvidia.com/gpu.product" if product else None)
+
+
+def _amd_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
+    product = labels.get("amd.com/gpu.product-name") or None
+    return GpuFacts(
+        product, _amd_vram_mib(labels.get("amd.com/gpu.vram")), "amd.com/gpu.product-name" if product else None
+    )
+
+
+def _unknown_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
+    return GpuFacts(None, None, None)
+
+
+VENDORS: tuple[GpuVendor, ...] = (
+    GpuVendor(
+        "nvidia-mig",
+        lambda r: r.startswith("nvidia.com/mig-"),
+        _nvidia_mig_facts,
+        lambda r: f"nvidia.com/mig-{_mig_profile(r)}.product",
+    ),
+    GpuVendor(
+        "nvidia",
+        lambda r: r.startswith("nvidia.com/"),
+        _nvidia_gpu_facts,
+        lambda r: "nvidia.com/gpu.product",
+    ),
+    GpuVendor(
+        # amd.com/gpu and the partition resources (amd.com/cpx_nps4, ...) an admin may add
+        "amd",
+        lambda r: r.startswith("amd.com/"),
+        _amd_facts,
+        lambda r: "amd.com/gpu.product-name",
+    ),
+)
+
+
+def _vendor(resource: str) -> GpuVendor | None:
+    for v in VENDORS:
+        if v.matches(resource):
+            return v
+    return None
+
+
+def gpu_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
+    """Product and memory of one GPU resource of a node; unknown vendors give Nones."""
+    v = _vendor(resource)
+    return (v.facts if v else _unknown_facts)(resource, labels)
+
+
+def product_label_for(resource: str) -> str | None:
+    """The label that names the product of ``resource`` (for declared pools)."""
+    v = _vendor(resource)
+    return v.product_label(resource) if v else None
+
+
+# ---------------------------------------------------------------------------
+# driver / CUDA (ref §4.1: current names since GFD v0.15.0, deprecated ones
+# still written for compatibility; nodes with an older GFD only have the latter)
+
+
+def _joined(labels: Mapping[str, str], *keys: str) -> str | None:
+    parts = []
+    for k in keys:
+        v = labels.get(k)
+        if v is None or v == "":
+            break
+        parts.append(v)
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def _dotted(value: str | None) -> str | None:
+    return value if value and re.fullmatch(r"\d+(\.\d+)*", value) else None
+
+
+def driver_versions(labels: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
+    """(driver version, driver CUDA version, compute capability) of a node.
+
+    ``cuda.runtime*`` is, despite its name, ``nvmlSystemGetCudaDriverVersion``:
+    the newest CUDA the driver supports (ref §4.1).  AMD nodes carry
+    ``amd.com/gpu.driver-version`` and no CUDA (ref §4.2).
+    """
+    driver = (
+        _dotted(labels.get("nvidia.com/cuda.driver-version.full"))
+        or _joined(
+            labels,
+            "nvidia.com/cuda.driver-version.major",
+            "nvidia.com/cuda.driver-version.minor",
+            "nvidia.com/cuda.driver-version.revision",
+        )
+        or _joined(labels, "nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
+        or _dotted(labels.get("amd.com/gpu.driver-version"))
+    )
+    cuda = (
+        _dotted(labels.get("nvidia.com/cuda.runtime-version.full"))
+        or _joined(labels, "nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor")
+        or _joined(labels, "nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor")
+    )
+    cc = _joined(labels, "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
+    return driver, cuda, cc
+
+
+@functools.lru_cache(maxsize=1024)
+def version_key(version: str) -> tuple[int, ...]:
+    """Numeric order of dotted versions: ``12.10 > 12.9``, ``535.183.01 > 535.54.03``."""
+    return tuple(int(p) for p in version.split("."))
+
+
+# ---------------------------------------------------------------------------
+# the compact node record
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpu:
+    """One GPU resource of a node: the node is in one pool per resource."""
+
+    resource: str
+    allocatable: int
+    product: str | None
+    memory_mib: int | None
+    pool_id: str
+    defining_labels: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    name: str
+    ready: bool
+    schedulable: bool
+    gpus: tuple[NodeGpu, ...]
+    node_group_label: str | None
+    node_group: str | None
+    driver_version: str | None
+    cuda_version: str | None
+    compute_capability: str | None
+    taints: tuple[Taint, ...]
+    # the labels a NodeView carries: what pins a pod to this node or driver
+    labels: tuple[tuple[str, str], ...]
+
+    @property
+    def contributes(self) -> bool:
+        """Only Ready, schedulable nodes offer capacity (issue #2)."""
+        return self.ready and self.schedulable
+
+
+# labels copied into NodeView.labels, so steering by driver can build a node affinity
+_VIEW_LABELS = (
+    "kubernetes.io/hostname",
+    "nvidia.com/cuda.driver-version.full",
+    "nvidia.com/cuda.driver.major",
+    "nvidia.com/cuda.runtime-version.full",
+    "amd.com/gpu.driver-version",
+)
+
+
+def _is_ready(status: Mapping[str, Any]) -> bool:
+    # the node lifecycle controller's notion: condition Ready == "True"
+    # (pkg/controller/nodelifecycle); an absent condition means not ready
+    for cond in status.get("conditions") or ():
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
+    out = []
+    for t in spec.get("taints") or ():
+        if isinstance(t, dict) and isinstance(t.get("key"), str) and t.get("effect"):
+            value = t.get("value")
+            out.append(Taint(t["key"], value if value else None, str(t["effect"])))
+    return tuple(out)
+
+
+def node_record(obj: Mapping[str, Any], config: "CapacityConfig") -> NodeRecord | None:
+    """The compact record of a Node object, or None when it is not a GPU node.
+
+    A GPU node has a positive allocatable amount of a GPU resource (issue #2).
+    Quantities that do not parse count as 0 and are logged, never raised: a
+    single odd node must not stop the informer.
+    """
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    status = obj.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    if not isinstance(allocatable, dict):
+        return None
+    found: list[tuple[str, int]] = []
+    for resource, raw in allocatable.items():
+        if not config.is_gpu_resource(resource):
+            continue
+        try:
+            n = parse_count(raw)
+        except QuantityError as e:
+            log.warning("node %s: ignoring allocatable %s: %s", name, resource, e)
+            continue
+        if n > 0:
+            found.append((resource, n))
+    if not found:
+        return None
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        labels = {}
+    spec = obj.get("spec") or {}
+    group_label, group = node_group(labels, config.node_group_labels)
+    gpus = []
+    for resource, n in sorted(found):
+        facts = gpu_facts(resource, labels)
+        defining = []
+        if group_label is not None:
+            defining.append((group_label, group))
+        if facts.product_label is not None:
+            defining.append((facts.product_label, facts.product))
+        gpus.append(
+            NodeGpu(
+                resource=resource,
+                allocatable=n,
+                product=facts.product,
+                memory_mib=facts.memory_mib,
+                pool_id=_pool_id(group, facts.product, resource),
+                defining_labels=tuple(defining),
+            )
+        )
+    driver, cuda, cc = driver_versions(labels)
+    return NodeRecord(
+        name=name,
+        ready=_is_ready(status),
+        schedulable=not spec.get("unschedulable", False),
+        gpus=tuple(gpus),
+        node_group_label=group_label,
+        node_group=group,
+        driver_version=driver,
+        cuda_version=cuda,
+        compute_capability=cc,
+        taints=_taints(spec),
+        labels=tuple((k, labels[k]) for k in _VIEW_LABELS if isinstance(labels.get(k), str)),
+    )

@@ -1,0 +1,528 @@
+"""The informer cache: scripted-API unit tests (exact backoff, 410, 403, stuck
+watches) and integration tests over real HTTP against the simulated API server."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+
+import aiohttp
+import pytest
+
+from gpuspawner.capacity.cache import CapacityCache
+from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.capacity.model import pool_id
+
+from . import GFD_A100, node, pod
+
+GKE = "cloud.google.com/gke-nodepool"
+A100 = pool_id("a100", "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu")
+
+
+def a100(name, gpus=8, **kw):
+    return node(name, {"nvidia.com/gpu": str(gpus)}, {**GFD_A100, GKE: "a100"}, **kw)
+
+
+async def wait_for(cond, timeout=10.0, what="condition"):
+    """Poll a condition with a generous timeout (robust on a loaded CI machine)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+# ---------------------------------------------------------------------------
+# a scripted CoreV1Api: each call pops the next action of its method
+
+
+class _Content:
+    def __init__(self, chunks):
+        self._chunks = chunks
+
+    async def readany(self):
+        if not self._chunks:
+            return b""
+        item = self._chunks.popleft()
+        if isinstance(item, asyncio.Event):
+            await item.wait()
+            return b""
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+class _Resp:
+    def __init__(self, status=200, body=b"", chunks=()):
+        self.status = status
+        self._body = body
+        self.content = _Content(collections.deque(chunks))
+
+    async def read(self):
+        return self._body
+
+    def release(self):
+        pass
+
+
+def listing(items, rv="100", cont=None):
+    return _Resp(body=json.dumps({"items": items, "metadata": {"resourceVersion": rv, "continue": cont}}).encode())
+
+
+def watching(*events, silent=False):
+    chunks = [(json.dumps(e) + "\n").encode() for e in events]
+    if silent:
+        # what aiohttp raises when sock_read (= stall_timeout) passes without data
+        chunks.append(aiohttp.ServerTimeoutError("Timeout on reading data from socket"))
+    return _Resp(chunks=chunks)
+
+
+def status(code, reason="Failure", message="boom"):
+    return _Resp(code, json.dumps({"kind": "Status", "code": code, "reason": reason, "message": message}).encode())
+
+
+class ScriptedApi:
+    def __init__(self, **scripts):
+        self.scripts = {k: collections.deque(v) for k, v in scripts.items()}
+        self.calls = []
+
+    async def _next(self, method, kw):
+        self.calls.append((method, kw))
+        script = self.scripts.setdefault(method, collections.deque())
+        if not script:
+            await asyncio.Event().wait()  # park: nothing more scripted
+        action = script.popleft()
+        if isinstance(action, BaseException):
+            raise action
+        return action
+
+    async def list_node(self, **kw):
+        return await self._next("list_node", kw)
+
+    async def list_pod_for_all_namespaces(self, **kw):
+        return await self._next("list_pod_for_all_namespaces", kw)
+
+    def watch_calls(self, method):
+        return [kw for m, kw in self.calls if m == method and kw.get("watch")]
+
+    def list_calls(self, method):
+        return [kw for m, kw in self.calls if m == method and not kw.get("watch")]
+
+
+class Sleeps(list):
+    """The injected sleep: records each delay and returns at once."""
+
+    async def __call__(self, delay):
+        self.append(delay)
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def make_cache():
+    caches = []
+
+    def make(api, config=None, **kw):
+        kw.setdefault("sleep", Sleeps())
+        kw.setdefault("rand", lambda: 0.5)
+        c = CapacityCache(config or CapacityConfig(), api_factory=lambda: api, **kw)
+        c._owns_api = False
+        caches.append(c)
+        c.start()
+        return c
+
+    yield make
+    for c in caches:
+        await c.stop()
+
+
+NODE_LIST = [a100("n1"), a100("n2"), node("cpu-1")]
+POD_LIST = [pod("a", 3, "n1"), pod("web", 0, "cpu-1")]
+
+
+async def test_list_then_watch_counts_pools(make_cache):
+    api = ScriptedApi(
+        list_node=[listing(NODE_LIST[:1], cont="t1"), listing(NODE_LIST[1:], rv="100")],
+        list_pod_for_all_namespaces=[listing(POD_LIST, rv="120")],
+    )
+    cache = make_cache(api, page_size=1)
+    assert await cache.wait_synced(10)
+    snap = cache.snapshot()
+    p = snap.pool(A100)
+    assert (snap.synced, snap.healthy, p.nodes, p.total, p.free, p.max_free_per_node) == (True, True, 2, 16, 13, 8)
+    # paged list with continue tokens, raw JSON, then a watch from the list's resourceVersion
+    lists = api.list_calls("list_node")
+    assert [kw.get("_continue") for kw in lists] == [None, "t1"]
+    assert all(kw["limit"] == 1 and kw["_preload_content"] is False for kw in lists)
+    await wait_for(lambda: api.watch_calls("list_node"), what="node watch")
+    w = api.watch_calls("list_node")[0]
+    assert (w["resource_version"], w["allow_watch_bookmarks"], w["_preload_content"]) == ("100", True, False)
+    assert api.watch_calls("list_pod_for_all_namespaces")[0]["resource_version"] == "120"
+    # pods without GPUs are not stored at all
+    assert cache.health["gpu_pods"] == 1
+
+
+async def test_failures_back_off_exponentially_with_full_jitter_capped(make_cache):
+    refused = aiohttp.ClientConnectionError("Connection refused")
+    api = ScriptedApi(
+        list_node=[refused, status(500), refused, refused, refused, listing(NODE_LIST)],
+        list_pod_for_all_namespaces=[listing(POD_LIST)],
+    )
+    sleeps = Sleeps()
+    cache = make_cache(api, sleep=sleeps, rand=lambda: 0.5, backoff_base=1.0, backoff_cap=4.0)
+    assert await cache.wait_synced(10)
+    # rand() * min(cap, base * 2**(n-1)) for n = 1..5
+    assert sleeps == [0.5, 1.0, 2.0, 2.0, 2.0]
+    h = cache.health
+    assert (h["consecutive_failures"], h["error"], h["healthy"]) == (0, None, True)
+
+
+async def test_failure_is_visible_in_health_while_it_lasts(make_cache):
+    api = ScriptedApi(list_node=[status(500, message="etcdserver: request timed out")])
+    cache = make_cache(api, sleep=asyncio.Event().wait)  # stays in its first backoff
+    await wait_for(lambda: cache.health["consecutive_failures"] == 1)
+    h = cache.health
+    assert h["healthy"] is False and h["synced"] is False
+    assert "500" in h["error"] and "etcdserver: request timed out" in h["error"]
+    assert cache.snapshot().healthy is False
+
+
+async def test_watch_resumes_after_a_normal_close_and_bookmarks_advance_it(make_cache):
+    clock = [0.0]
+    api = ScriptedApi(
+        list_node=[
+            listing(NODE_LIST, rv="100"),
+            watching(
+                {"type": "MODIFIED", "object": {**a100("n1", unschedulable=True),
+                                                "metadata": {**a100("n1")["metadata"], "resourceVersion": "105"}}},
+                {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "150"}}},
+            ),
+        ],
+        list_pod_for_all_namespaces=[listing(POD_LIST)],
+    )
+    cache = make_cache(api, clock=lambda: clock[0])
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: len(api.watch_calls("list_node")) == 2, what="second watch")
+    assert [w["resource_version"] for w in api.watch_calls("list_node")] == ["100", "150"]
+    assert len(api.list_calls("list_node")) == 1  # no re-list
+    assert cache.snapshot().pool(A100).nodes == 1  # n1 cordoned
+    assert cache.health["watch_restarts"] >= 1 and cache.health["relists"] == 0
+
+
+@pytest.mark.parametrize("how", ["error-event", "http-410"])
+async def test_relist_only_after_410(make_cache, how):
+    gone = (
+        watching({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                              "message": "too old resource version: 100 (200)"}})
+        if how == "error-event"
+        else status(410, "Expired", "too old resource version")
+    )
+    api = ScriptedApi(
+        list_node=[listing(NODE_LIST, rv="100"), gone, listing([a100("n1")], rv="300")],
+        list_pod_for_all_namespaces=[listing(POD_LIST)],
+    )
+    sleeps = Sleeps()
+    cache = make_cache(api, sleep=sleeps)
+    await wait_for(lambda: len(api.watch_calls("list_node")) == 2, what="watch after re-list")
+    assert len(api.list_calls("list_node")) == 2
+    assert api.watch_calls("list_node")[1]["resource_version"] == "300"
+    assert sleeps == []  # a re-list is not a failure: no backoff
+    # n2 vanished while we were away: the re-list dropped it
+    assert cache.snapshot().pool(A100).nodes == 1
+    assert cache.health["relists"] == 1
+
+
+async def test_stuck_watch_is_restarted_from_the_last_resource_version(make_cache):
+    api = ScriptedApi(
+        list_node=[listing(NODE_LIST, rv="100"), watching(silent=True)],
+        list_pod_for_all_namespaces=[listing(POD_LIST)],
+    )
+    cache = make_cache(api, stall_timeout=0.2)
+    await wait_for(lambda: len(api.watch_calls("list_node")) == 2, what="watch restart")
+    assert api.watch_calls("list_node")[1]["resource_version"] == "100"
+    assert len(api.list_calls("list_node")) == 1
+    assert cache.health["informers"]["nodes"]["stuck_watches"] == 1
+
+
+async def test_forbidden_says_which_cluster_role_rules_are_missing(make_cache):
+    msg = 'nodes is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "nodes" at the cluster scope'
+    api = ScriptedApi(
+        list_node=[status(403, "Forbidden", msg)],
+        list_pod_for_all_namespaces=[status(403, "Forbidden", "pods is forbidden")],
+    )
+    config = CapacityConfig(declared_pools=({"resource": "nvidia.com/gpu", "product": "NVIDIA-L4",
+                                             "gpus_per_node": 1, "max_nodes": 3, "minutes": 5},))
+    cache = make_cache(api, config, sleep=asyncio.Event().wait)
+    assert await cache.wait_synced(10) is False  # returns early: waiting longer would not help
+    await wait_for(lambda: cache.health["informers"]["pods"]["forbidden"], what="pods forbidden")
+    snap = cache.snapshot()
+    assert (snap.synced, snap.healthy) == (False, False)
+    assert "nodes: list, watch" in snap.error and "pods: list, watch" in snap.error
+    assert "ClusterRole" in snap.error and "cluster scope" in snap.error
+    # the admin's declared pools are still served
+    assert [p.product for p in snap.pools] == ["NVIDIA-L4"]
+
+
+async def test_reservation_counts_until_the_watch_shows_the_pod(make_cache):
+    release = asyncio.Event()
+    bound = pod("spawn", 8, "n2")
+    bound["metadata"]["resourceVersion"] = "130"
+    api = ScriptedApi(
+        list_node=[listing(NODE_LIST)],
+        list_pod_for_all_namespaces=[
+            listing(POD_LIST, rv="120"),
+            _Resp(chunks=[release, ]),
+            watching({"type": "ADDED", "object": bound}),
+        ],
+    )
+    clock = [1000.0]
+    cache = make_cache(api, clock=lambda: clock[0])
+    assert await cache.wait_synced(10)
+    cache.reserve("jhub/spawn", A100, 8)
+    assert cache.snapshot().pool(A100).free == 5
+    release.set()  # the first watch ends; the next one delivers the bound pod
+    await wait_for(lambda: cache.health["reservations"] == 0, what="reservation released by the watch")
+    assert cache.snapshot().pool(A100).free == 5  # now counted as used, not twice
+    # ttl
+    cache.reserve("jhub/other", A100, 2)
+    assert cache.snapshot().pool(A100).free == 3
+    clock[0] += cache.config.reservation_ttl
+    assert cache.snapshot().pool(A100).free == 5
+
+
+def test_reserve_needs_an_owner_with_namespace():
+    cache = CapacityCache(CapacityConfig())
+    with pytest.raises(ValueError, match="namespace"):
+        cache.reserve("spawn", A100, 1)
+
+
+async def test_shared_is_one_per_loop_and_needs_no_api_to_answer():
+    api = ScriptedApi()
+    try:
+        c1 = CapacityCache.shared(CapacityConfig(), api_factory=lambda: api)
+        c2 = CapacityCache.shared(CapacityConfig(reservation_ttl=5), api_factory=lambda: api)
+        assert c1 is c2
+        await wait_for(lambda: len(api.calls) == 2, what="both informers listing")
+        before = len(api.calls)
+        for _ in range(100):
+            c1.snapshot()
+        assert len(api.calls) == before
+    finally:
+        await CapacityCache.reset_shared()
+
+
+def test_shared_needs_a_running_loop():
+    with pytest.raises(RuntimeError, match="running event loop"):
+        CapacityCache.shared(CapacityConfig())
+
+
+# ---------------------------------------------------------------------------
+# integration: the simulated API server over real HTTP with kubernetes_asyncio
+
+
+def sim_api(url):
+    from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+
+    return lambda: CoreV1Api(ApiClient(Configuration(host=url)))
+
+
+@pytest.fixture
+async def sim():
+    from gpuspawner.sim.apiserver import ApiServer
+    from gpuspawner.sim.store import Store
+
+    store = Store(history=500)
+    store.create("namespaces", {"metadata": {"name": "jhub"}})
+    for obj in (a100("n1"), a100("n2"), node("cpu-1")):
+        store.create("nodes", obj)
+    store.create("pods", pod("a", 3, "n1"))
+    store.create("pods", pod("web", 0, "cpu-1"))
+    server = ApiServer(store, bookmark_interval=0.2)
+    url = await server.start()
+    caches = []
+
+    def make(**kw):
+        kw.setdefault("backoff_base", 0.02)
+        kw.setdefault("backoff_cap", 0.1)
+        c = CapacityCache(CapacityConfig(), api_factory=sim_api(url), **kw)
+        caches.append(c)
+        c.start()
+        return c
+
+    server.make_cache = make
+    yield server
+    for c in caches:
+        await c.stop()
+    await server.stop()
+
+
+def free(cache):
+    p = cache.snapshot().pool(A100)
+    return None if p is None else (p.nodes, p.free)
+
+
+@pytest.mark.integration
+async def test_sim_sync_and_incremental_updates(sim):
+    cache = sim.make_cache(page_size=1)
+    assert await cache.wait_synced(10)
+    assert free(cache) == (2, 13)
+    assert sim.counters.count("list", "nodes") == 3  # paged: 3 nodes, limit=1
+    store = sim.store
+    store.create("pods", pod("b", 8, "n2"))
+    await wait_for(lambda: free(cache) == (2, 5), what="new pod counted")
+    store.patch("nodes", "n1", json.dumps({"spec": {"unschedulable": True}}).encode(), "application/merge-patch+json")
+    await wait_for(lambda: free(cache) == (1, 0), what="cordoned node dropped")
+    store.delete("pods", "b", "jhub", grace_period_seconds=0)
+    await wait_for(lambda: free(cache) == (1, 8), what="deleted pod released")
+    assert cache.snapshot().healthy
+
+
+@pytest.mark.integration
+async def test_sim_resume_after_a_normal_close_without_relist(sim):
+    cache = sim.make_cache()
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: sim.open_watches == 2, what="both watches open")
+    sim.store.create("pods", pod("b", 1, "n2"))
+    await wait_for(lambda: free(cache) == (2, 12))
+    watches_before = sim.counters.count("watch", "pods")
+    assert sim.faults.close_watches() == 2
+    # written while no watch is open: the resumed watch must still deliver it
+    sim.store.create("pods", pod("c", 2, "n2"))
+    await wait_for(lambda: free(cache) == (2, 10), what="change made between watches")
+    assert sim.counters.count("watch", "pods") > watches_before
+    assert sim.counters.count("list", "pods") == 1 and sim.counters.count("list", "nodes") == 1
+    assert cache.health["relists"] == 0
+
+
+@pytest.mark.integration
+async def test_sim_bookmarks_advance_the_resource_version(sim):
+    cache = sim.make_cache()
+    assert await cache.wait_synced(10)
+    for i in range(3):  # writes to other kinds: only bookmarks tell the node watch
+        sim.store.create("configmaps", {"metadata": {"name": f"cm{i}"}}, "jhub")
+    target = str(sim.store.resource_version)
+    await wait_for(lambda: cache.health["informers"]["nodes"]["resource_version"] == target, what="bookmark")
+    sim.faults.close_watches()
+    await wait_for(lambda: sim.counters.count("watch", "nodes") >= 2, what="node watch resumed")
+    assert sim.counters.count("list", "nodes") == 1
+
+
+@pytest.mark.integration
+async def test_sim_relists_after_410(sim):
+    cache = sim.make_cache()
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: sim.open_watches == 2)
+    sim.faults.fail_next(1, 410, verb="watch", resource="nodes")
+    sim.faults.close_watches()
+    sim.store.delete("nodes", "n2")  # must disappear through the re-list or the watch
+    await wait_for(lambda: sim.counters.count("list", "nodes") == 2, what="re-list")
+    await wait_for(lambda: free(cache) == (1, 5))
+    assert cache.health["relists"] == 1
+    assert sim.counters.count("list", "pods") == 1  # the pod informer just resumed
+
+
+@pytest.mark.integration
+async def test_sim_backs_off_after_500s(sim):
+    sleeps = Sleeps()
+    sim.faults.fail_next(3, 500, verb="list", resource="pods")
+    cache = sim.make_cache(sleep=sleeps, rand=lambda: 0.5, backoff_base=1.0, backoff_cap=30.0)
+    assert await cache.wait_synced(10)
+    assert sleeps == [0.5, 1.0, 2.0]
+    assert sim.counters.count("list", "pods") == 4
+    assert cache.health["consecutive_failures"] == 0 and cache.snapshot().healthy
+
+
+@pytest.mark.integration
+async def test_sim_honours_retry_after_on_429(sim):
+    sleeps = Sleeps()
+    sim.faults.fail_next(1, 429, verb="list", resource="nodes", retry_after=7)
+    cache = sim.make_cache(sleep=sleeps, rand=lambda: 0.5, backoff_base=1.0, backoff_cap=30.0)
+    assert await cache.wait_synced(10)
+    assert sleeps == [7.0]  # the server's Retry-After, not the 0.5 s of the first backoff step
+
+
+@pytest.mark.integration
+async def test_sim_recovers_after_refused_connections(sim):
+    cache = sim.make_cache()
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: sim.open_watches == 2)
+    # the API server goes away (kept-alive connections die with it; new ones are refused) ...
+    port = sim.port
+    await sim.stop()
+    await wait_for(lambda: cache.health["consecutive_failures"] >= 2, what="failures while refused")
+    snap = cache.snapshot()
+    assert snap.healthy is False and snap.error
+    assert free(cache) == (2, 13)  # the last known state is still served, marked unhealthy
+    # ... and comes back on the same address, with a change made meanwhile
+    sim.store.create("pods", pod("b", 1, "n2"))
+    from gpuspawner.sim.apiserver import ApiServer
+
+    again = ApiServer(sim.store, port=port, bookmark_interval=0.2)
+    await again.start()
+    try:
+        await wait_for(lambda: free(cache) == (2, 12), what="recovered")
+        await wait_for(lambda: cache.snapshot().healthy, what="healthy again")
+        assert cache.health["relists"] == 0
+        assert again.counters.count("list") == 0  # resumed from the last resourceVersion
+    finally:
+        await cache.stop()
+        await again.stop()
+
+
+@pytest.mark.integration
+async def test_sim_stuck_watch_is_restarted(sim):
+    cache = sim.make_cache(stall_timeout=0.3)
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: sim.open_watches == 2)
+    sim.faults.stall(5, verb="watch", resource="nodes", count=1)  # the next node watch hangs
+    sim.faults.close_watches()
+    await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="stuck detected")
+    sim.store.patch("nodes", "n2", json.dumps({"spec": {"unschedulable": True}}).encode(),
+                    "application/merge-patch+json")
+    await wait_for(lambda: free(cache) == (1, 5), what="watch working again")
+    assert sim.counters.count("list", "nodes") == 1
+
+
+@pytest.mark.integration
+async def test_sim_silent_watch_stream_is_restarted(sim):
+    sim.bookmark_interval = 1000  # no bookmarks: an open stream with nothing on it
+    cache = sim.make_cache(stall_timeout=0.3)
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="silence detected")
+    await wait_for(lambda: sim.counters.count("watch", "nodes") >= 2, what="watch restarted")
+    assert sim.counters.count("list", "nodes") == 1
+    sim.store.create("pods", pod("b", 2, "n2"))
+    await wait_for(lambda: free(cache) == (2, 11), what="events still flow")
+
+
+@pytest.mark.integration
+async def test_http_403_names_the_missing_cluster_role_rules():
+    """The sim has no RBAC fault, so a minimal loopback server answers 403 like kube-apiserver."""
+    from aiohttp import web
+
+    async def forbidden(request):
+        resource = request.path.rsplit("/", 1)[-1]
+        body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                "message": f'{resource} is forbidden: User "system:serviceaccount:jhub:hub" cannot list '
+                           f'resource "{resource}" in API group "" at the cluster scope'}
+        return web.json_response(body, status=403)
+
+    app = web.Application()
+    app.router.add_get("/api/v1/{tail:.*}", forbidden)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    cache = CapacityCache(CapacityConfig(), api_factory=sim_api(f"http://127.0.0.1:{port}"))
+    cache.start()
+    try:
+        assert await cache.wait_synced(10) is False
+        await wait_for(lambda: all(i["forbidden"] for i in cache.health["informers"].values()))
+        err = cache.snapshot().error
+        assert "nodes: list, watch" in err and "pods: list, watch" in err
+        assert "cannot list resource" in cache.health["informers"]["nodes"]["error"]
+    finally:
+        await cache.stop()
+        await runner.cleanup()

@@ -1,0 +1,304 @@
+import random
+
+import pytest
+
+from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
+from gpuspawner.capacity.labels import node_record
+from gpuspawner.capacity.ledger import Ledger
+from gpuspawner.capacity.model import ScaleUp, Taint, pool_id
+from gpuspawner.capacity.podres import pod_record
+
+from . import GFD_A100, node, pod
+
+CFG = CapacityConfig()
+GKE = "cloud.google.com/gke-nodepool"
+A100 = pool_id("a100", "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu")
+
+
+def a100(name, gpus=8, driver="570.172.08", cuda="12.8", **kw):
+    labels = {**GFD_A100, GKE: "a100", "nvidia.com/cuda.driver-version.full": driver,
+              "nvidia.com/cuda.runtime-version.full": cuda}
+    return node_record(node(name, {"nvidia.com/gpu": str(gpus)}, labels, **kw), CFG)
+
+
+def gpod(name, gpus, node_name=None, **kw):
+    return pod_record(pod(name, gpus, node_name, **kw), CFG.is_gpu_resource)
+
+
+def summary(ledger, pid=A100):
+    p = ledger.pools_by_id()[pid]
+    return (p.nodes, p.total, p.free, p.max_free_per_node)
+
+
+def test_pool_totals_and_free_follow_pods():
+    led = Ledger()
+    led.upsert_node(a100("n1"))
+    led.upsert_node(a100("n2"))
+    assert summary(led) == (2, 16, 16, 8)
+    led.upsert_pod(gpod("a", 3, "n1"))
+    led.upsert_pod(gpod("b", 8, "n2"))
+    assert summary(led) == (2, 16, 5, 5)
+    led.remove_pod("jhub/b")
+    assert summary(led) == (2, 16, 13, 8)
+
+
+def test_free_never_below_zero():
+    led = Ledger()
+    led.upsert_node(a100("n1", gpus=2))
+    led.upsert_pod(gpod("a", 2, "n1"))
+    led.upsert_pod(gpod("b", 2, "n1"))  # e.g. allocatable shrank under running pods
+    assert summary(led) == (1, 2, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"ready": False}, {"unschedulable": True}],
+    ids=["not-ready", "cordoned"],
+)
+def test_non_contributing_nodes_keep_the_pool_known_but_empty(kw):
+    led = Ledger()
+    led.upsert_node(a100("n1", **kw))
+    p = led.pools_by_id()[A100]
+    assert (p.nodes, p.total, p.free, p.max_free_per_node, p.node_views) == (0, 0, 0, 0, ())
+    led.upsert_node(a100("n1"))  # becomes Ready / uncordoned
+    assert summary(led) == (1, 8, 8, 8)
+    led.remove_node("n1")
+    assert A100 not in led.pools_by_id()
+
+
+def test_pod_seen_before_its_node_is_counted_when_the_node_arrives():
+    led = Ledger()
+    led.upsert_pod(gpod("a", 3, "n1"))
+    led.upsert_node(a100("n1"))
+    assert summary(led) == (1, 8, 5, 5)
+
+
+def test_pending_pod_counts_nothing_until_bound():
+    led = Ledger()
+    led.upsert_node(a100("n1"))
+    led.upsert_pod(gpod("a", 3))
+    assert summary(led) == (1, 8, 8, 8)
+    led.upsert_pod(gpod("a", 3, "n1"))
+    assert summary(led) == (1, 8, 5, 5)
+
+
+def test_lowest_driver_and_cuda_are_compared_numerically():
+    led = Ledger()
+    led.upsert_node(a100("n1", driver="535.54.03", cuda="12.2"))
+    led.upsert_node(a100("n2", driver="535.183.01", cuda="12.10"))
+    led.upsert_node(a100("n3", driver="470.82.01", cuda="11.4", ready=False))  # not contributing
+    p = led.pools_by_id()[A100]
+    assert (p.driver_version, p.cuda_version) == ("535.54.03", "12.2")
+    assert [(v.name, v.driver_version) for v in p.node_views] == [("n1", "535.54.03"), ("n2", "535.183.01")]
+
+
+def test_pool_attributes():
+    led = Ledger()
+    led.upsert_node(
+        a100("n1", taints=[
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+        ])
+    )
+    led.upsert_node(a100("n2", taints=[{"key": "team", "value": "ml", "effect": "NoSchedule"}]))
+    p = led.pools_by_id()[A100]
+    assert (p.resource, p.product, p.memory_mib, p.node_group_label, p.node_group) == (
+        "nvidia.com/gpu", "NVIDIA-A100-SXM4-80GB", 81920, GKE, "a100")
+    assert p.defining_labels == ((GKE, "a100"), ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB"))
+    # the union of the nodes' taints, without the node lifecycle's passing ones
+    assert p.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"), Taint("team", "ml", "NoSchedule"))
+    assert p.scale_up is None
+
+
+def test_generation_bumps_only_on_change_and_pools_are_cached():
+    led = Ledger()
+    led.upsert_node(a100("n1"))
+    first = led.pools()
+    g = led.generation
+    assert led.upsert_node(a100("n1")) is False  # same record again (e.g. a heartbeat update)
+    assert led.generation == g and led.pools() is first
+    led.upsert_pod(gpod("a", 1, "n1"))
+    assert led.generation > g and led.pools() is not first
+
+
+def test_reservation_counts_at_once_on_the_node_with_most_free():
+    led = Ledger()
+    led.upsert_node(a100("n1"))
+    led.upsert_node(a100("n2"))
+    led.upsert_pod(gpod("x", 6, "n1"))
+    r = led.reserve("jhub/spawn", A100, 4, expires_at=100.0)
+    assert r.node == "n2"
+    assert summary(led) == (2, 16, 6, 4)
+    # the pod appears unbound: still reserved
+    led.upsert_pod(gpod("spawn", 4, namespace="jhub"))
+    assert summary(led) == (2, 16, 6, 4)
+    # bound: it counts as used, the reservation is gone (no double count)
+    led.upsert_pod(gpod("spawn", 4, "n2"))
+    assert led.reservations() == {}
+    assert summary(led) == (2, 16, 6, 4)
+
+
+@pytest.mark.parametrize("how", ["release", "expire", "pod-deleted"])
+def test_reservation_is_released(how):
+    led = Ledger()
+    led.upsert_node(a100("n1"))
+    led.reserve("jhub/s", A100, 8, expires_at=100.0)
+    assert summary(led) == (1, 8, 0, 0)
+    if how == "release":
+        assert led.release("jhub/s")
+    elif how == "expire":
+        assert led.expire(99.9) == 0
+        assert led.expire(100.0) == 1
+    else:
+        led.upsert_pod(gpod("s", 8))
+        led.remove_pod("jhub/s")
+    assert summary(led) == (1, 8, 8, 8)
+    assert led.reservations() == {}
+
+
+def test_reserving_for_a_pod_already_bound_holds_nothing():
+    led = Ledger()
+    led.upsert_node(a100("n1"))
+    led.upsert_pod(gpod("s", 2, "n1"))
+    assert led.reserve("jhub/s", A100, 2, expires_at=1.0) is None
+    assert summary(led) == (1, 8, 6, 6)
+
+
+def test_concurrent_spawns_are_not_all_offered_the_last_gpu():
+    led = Ledger()
+    led.upsert_node(a100("n1", gpus=1))
+    assert led.pools_by_id()[A100].free == 1
+    led.reserve("jhub/u1", A100, 1, expires_at=10.0)
+    assert led.pools_by_id()[A100].free == 0
+
+
+def test_reserve_rejects_a_bad_count():
+    with pytest.raises(ValueError, match="positive integer"):
+        Ledger().reserve("a/b", A100, 0, 1.0)
+
+
+H100 = {
+    "resource": "nvidia.com/gpu",
+    "product": "NVIDIA-H100-80GB-HBM3",
+    "node_group_label": GKE,
+    "node_group": "h100-spot",
+    "taints": ["nvidia.com/gpu=present:NoSchedule"],
+    "gpus_per_node": 8,
+    "max_nodes": 2,
+    "minutes": 6,
+}
+
+
+def h100(name):
+    labels = {GKE: "h100-spot", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+              "nvidia.com/cuda.driver-version.full": "580.95.05"}
+    return node_record(node(name, {"nvidia.com/gpu": "8"}, labels), CFG)
+
+
+def test_declared_pool_scales_from_zero_and_merges_with_its_nodes():
+    d = DeclaredPool.from_config(H100)
+    led = Ledger([d])
+    p = led.pools_by_id()[d.id]
+    assert (p.nodes, p.total, p.free, p.scale_up) == (0, 0, 0, ScaleUp(2, 8, 6.0))
+    assert p.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+    assert p.defining_labels == ((GKE, "h100-spot"), ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"))
+    led.upsert_node(h100("h1"))
+    p = led.pools_by_id()[d.id]
+    assert (p.nodes, p.total, p.free, p.driver_version) == (1, 8, 8, "580.95.05")
+    assert p.scale_up == ScaleUp(2, 8, 6.0)  # 1 < max_nodes
+    led.upsert_node(h100("h2"))
+    assert led.pools_by_id()[d.id].scale_up is None
+    led.remove_node("h1")
+    led.remove_node("h2")
+    assert led.pools_by_id()[d.id].scale_up is not None  # declared pools never disappear
+
+
+def test_incremental_equals_full_recount_under_random_events():
+    """The incremental sums must match a recount from scratch after any event order."""
+    rnd = random.Random(7)
+    led = Ledger()
+    names = [f"n{i}" for i in range(6)]
+    pods: dict[str, tuple[int, str | None]] = {}
+    nodes: dict[str, dict] = {}
+    for step in range(600):
+        op = rnd.random()
+        if op < 0.3:
+            name = rnd.choice(names)
+            kw = {"ready": rnd.random() > 0.2, "unschedulable": rnd.random() < 0.1,
+                  "driver": rnd.choice(["535.54.03", "535.183.01", "570.172.08"])}
+            nodes[name] = {"gpus": rnd.choice([1, 2, 4, 8]), **kw}
+            led.upsert_node(a100(name, **nodes[name]))
+        elif op < 0.35 and nodes:
+            name = rnd.choice(sorted(nodes))
+            del nodes[name]
+            led.remove_node(name)
+        elif op < 0.8:
+            key = f"p{rnd.randrange(20)}"
+            pods[key] = (rnd.randint(1, 3), rnd.choice(names + [None]))
+            led.upsert_pod(gpod(key, *pods[key]))
+        elif pods:
+            key = rnd.choice(sorted(pods))
+            del pods[key]
+            led.remove_pod(f"jhub/{key}")
+        # recount from scratch
+        used: dict[str, int] = {}
+        for n, node_name in pods.values():
+            if node_name:
+                used[node_name] = used.get(node_name, 0) + n
+        contributing = {k: v for k, v in sorted(nodes.items()) if v["ready"] and not v["unschedulable"]}
+        frees = [max(0, v["gpus"] - used.get(k, 0)) for k, v in contributing.items()]
+        view = led.pools_by_id().get(A100)
+        if not nodes:
+            assert view is None, step
+            continue
+        assert (view.nodes, view.total, view.free, view.max_free_per_node) == (
+            len(contributing),
+            sum(v["gpus"] for v in contributing.values()),
+            sum(frees),
+            max(frees, default=0),
+        ), step
+        assert [(v.name, v.free, v.driver_version) for v in view.node_views] == [
+            (k, f, v["driver"]) for (k, v), f in zip(contributing.items(), frees)
+        ], step
+        drivers = sorted((v["driver"] for v in contributing.values()), key=lambda d: tuple(map(int, d.split("."))))
+        assert view.driver_version == (drivers[0] if drivers else None), step
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"gpus_per_node": 0}, "gpus_per_node"),
+        ({"max_nodes": "3"}, "max_nodes"),
+        ({"minutes": -1}, "minutes"),
+        ({"resource": "not a resource"}, "resource"),
+        ({"node_group": None}, "together"),
+        ({"taints": ["nvidia.com/gpu=present"]}, "taint"),
+        ({"taints": [{"key": "a", "effect": "Sometimes"}]}, "effect"),
+        ({"labels": {GKE: "other"}}, "contradicts"),
+        ({"driver_version": "latest"}, "driver_version"),
+        ({"colour": "blue"}, "unknown field"),
+    ],
+    ids=lambda v: str(v)[:30],
+)
+def test_declared_pool_validation_says_what_to_fix(change, message):
+    with pytest.raises(ValueError, match=message):
+        DeclaredPool.from_config({**H100, **change})
+
+
+def test_declared_pool_missing_field():
+    d = dict(H100)
+    del d["max_nodes"]
+    with pytest.raises(ValueError, match="'max_nodes' is required"):
+        DeclaredPool.from_config(d)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="declared twice"):
+        CapacityConfig(declared_pools=(H100, H100))
+    with pytest.raises(ValueError, match="not a GPU resource"):
+        CapacityConfig(declared_pools=({**H100, "resource": "example.com/fpga"},))
+    with pytest.raises(ValueError, match="reservation_ttl"):
+        CapacityConfig(reservation_ttl=0)
+    with pytest.raises(ValueError, match="list of strings"):
+        CapacityConfig(gpu_resources="nvidia.com/gpu")
+    assert CapacityConfig(declared_pools=(H100,)).declared_pools[0].labels[GKE] == "h100-spot"
