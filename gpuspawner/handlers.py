@@ -19,6 +19,7 @@ import json
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
+from .access import principal_of, visible_pools
 from .capacity.model import CapacitySnapshot
 from .profiles import present_pools
 from .spawner import GPUCapacitySettings
@@ -47,6 +48,10 @@ class GPUCapacityHandler(APIHandler):
         settings = self.capacity_settings()
         snapshot = self.capacity_snapshot(settings)
         visible = tuple(pool for pool, _name in present_pools(snapshot.pools, settings.pool_rules()))
+        # a user sees the pools they may use (allowed_groups); admins see all
+        visible = visible_pools(
+            visible, settings.access_rules(), principal_of(self.current_user), settings.gpu_profile_specs()
+        )
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(snapshot.to_json(visible)))

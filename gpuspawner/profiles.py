@@ -55,9 +55,10 @@ _SPEC_KEYS = {
     "pools",
     "max_gpus",
     "profile_options",
+    "allowed_groups",  # read by gpuspawner.access
     "cuda",
 }
-_RULE_KEYS = {"match", "display_name", "hide"}
+_RULE_KEYS = {"match", "display_name", "hide", "allowed_groups"}  # allowed_groups: gpuspawner.access
 
 
 def _fail(where: str, msg: str) -> ValueError:
@@ -198,7 +199,7 @@ class PoolRule:
             raise _fail(
                 where,
                 f"unknown key(s) {', '.join(map(repr, unknown))}; a rule may have "
-                "'match' (a pool id or glob), 'display_name', 'hide'",
+                "'match' (a pool id or glob), 'display_name', 'hide', 'allowed_groups'",
             )
         match = d.get("match")
         if not isinstance(match, str) or not match:

@@ -12,7 +12,15 @@ KubeSpawner 7.1 seams used (kubespawner/spawner.py): ``load_user_options``
 options' choices), ``_render_options_form`` and the ``options_form`` default.
 A ``tornado.web.HTTPError`` raised from ``start()`` becomes the REST API's
 status and the spawn page's error message (jupyterhub/user.py ``spawn``,
-jupyterhub/handlers/pages.py ``SpawnHandler.post``).
+jupyterhub/handlers/pages.py ``SpawnHandler.post``); its
+``jupyterhub_message`` is what the progress stream's final "Spawn failed: ..."
+event shows (jupyterhub/utils.py ``format_exception``).
+
+While a GPU server starts, ``progress`` shows the pod's Kubernetes events in
+GPU words (``gpuspawner.progress``), and ``is_pod_running``, which
+KubeSpawner's ``_start`` polls until the pod runs, ends the wait early when
+the pod can never start.  Spawn outcomes and the wait for a GPU are counted
+in ``gpuspawner.metrics`` (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -21,6 +29,12 @@ import asyncio
 import copy
 import functools
 import importlib
+import logging
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
@@ -28,12 +42,25 @@ from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Any as AnyTrait
-from traitlets import Bool, Dict, Float, List, TraitError, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 from traitlets.config import Config, Configurable
 
-from . import cudacheck
+from . import cudacheck, metrics
+from .access import (
+    AccessError,
+    AccessRules,
+    OtherServer,
+    QuotaPolicy,
+    UserOffers,
+    check_access,
+    check_quota,
+    held_servers,
+    offers_for,
+    principal_of,
+)
 from .capacity.config import CapacityConfig, DeclaredPool
 from .cuda import POLICIES, decide
+from .options import OTHER as REFUSED_OTHER
 from .options import CudaRefusal, OptionError, Selection, validate_user_options
 from .overrides import NEVER_TOLERATED_PREFIXES, build_overrides, untolerated_taints
 from .profiles import (
@@ -45,6 +72,7 @@ from .profiles import (
     capacity_problem,
     merge_profiles,
 )
+from .progress import SpawnContext, Translation, rewrite_progress_event, translate, translate_pod
 from .templates import template_dirs
 
 try:
@@ -62,6 +90,180 @@ except ImportError:  # JupyterHub 5.x
 
 POOL_ANNOTATION = "gpuspawner.io/pool"
 GPUS_ANNOTATION = "gpuspawner.io/gpus"
+
+log = logging.getLogger(__name__)
+
+
+def _with_hub_message(error: web.HTTPError, message: str) -> web.HTTPError:
+    # what the progress stream's "Spawn failed: ..." event shows instead of
+    # str(error) ("500 SpawnException(reason=...): ..."): jupyterhub/utils.py
+    # format_exception reads ``jupyterhub_message``
+    error.jupyterhub_message = message  # type: ignore[attr-defined]
+    return error
+
+
+def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnException:
+    """A ``SpawnException`` whose message reads the same on the spawn page,
+    in the REST API's answer and in the progress stream."""
+    return _with_hub_message(SpawnException(message, reason=reason, status_code=status_code), message)
+
+
+def refusal(status: int, message: str) -> web.HTTPError:
+    """The ``HTTPError`` of a refused request, with the same message in the progress stream."""
+    return _with_hub_message(web.HTTPError(status, message), message)
+
+
+class GPUSpawnFailure(SpawnException):
+    """A GPU server that can never start (a fatal ``progress.Translation``):
+    raised from ``is_pod_running`` so KubeSpawner's wait for the pod ends at
+    once; ``kind`` is the translation's kind (``progress.FATAL_KINDS``), the
+    ``reason`` of the failed-spawn metric."""
+
+    def __init__(self, translation: Translation):
+        text = (translation.reason or translation.message).rstrip(".")
+        message = f"{text[:1].upper()}{text[1:]}."
+        super().__init__(message, reason=translation.kind, status_code=500)
+        self.kind = translation.kind
+        self.jupyterhub_message = message
+
+
+def applied_in_load_user_options(spawner, user_options) -> None:
+    """GPUSpawner's default ``apply_user_options``: nothing is applied here.
+
+    JupyterHub (5.3+) calls ``Spawner.apply_user_options`` before ``start``
+    and logs "Received unhandled user_options" when it is unset
+    (jupyterhub/spawner.py ``_run_apply_user_options``).  GPUSpawner validates
+    and applies user options (``profile``, ``gpu_pool``, ``gpus`` and the
+    profile's options) in ``load_user_options``, KubeSpawner's seam, which
+    ``start`` calls with the capacity of that moment; applying them here as
+    well would apply them twice.  An admin's own ``apply_user_options``
+    (a callable, or a dict of option name -> trait) replaces this default and
+    runs as JupyterHub documents, before ``load_user_options``.
+    """
+    return None
+
+
+# the cache whose snapshot /hub/metrics reads (one per process; see _serve_capacity_metrics)
+_metrics_cache: weakref.ref | None = None
+
+
+def _serve_capacity_metrics(cache: Any) -> None:
+    """Register gpuspawner's collector on the registry ``/hub/metrics``
+    serves, reading capacity from ``cache`` (the first time it is seen)."""
+    global _metrics_cache
+    if _metrics_cache is not None and _metrics_cache() is cache:
+        return
+    try:
+        metrics.install(snapshot=cache.snapshot)
+    except Exception as e:  # metrics never stop a spawn
+        log.error("gpuspawner metrics could not read GPU capacity: %s", e)
+        return
+    _metrics_cache = weakref.ref(cache)
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _waiting_unscheduled(pod: Mapping[str, Any]) -> bool:
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    return status.get("phase") == "Pending" and not spec.get("nodeName") and not meta.get("deletionTimestamp")
+
+
+def queued_before(pods: Iterable[Any], me: Any, pool_id: str) -> int:
+    """How many other pods of ``pool_id`` wait for the scheduler ahead of ``me``.
+
+    Pure; ``pods`` are core/v1 Pod dicts (KubeSpawner's pod reflector holds
+    them), a pod's pool is its ``gpuspawner.io/pool`` annotation.  Counted:
+    Pending pods with no node yet, not being deleted, that kube-scheduler's
+    default queue sort (``PrioritySort``,
+    ``pkg/scheduler/framework/plugins/queuesort/priority_sort.go``: higher
+    ``spec.priority`` first, then the earlier one) puts first; the time is
+    ``metadata.creationTimestamp``, whole seconds, so a pod created in the
+    same second is not counted.  0 when ``me`` has no creation time yet.
+    """
+    if not isinstance(me, Mapping):
+        return 0
+    my_meta = me.get("metadata") or {}
+    mine = _timestamp(my_meta.get("creationTimestamp"))
+    if mine is None:
+        return 0
+    my_priority = _priority(me)
+    me_key = (my_meta.get("namespace"), my_meta.get("name"))
+    n = 0
+    for pod in pods:
+        if not isinstance(pod, Mapping):
+            continue
+        meta = pod.get("metadata") or {}
+        if (meta.get("namespace"), meta.get("name")) == me_key:
+            continue
+        if (meta.get("annotations") or {}).get(POOL_ANNOTATION) != pool_id or not _waiting_unscheduled(pod):
+            continue
+        created = _timestamp(meta.get("creationTimestamp"))
+        if created is None or created.tzinfo is None or mine.tzinfo is None:
+            continue
+        priority = _priority(pod)
+        if priority > my_priority or (priority == my_priority and created < mine):
+            n += 1
+    return n
+
+
+def fatal_verdict(pod: Any, events: Iterable[Any], ctx: SpawnContext) -> Translation | None:
+    """The fatal translation of a spawning pod's state, or None while it may still start.
+
+    Pure.  The pod's own state first (a ``Failed`` phase, the scheduler's
+    verdict in the ``PodScheduled`` condition, a waiting container); then its
+    events (``events``: KubeSpawner's, for this pod name since the spawn
+    began), skipping events of an older pod of the same name (another
+    ``involvedObject.uid``).  Of the scheduler's ``FailedScheduling`` events
+    only the newest counts, and none once the pod has a node: the scheduler
+    retries, and its last word is the current one.
+    """
+    if not isinstance(pod, Mapping):
+        return None
+    t = translate_pod(pod, ctx)
+    if t is not None and t.fatal:
+        return t
+    uid = (pod.get("metadata") or {}).get("uid")
+    bound = bool((pod.get("spec") or {}).get("nodeName"))
+    last_scheduling = None
+    for event in events:
+        if not isinstance(event, Mapping):
+            continue
+        involved = event.get("involvedObject") or {}
+        if uid and involved.get("uid") and involved.get("uid") != uid:
+            continue
+        if event.get("reason") == "FailedScheduling":
+            last_scheduling = event
+            continue
+        t = translate(event, ctx)
+        if t is not None and t.fatal:
+            return t
+    if last_scheduling is not None and not bound:
+        t = translate(last_scheduling, ctx)
+        if t is not None and t.fatal:
+            return t
+    return None
+
+
+@dataclass(frozen=True)
+class GPUSpawnInfo:
+    """The pool a GPU spawn was pinned to, for its progress and metrics."""
+
+    pool_id: str
+    pool_name: str
+    resource: str
+    gpus: int
 
 
 @functools.lru_cache(maxsize=8)
@@ -162,14 +364,66 @@ class GPUCapacitySettings(Configurable):
                 {"match": "h100:*", "display_name": "H100 80 GB"},
                 {"match": "*:nvidia.com/mig-*", "hide": True},
             ]
+
+        A rule may also set ``allowed_groups``: the JupyterHub groups that may
+        see and use the pools it matches (empty: everyone; admins always may).
+        A pool's groups come from the first matching rule that sets the key,
+        so a rule that only renames never opens a pool (docs/access.md).
+
+            c.GPUSpawner.gpu_pool_rules = [
+                {"match": "h100:*", "allowed_groups": ["research", "staff"]},
+                {"match": "*:nvidia.com/mig-*", "allowed_groups": []},
+                {"match": "*", "allowed_groups": ["gpu-users"]},
+            ]
         """,
     )
+
+    gpu_profiles = List(
+        Dict(),
+        config=True,
+        help="""
+        GPU profiles, offered after the admin's own ``profile_list``. Each
+        has a ``slug`` and optionally ``display_name``, ``description``,
+        ``default``, ``kubespawner_override`` (as in ``profile_list``),
+        ``pools`` (``include``/``exclude`` globs on pool ids), ``max_gpus``
+        (per server), ``profile_options`` (as in ``profile_list``; the
+        options ``gpu_pool`` and ``gpus`` are added by gpuspawner) and
+        ``allowed_groups`` (JupyterHub groups that may see and use the
+        profile; absent or empty: everyone; admins always may; see
+        docs/access.md).
+
+            c.GPUSpawner.gpu_profiles = [{
+                "slug": "gpu",
+                "display_name": "GPU server",
+                "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-latest"},
+                "pools": {"exclude": ["*:nvidia.com/mig-*"]},
+                "max_gpus": 4,
+            }]
+        """,
+    )
+    @validate("gpu_profiles")
+    def _validate_gpu_profiles(self, proposal):
+        slugs = set()
+        for i, d in enumerate(proposal.value):
+            try:
+                spec = GPUProfileSpec.from_config(d, where=f"gpu_profiles[{i}]")
+            except ValueError as e:
+                raise TraitError(str(e)) from None
+            if spec.slug in slugs:
+                raise TraitError(f"gpu_profiles[{i}]: slug {spec.slug!r} is used twice; slugs must be unique")
+            slugs.add(spec.slug)
+        try:
+            AccessRules.from_config(proposal.value)
+        except ValueError as e:
+            raise TraitError(str(e)) from None
+        return proposal.value
 
     @validate("gpu_pool_rules")
     def _validate_pool_rules(self, proposal):
         try:
             for i, rule in enumerate(proposal.value):
                 PoolRule.from_config(rule, where=f"gpu_pool_rules[{i}]")
+            AccessRules.from_config((), proposal.value)
         except ValueError as e:
             raise TraitError(str(e)) from None
         return proposal.value
@@ -214,6 +468,13 @@ class GPUCapacitySettings(Configurable):
     def pool_rules(self) -> tuple[PoolRule, ...]:
         return tuple(PoolRule.from_config(r) for r in self.gpu_pool_rules)
 
+    def gpu_profile_specs(self) -> tuple[GPUProfileSpec, ...]:
+        return tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
+
+    def access_rules(self) -> AccessRules:
+        """The ``allowed_groups`` of ``gpu_profiles`` and ``gpu_pool_rules``."""
+        return AccessRules.from_config(self.gpu_profiles, self.gpu_pool_rules)
+
     def capacity_config(self) -> CapacityConfig:
         """The ``CapacityConfig`` these settings describe (built once)."""
         cached = self.__dict__.get("_gpu_capacity_config")
@@ -236,35 +497,20 @@ class GPUCapacitySettings(Configurable):
 
     def shared_capacity_cache(self):
         """The process's shared ``CapacityCache`` (started on first use; the
-        cache module is imported only then, as ``gpuspawner.capacity`` does)."""
+        cache module is imported only then, as ``gpuspawner.capacity`` does).
+
+        The first call also points ``/hub/metrics``' capacity series at it,
+        whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
         from .capacity.cache import CapacityCache
 
-        return CapacityCache.shared(self.capacity_config())
+        cache = CapacityCache.shared(self.capacity_config())
+        _serve_capacity_metrics(cache)
+        return cache
 
 
 class GPUSpawner(KubeSpawner, GPUCapacitySettings):
     """KubeSpawner with GPU profiles whose pools come from live capacity."""
 
-    gpu_profiles = List(
-        Dict(),
-        config=True,
-        help="""
-        GPU profiles, offered after the admin's own ``profile_list``. Each
-        has a ``slug`` and optionally ``display_name``, ``description``,
-        ``default``, ``kubespawner_override`` (as in ``profile_list``),
-        ``pools`` (``include``/``exclude`` globs on pool ids), ``max_gpus``
-        (per server) and ``profile_options`` (as in ``profile_list``; the
-        options ``gpu_pool`` and ``gpus`` are added by gpuspawner).
-
-            c.GPUSpawner.gpu_profiles = [{
-                "slug": "gpu",
-                "display_name": "GPU server",
-                "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-latest"},
-                "pools": {"exclude": ["*:nvidia.com/mig-*"]},
-                "max_gpus": 4,
-            }]
-        """,
-    )
     gpu_tolerated_taint_keys = List(
         Unicode(),
         default_value=["nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority"],
@@ -357,6 +603,55 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         """,
     )
 
+    gpu_quota = Integer(
+        None,
+        allow_none=True,
+        config=True,
+        help="""
+        The most GPUs one user may hold at once across all their servers
+        (named servers included), counting running and starting servers.
+        None (the default) is no limit. A spawn that would go over it is
+        refused with 403 and a message saying what the user holds. Groups
+        can be given their own limit with ``gpu_quota_by_group``; admins have
+        none unless ``gpu_quota_admin`` is set.
+
+            c.GPUSpawner.gpu_quota = 2
+        """,
+    )
+    gpu_quota_by_group = Dict(
+        config=True,
+        help="""
+        Per-group GPU quotas that replace ``gpu_quota`` for members of a
+        JupyterHub group: ``{group: GPUs}``, None for no limit. A user in
+        several listed groups gets the most generous of them.
+
+            c.GPUSpawner.gpu_quota_by_group = {"research": 8, "students": 1, "staff": None}
+        """,
+    )
+    gpu_quota_admin = Integer(
+        None,
+        allow_none=True,
+        config=True,
+        help="""
+        The GPU quota of JupyterHub admins. None (the default) is no limit;
+        admins are not subject to ``gpu_quota`` or ``gpu_quota_by_group``.
+
+            c.GPUSpawner.gpu_quota_admin = 16
+        """,
+    )
+
+    @validate("gpu_quota", "gpu_quota_by_group", "gpu_quota_admin")
+    def _validate_quota(self, proposal):
+        arg = {"gpu_quota": "default", "gpu_quota_by_group": "by_group", "gpu_quota_admin": "admin"}
+        try:
+            QuotaPolicy.from_config(**{arg[proposal.trait.name]: proposal.value})
+        except ValueError as e:
+            raise TraitError(str(e)) from None
+        return proposal.value
+
+    def gpu_quota_policy(self) -> QuotaPolicy:
+        return QuotaPolicy.from_config(self.gpu_quota, self.gpu_quota_by_group, self.gpu_quota_admin)
+
     _logged_capacity_problems: set[str] = set()
 
     @validate("cuda_policy")
@@ -394,19 +689,6 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             raise TraitError("cuda_probe_image must be an image reference, or None for the server's image")
         return proposal.value
 
-    @validate("gpu_profiles")
-    def _validate_gpu_profiles(self, proposal):
-        slugs = set()
-        for i, d in enumerate(proposal.value):
-            try:
-                spec = GPUProfileSpec.from_config(d, where=f"gpu_profiles[{i}]")
-            except ValueError as e:
-                raise TraitError(str(e)) from None
-            if spec.slug in slugs:
-                raise TraitError(f"gpu_profiles[{i}]: slug {spec.slug!r} is used twice; slugs must be unique")
-            slugs.add(spec.slug)
-        return proposal.value
-
     @validate("gpu_tolerated_taint_keys")
     def _validate_taint_keys(self, proposal):
         for key in proposal.value:
@@ -434,9 +716,6 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         return self._render_gpu_options_form
 
     # --- profiles and capacity ------------------------------------------
-
-    def gpu_profile_specs(self) -> tuple[GPUProfileSpec, ...]:
-        return tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
 
     async def capacity_snapshot(self):
         """The cache's snapshot (waiting for its first sync at most
@@ -469,7 +748,14 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         )
 
     async def gpu_profile_list(self) -> tuple[list[dict[str, Any]], dict[str, ProfileOffer]]:
-        """The initialized profile list (static then GPU) and the GPU offers."""
+        """The initialized profile list (static then GPU) and the GPU offers
+        this server's user may use."""
+        profile_list, view = await self.gpu_offer_view()
+        return profile_list, view.offers
+
+    async def gpu_offer_view(self) -> tuple[list[dict[str, Any]], UserOffers]:
+        """The initialized profile list and the GPU offers as this server's
+        user sees them (``allowed_groups``, see gpuspawner.access)."""
         static = self._sorted_dict_values(self.profile_list)
         if callable(static):
             static = await maybe_future(static(self))
@@ -484,10 +770,11 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
                 admit_without_capacity=self.gpu_admit_without_capacity,
                 fit=self._cuda_fit,
             )
-        merged, shadowed = merge_profiles(list(static or []), offers)
+        view = offers_for(principal_of(self.user), offers, self.access_rules())
+        merged, shadowed = merge_profiles(view.drop_hidden(static or []), view.offers)
         if shadowed:
             self.log.error("profile_list slugs %s are shadowed by gpu_profiles with the same slug", shadowed)
-        return self._get_initialized_profile_list(merged), offers
+        return self._get_initialized_profile_list(merged), view
 
     _logged_check_errors: set[str] = set()
 
@@ -574,22 +861,35 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         self._restore_gpu_traits()
         self._cuda_warnings = []
         self._probe_image = None
-        profile_list, offers = await self.gpu_profile_list()
+        self.gpu_held = None  # unknown until this request passes its quota check
+        profile_list, view = await self.gpu_offer_view()
+        # from here to `self.gpu_held = ...` nothing awaits, so another spawn
+        # of this user sees either no record (and is checked after this one,
+        # against it) or this one's count: two spawns cannot both pass
         try:
+            check_access(self.user_options, view)
             selection = validate_user_options(
                 self.user_options,
                 profile_list,
-                offers,
+                view.offers,
                 trait_names=self.trait_names(),
                 admin_keys=self._admin_option_keys(),
             )
+            if selection.gpus:
+                self._check_gpu_quota(selection.gpus, profile_list)
+        except AccessError as e:
+            self.gpu_held = 0
+            self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
+            raise web.HTTPError(e.status, str(e)) from None
         except OptionError as e:
+            self.gpu_held = 0
             self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
             if isinstance(e, CudaRefusal):
                 # SpawnException: JupyterHub logs it without a traceback and
                 # counts it as a policy failure (reason label) in its metrics
                 raise SpawnException(str(e), reason="cuda-driver", status_code=400) from None
             raise web.HTTPError(e.status, str(e)) from None
+        self.gpu_held = selection.gpus or 0
         if not profile_list:
             return
         if selection.offer is None:
@@ -607,6 +907,49 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             raise web.HTTPError(400, f"{e} Choose a value for it on the spawn form or in user options.") from None
         if selection.offer is not None:
             self._apply_gpu_selection(selection)
+
+    # GPUs this server holds or is starting with, once its request passed the
+    # quota check (0: refused or no GPU); None: not checked yet. Kept in the
+    # spawner's state so a restarted hub still counts running servers.
+    gpu_held: int | None = None
+
+    def _check_gpu_quota(self, gpus: int, profile_list) -> None:
+        """Raise AccessError (403) if ``gpus`` more would take this server's
+        user over their GPU quota. Synchronous on purpose (see the caller)."""
+        policy = self.gpu_quota_policy()
+        if not policy.enabled:
+            return
+        others = [
+            OtherServer(
+                name=s.name,
+                user_options=s.user_options,
+                recorded=getattr(s, "gpu_held", None),
+                spawning=s.pending == "spawn",
+            )
+            for s in self.user.spawners.values()
+            if s is not self and s.active
+        ]
+        held = held_servers(
+            others,
+            gpu_profiles={spec.slug for spec in self.gpu_profile_specs()},
+            default_profile=next((p.get("slug") for p in profile_list if p.get("default")), None),
+        )
+        check_quota(principal_of(self.user), policy, held, gpus, server_name=self.name)
+
+    def get_state(self):
+        state = super().get_state()
+        if self.gpu_held is not None:
+            state["gpu_held"] = self.gpu_held
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        held = state.get("gpu_held")
+        self.gpu_held = held if isinstance(held, int) and not isinstance(held, bool) else None
+
+    def clear_state(self):
+        super().clear_state()
+        self.gpu_held = None
 
     def _admin_option_keys(self) -> tuple[str, ...]:
         # JupyterHub 5.3+: a dict apply_user_options names the option keys the
@@ -728,6 +1071,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             return await super()._start()
         except BaseException:
             self.release_gpus()
+            self.gpu_held = 0
             raise
         finally:
             self._watch_probe = False

@@ -1,0 +1,585 @@
+"""Who may use which GPUs: allowed groups and GPU quotas (issue #4, section 2).
+
+Pure: stdlib and ``gpuspawner.capacity.model`` only (``ProfileOffer`` and
+``GPUProfileSpec`` are used by duck typing; they are imported for type
+checkers only). The hub glue (``spawner.py``, ``handlers.py``) turns the
+JupyterHub user into a :class:`Principal` with :func:`principal_of` and calls
+the functions below; nothing here awaits, so a check and the bookkeeping that
+follows it run with no other coroutine in between.
+
+Access. ``allowed_groups`` on a GPU profile (``gpu_profiles[i]``) or on a pool
+rule (``gpu_pool_rules[j]``, matched by pool id or glob) names the JupyterHub
+groups that may use it; absent or empty means everyone. Admins (JupyterHub's
+``admin`` flag, which the hub keeps in step with the ``admin`` role,
+jupyterhub/app.py ``init_role_assignment``) may use everything. A profile or
+pool a user may not use is left out of their offers, so the spawn form, the
+default pool and every "pools you can use" hint see only what they may use,
+and naming it in a REST request is refused with 403 (:func:`check_access`).
+
+Quota. A user may hold at most ``gpu_quota`` GPUs at once across all their
+servers (named servers included); ``gpu_quota_by_group`` overrides it per
+group. Refusals are 403, as the Kubernetes API server answers a request that
+would exceed a ResourceQuota ("the request will fail with HTTP status code 403
+FORBIDDEN", kubernetes.io/docs/concepts/policy/resource-quotas/): the request
+is well formed, the policy forbids it. A GPU is a device a server's pod asks
+for (``gpus``), whatever its resource: a MIG slice counts as one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+from .capacity.model import PoolView
+
+if TYPE_CHECKING:  # the profile layer sits above this one; no runtime import
+    from .profiles import GPUProfileSpec, ProfileOffer
+
+__all__ = [
+    "ALLOWED_GROUPS_KEY",
+    "AccessError",
+    "AccessRules",
+    "HeldServer",
+    "Limit",
+    "OtherServer",
+    "Principal",
+    "QuotaPolicy",
+    "UserOffers",
+    "check_access",
+    "check_quota",
+    "held_servers",
+    "offers_for",
+    "parse_allowed_groups",
+    "principal_of",
+    "server_gpus",
+    "server_label",
+    "visible_pools",
+]
+
+ALLOWED_GROUPS_KEY = "allowed_groups"
+# the user option names of profiles.GPU_POOL_OPTION / GPU_COUNT_OPTION
+_POOL_OPTION = "gpu_pool"
+_COUNT_OPTION = "gpus"
+_MAX_SHOWN_GROUPS = 5
+
+
+class AccessError(ValueError):
+    """A spawn refused by the access rules or the quota; ``status`` is the
+    HTTP status the spawner raises it with (always 403 today)."""
+
+    def __init__(self, message: str, status: int = 403):
+        super().__init__(message)
+        self.status = status
+
+
+# --- who is asking ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The owner of a server (or the reader of ``GET /hub/api/gpus``)."""
+
+    name: str
+    groups: frozenset[str] = frozenset()
+    admin: bool = False
+
+
+def principal_of(user: Any) -> Principal:
+    """A :class:`Principal` from JupyterHub's ``User`` wrapper, an ``orm.User``
+    or an ``orm.Service`` (duck-typed: ``name``, ``admin``, ``groups``).
+
+    ``user.groups`` is a list of ``orm.Group`` (each with a ``name``);
+    services have no groups. Group names are matched exactly, as JupyterHub
+    stores them (case-sensitive).
+    """
+    name = getattr(user, "name", None)
+    groups = set()
+    for g in getattr(user, "groups", None) or ():
+        gname = g if isinstance(g, str) else getattr(g, "name", None)
+        if isinstance(gname, str):
+            groups.add(gname)
+    return Principal(
+        name=name if isinstance(name, str) else "",
+        groups=frozenset(groups),
+        admin=getattr(user, "admin", False) is True,
+    )
+
+
+# --- allowed groups ------------------------------------------------------------------
+
+
+def parse_allowed_groups(value: Any, where: str) -> frozenset[str]:
+    """``allowed_groups`` from config: a list of JupyterHub group names.
+
+    ``None`` and ``[]`` mean everyone; a single string is one group (as
+    ``pools.include`` accepts one glob). Names padded with spaces are refused
+    rather than stripped: JupyterHub compares group names exactly, so
+    ``" staff"`` would silently match nobody.
+    """
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(
+            f"{where}: 'allowed_groups' must be a list of JupyterHub group names like "
+            f"['staff', 'gpu-users'], not {value!r}"
+        )
+    groups = set()
+    for g in value:
+        if not isinstance(g, str) or not g:
+            raise ValueError(
+                f"{where}: 'allowed_groups' must hold non-empty group names, not {g!r}"
+            )
+        if g != g.strip():
+            raise ValueError(
+                f"{where}: group name {g!r} in 'allowed_groups' has spaces around it; "
+                f"write {g.strip()!r} (group names are matched exactly)"
+            )
+        groups.add(g)
+    return frozenset(groups)
+
+
+def _may(groups: frozenset[str], who: Principal) -> bool:
+    return who.admin or not groups or bool(groups & who.groups)
+
+
+def _ask_for(groups: Iterable[str]) -> str:
+    names = sorted(set(groups))
+    if not names:
+        return "ask your admin for access"
+    shown = ", ".join(repr(n) for n in names[:_MAX_SHOWN_GROUPS])
+    if len(names) > _MAX_SHOWN_GROUPS:
+        shown += f" (and {len(names) - _MAX_SHOWN_GROUPS} more)"
+    return f"ask your admin to add you to one of the groups {shown}"
+
+
+@dataclass(frozen=True)
+class AccessRules:
+    """The ``allowed_groups`` of the GPU profiles and the pool rules.
+
+    ``profiles`` maps a profile slug to its groups (only restricted profiles
+    are listed). ``pools`` keeps, in the admin's order, the pool rules that
+    set ``allowed_groups``: a pool's groups come from the *first* of them its
+    id matches, as a pool's name and order come from the first rule it
+    matches (``profiles.present_pools``). Rules without the key are skipped,
+    so a rule that only renames a pool never opens it to everyone, and an
+    earlier rule with ``allowed_groups: []`` makes an exception to a later,
+    broader restriction.
+    """
+
+    profiles: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    pools: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    @classmethod
+    def from_config(
+        cls, gpu_profiles: Iterable[Any] = (), gpu_pool_rules: Iterable[Any] = ()
+    ) -> AccessRules:
+        """Read ``allowed_groups`` from ``c.GPUSpawner.gpu_profiles`` and
+        ``c.GPUSpawner.gpu_pool_rules``; a mistake raises ``ValueError`` with
+        the item's position and what to write instead. The other keys are
+        checked by ``GPUProfileSpec.from_config`` / ``PoolRule.from_config``."""
+        profiles: dict[str, frozenset[str]] = {}
+        for i, d in enumerate(gpu_profiles):
+            where = f"gpu_profiles[{i}]"
+            if not isinstance(d, Mapping):
+                raise ValueError(
+                    f"{where}: each GPU profile must be a dict like {{'slug': 'gpu'}}, not {d!r}"
+                )
+            slug = d.get("slug")
+            if not isinstance(slug, str) or not slug:
+                raise ValueError(f"{where}: 'slug' is required, like 'gpu', not {slug!r}")
+            groups = parse_allowed_groups(d.get(ALLOWED_GROUPS_KEY), f"{where} (slug {slug!r})")
+            if groups:
+                profiles[slug] = groups
+        pools: list[tuple[str, frozenset[str]]] = []
+        for j, r in enumerate(gpu_pool_rules):
+            where = f"gpu_pool_rules[{j}]"
+            if not isinstance(r, Mapping):
+                raise ValueError(
+                    f"{where}: each rule must be a dict like {{'match': 'gpu-a100:*'}}, not {r!r}"
+                )
+            if ALLOWED_GROUPS_KEY not in r:
+                continue
+            match = r.get("match")
+            if not isinstance(match, str) or not match:
+                raise ValueError(
+                    f"{where}: 'match' is required: a pool id or glob like 'gpu-a100:*', "
+                    f"not {match!r}"
+                )
+            groups = parse_allowed_groups(r[ALLOWED_GROUPS_KEY], f"{where} (match {match!r})")
+            pools.append((match, groups))
+        return cls(profiles=profiles, pools=tuple(pools))
+
+    @property
+    def restricted(self) -> bool:
+        """Whether any profile or pool is closed to someone."""
+        return bool(self.profiles) or any(groups for _, groups in self.pools)
+
+    def profile_groups(self, slug: str) -> frozenset[str]:
+        return self.profiles.get(slug, frozenset())
+
+    def pool_groups(self, pool_id: str) -> frozenset[str]:
+        for match, groups in self.pools:
+            if fnmatchcase(pool_id, match):
+                return groups
+        return frozenset()
+
+    def may_use_profile(self, who: Principal, slug: str) -> bool:
+        return _may(self.profile_groups(slug), who)
+
+    def may_use_pool(self, who: Principal, pool_id: str) -> bool:
+        return _may(self.pool_groups(pool_id), who)
+
+
+@dataclass(frozen=True)
+class UserOffers:
+    """The GPU offers one user sees, and what was taken out of them."""
+
+    offers: dict[str, ProfileOffer]  # slug -> offer with only the pools the user may use
+    hidden_profiles: frozenset[str]  # GPU profile slugs the user may not use
+    all_offers: Mapping[str, ProfileOffer]  # as built from capacity, before access
+    rules: AccessRules
+    principal: Principal
+
+    def drop_hidden(self, profile_list: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """``profile_list`` without entries whose slug is a hidden GPU profile.
+
+        Call it on the static profiles before ``merge_profiles(static,
+        view.offers)``: a static profile that a GPU profile of the same slug
+        shadows must not reappear for a user who may not use that GPU profile.
+        """
+        return [dict(p) for p in profile_list if p.get("slug") not in self.hidden_profiles]
+
+    def groups_for_profile(self, slug: str) -> frozenset[str]:
+        """The groups that would open a hidden profile to this user."""
+        groups = self.rules.profile_groups(slug)
+        if groups and not _may(groups, self.principal):
+            return groups
+        offer = self.all_offers.get(slug)
+        out: set[str] = set()
+        for p in offer.pools if offer is not None else ():
+            out |= self.rules.pool_groups(p.pool.id)
+        return frozenset(out)
+
+    def groups_for_pool(self, pool_id: str) -> frozenset[str]:
+        """The groups that would open a pool to this user."""
+        groups = self.rules.pool_groups(pool_id)
+        if groups and not _may(groups, self.principal):
+            return groups
+        out: set[str] = set()
+        for slug, offer in self.all_offers.items():
+            if offer.pool(pool_id) is not None:
+                out |= self.rules.profile_groups(slug)
+        return frozenset(out)
+
+
+def offers_for(
+    who: Principal, offers: Mapping[str, ProfileOffer], rules: AccessRules
+) -> UserOffers:
+    """The offers (``profiles.build_offers``) cut down to what ``who`` may use.
+
+    A profile is hidden when its ``allowed_groups`` leave ``who`` out, or when
+    it had pools and the pool rules leave ``who`` none of them (the form would
+    otherwise say "no GPUs right now", as if they were only busy). A profile
+    that offers no pool because capacity is unknown stays, with its problem.
+    """
+    visible: dict[str, ProfileOffer] = {}
+    hidden: set[str] = set()
+    for slug, offer in offers.items():
+        if not rules.may_use_profile(who, slug):
+            hidden.add(slug)
+            continue
+        pools = tuple(p for p in offer.pools if rules.may_use_pool(who, p.pool.id))
+        if offer.pools and not pools:
+            hidden.add(slug)
+            continue
+        if len(pools) < len(offer.pools):
+            offer = dataclasses.replace(offer, pools=pools)
+        visible[slug] = offer
+    return UserOffers(
+        offers=visible,
+        hidden_profiles=frozenset(hidden),
+        all_offers=dict(offers),
+        rules=rules,
+        principal=who,
+    )
+
+
+def check_access(user_options: Any, view: UserOffers) -> None:
+    """Refuse (403) a request that names a GPU profile or pool its user may not use.
+
+    Run it before ``options.validate_user_options(..., view.offers)``, which
+    then sees only what the user may use: anything that is not exactly a
+    profile slug or pool id the hub offers (another case, spaces, a glob, a
+    pool hidden by a rule, a non-string) is left to it and answered 400
+    "unknown", with hints that list only the user's own pools. This check
+    adds only the clearer 403 for an exact name the user is not allowed; the
+    message names the groups that would open it (not the pool's GPUs or
+    capacity) so the user knows what to ask for.
+    """
+    if not isinstance(user_options, Mapping):
+        return
+    slug = user_options.get("profile")
+    if isinstance(slug, str) and slug in view.hidden_profiles:
+        raise AccessError(
+            f"profile {slug!r} is not available to you; {_ask_for(view.groups_for_profile(slug))}, "
+            "or choose another profile"
+        )
+    pool_id = user_options.get(_POOL_OPTION)
+    if not isinstance(pool_id, str) or not pool_id:
+        return
+    known = any(o.pool(pool_id) is not None for o in view.all_offers.values())
+    usable = any(o.pool(pool_id) is not None for o in view.offers.values())
+    if known and not usable:
+        raise AccessError(
+            f"GPU pool {pool_id!r} is not available to you; "
+            f"{_ask_for(view.groups_for_pool(pool_id))}, or choose another pool"
+        )
+
+
+def visible_pools(
+    pools: Iterable[PoolView],
+    rules: AccessRules,
+    who: Principal,
+    profiles: Sequence[GPUProfileSpec] = (),
+) -> tuple[PoolView, ...]:
+    """The pools ``GET /hub/api/gpus`` shows ``who``: admins see all.
+
+    A pool is left out when a pool rule closes it to ``who``, or when every
+    GPU profile that admits it (``spec.admits``) is closed to ``who``. A pool
+    no profile admits is shown as before (the endpoint reports capacity; the
+    access rules only take away what they close).
+    """
+    if who.admin:
+        return tuple(pools)
+    out = []
+    for pool in pools:
+        if not rules.may_use_pool(who, pool.id):
+            continue
+        admitting = [spec for spec in profiles if spec.admits(pool.id)]
+        if admitting and not any(rules.may_use_profile(who, spec.slug) for spec in admitting):
+            continue
+        out.append(pool)
+    return tuple(out)
+
+
+# --- quotas --------------------------------------------------------------------------
+
+
+def _quota_value(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"{where} must be a whole number of GPUs (0 or more) or None for no limit, "
+            f"not {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Limit:
+    gpus: int | None  # None: no limit
+    source: str  # for messages: "the default quota", "the quota of group 'x'", ...
+
+
+@dataclass(frozen=True)
+class QuotaPolicy:
+    """GPU quotas: ``default`` for everyone, ``by_group`` overrides, ``admin``
+    for admins. ``None`` means no limit.
+
+    A user's limit is the most generous override among their groups, else
+    the default. Most generous, because JupyterHub groups are flat (no group
+    is more specific than another), membership is how an admin grants
+    something (as with ``allowed_groups``: any one group opens a pool), and
+    adding a user to a group should never take GPUs away. An override may be
+    lower than the default: it replaces it (e.g. a ``guests: 0`` group).
+    Admins have no limit unless ``admin`` is set.
+    """
+
+    default: int | None = None
+    by_group: Mapping[str, int | None] = field(default_factory=dict)
+    admin: int | None = None
+
+    @classmethod
+    def from_config(
+        cls, default: Any = None, by_group: Any = None, admin: Any = None
+    ) -> QuotaPolicy:
+        """From ``gpu_quota``, ``gpu_quota_by_group`` and ``gpu_quota_admin``;
+        a mistake raises ``ValueError`` naming the setting."""
+        groups: dict[str, int | None] = {}
+        if by_group is not None and not isinstance(by_group, Mapping):
+            raise ValueError(
+                "gpu_quota_by_group must be a dict of group name to GPUs like "
+                f"{{'staff': 8, 'students': 1}}, not {by_group!r}"
+            )
+        for name, value in (by_group or {}).items():
+            if not isinstance(name, str) or not name or name != name.strip():
+                raise ValueError(f"gpu_quota_by_group: {name!r} is not a JupyterHub group name")
+            groups[name] = _quota_value(value, f"gpu_quota_by_group[{name!r}]")
+        return cls(
+            default=_quota_value(default, "gpu_quota"),
+            by_group=groups,
+            admin=_quota_value(admin, "gpu_quota_admin"),
+        )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anyone can be limited at all."""
+        limits = (self.default, self.admin, *self.by_group.values())
+        return any(v is not None for v in limits)
+
+    def limit_for(self, who: Principal) -> Limit:
+        if who.admin:
+            return Limit(self.admin, "the quota for admins")
+        best: tuple[str, int | None] | None = None
+        for group in sorted(who.groups & self.by_group.keys()):
+            value = self.by_group[group]
+            if best is None or (best[1] is not None and (value is None or value > best[1])):
+                best = (group, value)
+        if best is not None:
+            return Limit(best[1], f"the quota of group {best[0]!r}")
+        return Limit(self.default, "the default quota")
+
+
+@dataclass(frozen=True)
+class HeldServer:
+    name: str  # "" is the default server
+    gpus: int
+
+
+def server_label(name: str) -> str:
+    return f"server {name!r}" if name else "default server"
+
+
+def _plural(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _whole(value: Any) -> int | None:
+    """A whole number >= 0 from an int, an integral float or a digit string
+    (a pod annotation is a string); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() and value >= 0 else None
+    if isinstance(value, str):
+        text = value.strip()
+        return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+    return None
+
+
+def server_gpus(
+    user_options: Any,
+    *,
+    recorded: Any = None,
+    spawning: bool = False,
+    gpu_profiles: Collection[str],
+    default_profile: str | None,
+) -> int:
+    """How many GPUs one of the user's active servers holds or is about to hold.
+
+    ``recorded`` is what the spawner wrote down when that server's request
+    passed its quota check (``GPUSpawner.gpu_held``: kept in the spawner's
+    state across hub restarts, and equal to the pod annotation
+    ``gpuspawner.io/gpus``), 0 when it was refused: it wins.
+
+    Nothing recorded and ``spawning`` (JupyterHub's ``spawner.pending ==
+    "spawn"``): that spawn has not reached its check yet and will be checked
+    against this one when it does, so it counts 0 here; the first spawn to be
+    checked wins and the other is refused. Nothing recorded otherwise (a
+    server started before the hub recorded counts): the count is read from
+    its ``user_options`` as ``options.validate_user_options`` reads them: a
+    GPU profile (named, or the default one when ``profile`` is absent) without
+    ``gpus`` is 1 GPU; a count validation would refuse is 0.
+    """
+    n = _whole(recorded)
+    if n is not None:
+        return n
+    if spawning or not isinstance(user_options, Mapping):
+        return 0
+    slug = user_options.get("profile") or default_profile
+    if not isinstance(slug, str) or slug not in gpu_profiles:
+        return 0
+    raw = user_options.get(_COUNT_OPTION)
+    if raw is None or raw == "":
+        return 1
+    return _whole(raw) or 0
+
+
+@dataclass(frozen=True)
+class OtherServer:
+    """One of the user's other active servers (running or pending), as the
+    spawner sees it: ``spawner.name``, ``spawner.user_options``,
+    ``spawner.gpu_held`` and ``spawner.pending == "spawn"``."""
+
+    name: str
+    user_options: Any = None
+    recorded: Any = None
+    spawning: bool = False
+
+
+def held_servers(
+    servers: Iterable[OtherServer],
+    *,
+    gpu_profiles: Collection[str],
+    default_profile: str | None,
+) -> list[HeldServer]:
+    """The GPUs each of the user's other active servers holds (:func:`server_gpus`)."""
+    return [
+        HeldServer(
+            s.name,
+            server_gpus(
+                s.user_options,
+                recorded=s.recorded,
+                spawning=s.spawning,
+                gpu_profiles=gpu_profiles,
+                default_profile=default_profile,
+            ),
+        )
+        for s in servers
+    ]
+
+
+def check_quota(
+    who: Principal,
+    policy: QuotaPolicy,
+    held: Iterable[HeldServer],
+    asked: int,
+    *,
+    server_name: str = "",
+) -> None:
+    """Refuse (403) a request for ``asked`` GPUs that would take ``who`` over
+    their limit. ``held`` are the user's other active servers; an entry named
+    ``server_name`` (the server being started) is ignored, since restarting a
+    server replaces what it held."""
+    limit = policy.limit_for(who)
+    if limit.gpus is None or asked <= 0:
+        return
+    others = [h for h in held if h.name != server_name and h.gpus > 0]
+    holding = sum(h.gpus for h in others)
+    if holding + asked <= limit.gpus:
+        return
+    if limit.gpus == 0:
+        raise AccessError(
+            f"you may not hold any GPUs ({limit.source} is 0); ask your admin for a GPU quota, "
+            "or choose a profile without GPUs"
+        )
+    may = f"may hold {limit.gpus} ({limit.source})"
+    if not others:
+        raise AccessError(f"you asked for {_plural(asked)} but {may}: ask for at most {limit.gpus}")
+    others.sort(key=lambda h: (-h.gpus, h.name))
+    parts = ", ".join(f"{server_label(h.name)}: {h.gpus}" for h in others)
+    left = limit.gpus - holding
+    text = f"you hold {_plural(holding)} ({parts}) and {may}"
+    if left <= 0:
+        raise AccessError(f"{text}: stop a server to start this one")
+    ask = "1" if left == 1 else f"at most {left}"
+    raise AccessError(f"{text}: stop a server or ask for {ask}")
