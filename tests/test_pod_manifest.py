@@ -260,7 +260,8 @@ async def test_steering_and_probe_manifest_is_valid(cuda_spawner, version):
     probe = inits[1]
     assert probe["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"  # the server's own image by default
     assert probe["command"] == ["gpuspawner"]
-    assert probe["args"] == ["probe", "--expect-gpus", "2", "--policy", "minor", "--cuda", "12.4",
+    assert probe["args"] == ["probe", "--expect-gpus", "2", "--policy", "minor",
+                             "--report", "/dev/termination-log", "--cuda", "12.4",
                              "--require", "cuda>=12.4"]
     assert probe["resources"] == {"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "2"}}
     assert probe["terminationMessagePolicy"] == "FallbackToLogsOnError"
