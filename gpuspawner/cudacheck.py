@@ -338,6 +338,20 @@ def pool_fit(image: ImageCuda, pool: PoolView, policy: str, check: Check) -> Poo
         none = Verdict("skip", "no-cuda", "The image declares no CUDA, so the driver check does not apply.",
                        policy=policy)
         return PoolFit(image, pool.id, "skip", none, (), policy)
+    if not pool.resource.startswith("nvidia.com/"):
+        # CUDA runs on NVIDIA GPUs only; the rules (and any admin cuda_check) speak of NVIDIA drivers
+        vendor = "AMD" if pool.resource.startswith("amd.com/") else "non-NVIDIA"
+        what = f"{vendor} GPUs ({pool.product})" if pool.product else f"{vendor} GPUs"
+        v = Verdict(
+            "fail" if vendor == "AMD" else "skip",
+            "gpu-vendor",
+            f"The image is built {f'with CUDA {image.cuda_text}' if image.cuda_text else 'for CUDA'}, "
+            f"which runs on NVIDIA GPUs only; this pool has {what}.",
+            "Use an image built for this pool's GPUs (e.g. ROCm for AMD), or choose an NVIDIA pool.",
+            image_cuda=image.cuda_text,
+            policy=policy,
+        )
+        return PoolFit(image, pool.id, v.level, v, (), policy)
     fits: list[NodeFit] = []
     for n in pool.node_views:
         labels = dict(n.labels)

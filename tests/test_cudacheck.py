@@ -3,6 +3,7 @@ nodes, steering, the probe's init container and its failure read back. Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -309,3 +310,25 @@ def test_probe_failure_message(the_pod, expected):
 )
 def test_no_probe_failure(the_pod):
     assert probe_failure(the_pod) is None
+
+
+@pytest.mark.parametrize(
+    "resource, product, level",
+    [
+        ("amd.com/gpu", "AMD-Instinct-MI300X-OAM", "fail"),
+        ("example.com/npu", None, "skip"),
+    ],
+    ids=["amd-pool-refuses-a-cuda-image", "other-vendor-is-not-judged"],
+)
+def test_cuda_image_on_a_non_nvidia_pool(resource, product, level):
+    # an AMD node reports its own driver (e.g. amd.com/gpu.driver-version 6.10.5): never read it as NVIDIA's
+    amd = dataclasses.replace(
+        pool(nv("mi300", "6.10.5", None)), id=f"g:{product}:{resource}", resource=resource, product=product
+    )
+    fit = pool_fit(IMG, amd, "minor", decide)
+    assert fit.level == level
+    assert fit.verdict.rule == "gpu-vendor"
+    assert "NVIDIA GPUs only" in fit.verdict.reason and "NVIDIA driver" not in fit.summary
+    assert not fit.exclude_hostnames
+    # a CPU image is never judged
+    assert pool_fit(CPU, amd, "minor", decide).level == "skip"

@@ -1,0 +1,278 @@
+"""Browser tests of the spawn page: ``gpuspawner demo`` (simulated cluster, real JupyterHub and
+configurable-http-proxy) driven by Debian's headless Chromium through Playwright.
+
+Chromium comes from the system (``scripts/setup.sh --browser`` installs Debian's ``chromium``);
+Playwright never downloads a browser here. Screenshots of the spawn page are written to
+``test-artifacts/`` at the repository root (gitignored; CI keeps them as artifacts).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+import shutil
+
+import pytest
+import requests
+
+from gpuspawner.profiles import PoolRule
+from gpuspawner.templates import template_dirs
+
+from ..e2e.harness import DemoHub
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+# Debian's package (scripts/setup.sh --browser); GPUSPAWNER_CHROMIUM points at another build
+CHROMIUM = os.environ.get("GPUSPAWNER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+# the namespace the tests' own GPU pods go to: another team's workload, as the hub sees it
+LOAD_NAMESPACE = "browser-load"
+# the group that may use the MIG 3g.40gb pool when per-group pool access exists
+MIG_GROUP = "mig-team"
+MIG_3G_POOL = "*:nvidia.com/mig-3g.40gb"
+
+# The hooks gpuspawner-live.html needs on form.html (docs/spawn-page.md). Until the lead merges
+# them into share/templates/form.html, the tests render a patched copy of it.
+FORM_HOOKS = [
+    ("<dt>Free</dt><dd>{{ p.pool.free }}", "<dt>Free</dt><dd data-gs-free>{{ p.pool.free }}"),
+    (
+        "<dt>Per server</dt><dd>{% if p.available %}",
+        "<dt>Per server</dt><dd data-gs-per-server>{% if p.available %}",
+    ),
+]
+_pod_numbers = itertools.count()
+
+PYTORCH_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
+LEGACY_IMAGE = "quay.io/jupyter/tensorflow-notebook:cuda-2023-06-01"
+# the demo's GPU profile with an image choice, so each pool card shows a CUDA fit per image
+GPU_PROFILE = {
+    "slug": "gpu",
+    "display_name": "GPU server",
+    "description": "A notebook server on the GPU pool you choose.",
+    "kubespawner_override": {"cpu_limit": 8, "mem_limit": "32G"},
+    "max_gpus": 8,
+    "profile_options": {
+        "image": {
+            "display_name": "Image",
+            "choices": {
+                "pytorch": {
+                    "display_name": "PyTorch, CUDA 12.4",
+                    "default": True,
+                    "kubespawner_override": {"image": PYTORCH_IMAGE},
+                    "cuda": "12.4",
+                },
+                "legacy": {
+                    "display_name": "Legacy TensorFlow, CUDA 11.2",
+                    "kubespawner_override": {"image": LEGACY_IMAGE},
+                    "cuda": "11.2",
+                },
+            },
+        }
+    },
+}
+INCLUDE = '{% include "gpuspawner-live.html" %}'
+
+
+def chromium_missing() -> str | None:
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        return (
+            f"Chromium is not installed at {CHROMIUM}: run scripts/setup.sh --browser "
+            "(apt-get install chromium), or set GPUSPAWNER_CHROMIUM to a Chromium binary"
+        )
+    if not shutil.which("configurable-http-proxy"):
+        return "configurable-http-proxy is not installed: run scripts/setup.sh"
+    return None
+
+
+def pool_access_supported() -> bool:
+    """Whether pool rules take ``allowed_groups`` (per-group access, issue #4 section 2)."""
+    try:
+        PoolRule.from_config({"match": "x:*", "allowed_groups": [MIG_GROUP]})
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def form_templates(workdir: pathlib.Path) -> list[str]:
+    """Template directories for the demo: the repository's own when its form.html already
+    carries the live-refresh hooks, else a patched copy of form.html in front of them."""
+    form = (ROOT / "share" / "templates" / "form.html").read_text()
+    dirs = template_dirs()
+    if INCLUDE in form and "data-gs-free" in form and "data-gs-per-server" in form:
+        return dirs
+    for old, new in FORM_HOOKS:
+        if new not in form:
+            assert old in form, f"form.html changed: cannot add {new!r}; update FORM_HOOKS"
+            form = form.replace(old, new)
+    if INCLUDE not in form:
+        form = form.rstrip("\n") + "\n" + INCLUDE + "\n"
+    patched = workdir / "templates"
+    patched.mkdir()
+    (patched / "form.html").write_text(form)
+    return [str(patched), *dirs]
+
+
+def demo_config(workdir: pathlib.Path) -> pathlib.Path:
+    """Settings on top of the demo's: the spawn-page templates, a GPU profile with an image
+    choice (so each pool card shows a CUDA fit per image), and per-group access to one pool
+    when that is supported."""
+    lines = [
+        f"c.GPUSpawner.additional_profile_form_template_paths = {form_templates(workdir)!r}",
+        f"c.GPUSpawner.gpu_profiles = [{GPU_PROFILE!r}]",
+    ]
+    if pool_access_supported():
+        rule = {"match": MIG_3G_POOL, "allowed_groups": [MIG_GROUP]}
+        lines.append(f"c.GPUSpawner.gpu_pool_rules = [{rule!r}]")
+    path = workdir / "extra_config.py"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    reason = chromium_missing()
+    if reason:
+        pytest.skip(reason)
+    workdir = tmp_path_factory.mktemp("spawn-page")
+    h = DemoHub(extra_config=str(demo_config(workdir))).start()
+    h.pool_access = pool_access_supported()
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(hub):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def new_page(browser):
+    """``new_page(javascript=True)``: a page in a fresh browser context (its own cookies)."""
+    contexts = []
+    errors: list[str] = []
+
+    def make(javascript: bool = True):
+        ctx = browser.new_context(
+            java_script_enabled=javascript, viewport={"width": 1280, "height": 1800}
+        )
+        ctx.set_default_timeout(30_000)
+        contexts.append(ctx)
+        page = ctx.new_page()
+        # an uncaught exception in the page's scripts fails the test
+        page.on("pageerror", lambda exc: errors.append(f"{page.url}: {exc}"))
+        return page
+
+    yield make
+    for ctx in contexts:
+        ctx.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture
+def screenshot():
+    """``screenshot(page, name)``: the whole page to test-artifacts/spawn-page-<name>.png."""
+
+    def take(page, name: str) -> pathlib.Path:
+        ARTIFACTS.mkdir(exist_ok=True)
+        path = ARTIFACTS / f"spawn-page-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
+
+
+@pytest.fixture
+def login(hub):
+    """``login(page, user)``: sign in through the hub's login form (the demo's dummy
+    authenticator takes any password)."""
+
+    def sign_in(page, user: str) -> None:
+        page.goto(f"{hub.url}/hub/login")
+        page.fill("#username_input", user)
+        page.fill("#password_input", "any-password")
+        page.click("#login_submit")
+        page.wait_for_url(lambda url: "/hub/login" not in url)
+
+    return sign_in
+
+
+class ClusterLoad:
+    """GPU pods of another team, created and deleted through the simulated API server's HTTP
+    API, as `kubectl` would: the hub sees them only through its watch."""
+
+    def __init__(self, hub: DemoHub):
+        self.hub = hub
+        self.names: list[str] = []
+        r = requests.post(
+            f"{hub.k8s_url}/api/v1/namespaces",
+            json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LOAD_NAMESPACE}},
+            timeout=30,
+        )
+        assert r.status_code in (201, 409), r.text
+
+    def hold(self, node: str, gpus: int, resource: str = "nvidia.com/gpu") -> str:
+        name = f"load-{next(_pod_numbers)}-{node[:20].strip('-.')}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": LOAD_NAMESPACE,
+                # the simulated kubelet runs no process for a stand-in (gpuspawner/sim/kubelet.py)
+                "annotations": {"gpuspawner.dev/sim-stand-in": "true"},
+            },
+            "spec": {
+                "nodeName": node,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "load",
+                        "image": "busybox:1.36",
+                        "resources": {
+                            "requests": {resource: str(gpus)},
+                            "limits": {resource: str(gpus)},
+                        },
+                    }
+                ],
+            },
+        }
+        r = requests.post(
+            f"{self.hub.k8s_url}/api/v1/namespaces/{LOAD_NAMESPACE}/pods", json=pod, timeout=30
+        )
+        assert r.status_code == 201, r.text
+        self.names.append(name)
+        return name
+
+    def release(self, name: str) -> None:
+        r = requests.delete(
+            f"{self.hub.k8s_url}/api/v1/namespaces/{LOAD_NAMESPACE}/pods/{name}",
+            params={"gracePeriodSeconds": "0"},
+            timeout=30,
+        )
+        assert r.status_code in (200, 202, 404), r.text
+        self.names.remove(name)
+
+    def release_all(self) -> None:
+        for name in list(self.names):
+            self.release(name)
+
+
+@pytest.fixture
+def load(hub):
+    cl = ClusterLoad(hub)
+    yield cl
+    cl.release_all()
+
