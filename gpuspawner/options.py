@@ -9,7 +9,8 @@ object), so everything here is hostile input.
 A verdict is either a :class:`Selection` or an :class:`OptionError` whose
 ``status`` the spawner raises as ``tornado.web.HTTPError``: 400 for a user
 mistake, 503 when GPU capacity is unknown and the admin did not allow blind
-spawns. Messages say what to do instead.
+spawns. Messages say what to do instead; ``reason`` says why in one word, for
+the refused-spawn metric.
 """
 
 from __future__ import annotations
@@ -64,16 +65,35 @@ _DIGITS = re.compile(r"[0-9]{1,9}")
 UNLISTED = "unlisted-choice"
 
 
-class OptionError(ValueError):
-    """A refused spawn request; ``status`` is the HTTP status to answer with."""
+# Why a request was refused, machine-readable: the ``reason`` label of
+# ``gpuspawner_spawns_total{outcome="refused"}`` (``metrics.REFUSAL_REASONS``,
+# docs/metrics.md).  A bounded set: the request's own text never becomes one.
+UNKNOWN_POOL = "unknown_pool"  # the pool id is not one the profile offers
+BAD_COUNT = "bad_count"  # the GPU count is not a whole number >= 1
+TOO_MANY_GPUS = "too_many_gpus"  # more than the pool can give now (or the profile's max_gpus)
+FORBIDDEN_OPTION = "forbidden_option"  # an option that may not be set, or a choice that is not offered
+CAPACITY_UNKNOWN = "capacity_unknown"  # the capacity cache has not synced or is unhealthy (503)
+CUDA_MISMATCH = "cuda_mismatch"  # the image's CUDA fits no node of the pool
+NOT_ALLOWED = "not_allowed"  # a profile or pool this user cannot choose
+OTHER = "other"  # malformed requests (not a JSON object, a key or profile that is not a string)
 
-    def __init__(self, message: str, status: int = 400):
+
+class OptionError(ValueError):
+    """A refused spawn request; ``status`` is the HTTP status to answer with,
+    ``reason`` one of the constants above (for metrics and logs)."""
+
+    default_reason = OTHER
+
+    def __init__(self, message: str, status: int = 400, *, reason: str | None = None):
         super().__init__(message)
         self.status = status
+        self.reason = reason or self.default_reason
 
 
 class CudaRefusal(OptionError):
     """The chosen image fits no node of the chosen pool (the CUDA check)."""
+
+    default_reason = CUDA_MISMATCH
 
 
 @dataclass(frozen=True)
@@ -115,12 +135,14 @@ def parse_gpu_count(value: Any) -> int:
     if n is None:
         raise OptionError(
             f"`{GPU_COUNT_OPTION}` must be a whole number of GPUs such as 1 or 2, "
-            f"not {_show(value)}"
+            f"not {_show(value)}",
+            reason=BAD_COUNT,
         )
     if n < 1:
         raise OptionError(
             f"`{GPU_COUNT_OPTION}` must be at least 1, not {_show(value)}; "
-            "choose a profile without GPUs to run without one"
+            "choose a profile without GPUs to run without one",
+            reason=BAD_COUNT,
         )
     return n
 
@@ -143,19 +165,29 @@ def _check_profile_option(slug: str, name: str, option: Mapping[str, Any], opts:
     choices = option.get("choices") or {}
     spec = option.get("unlisted_choice") or {}
     if choice == UNLISTED and spec.get("enabled") and unlisted in (None, ""):
-        raise OptionError(f"type a value for option `{name}` of profile {slug!r}, or choose one of: {', '.join(choices)}")
+        raise OptionError(
+            f"type a value for option `{name}` of profile {slug!r}, or choose one of: {', '.join(choices)}",
+            reason=FORBIDDEN_OPTION,
+        )
     if unlisted in (None, "") and choice not in (None, "") and (not isinstance(choice, str) or choice not in choices):
         raise OptionError(
             f"unknown choice {_show(choice)} for option `{name}` of profile {slug!r}; "
-            f"choose one of: {', '.join(choices) or '(none)'}"
+            f"choose one of: {', '.join(choices) or '(none)'}",
+            reason=FORBIDDEN_OPTION,
         )
     if unlisted not in (None, ""):
         if not spec.get("enabled"):
-            raise OptionError(f"option `{name}` of profile {slug!r} takes no free-text value; choose one of: {', '.join(choices)}")
+            raise OptionError(
+                f"option `{name}` of profile {slug!r} takes no free-text value; choose one of: {', '.join(choices)}",
+                reason=FORBIDDEN_OPTION,
+            )
         regex = spec.get("validation_regex")
         if not isinstance(unlisted, str) or (regex and not re.fullmatch(regex, unlisted)):
             hint = spec.get("validation_message") or f"it must match {regex}"
-            raise OptionError(f"value {_show(unlisted)} for option `{name}` of profile {slug!r} is not allowed: {hint}")
+            raise OptionError(
+                f"value {_show(unlisted)} for option `{name}` of profile {slug!r} is not allowed: {hint}",
+                reason=FORBIDDEN_OPTION,
+            )
 
 
 def validate_user_options(
@@ -178,18 +210,25 @@ def validate_user_options(
     if user_options is None:
         user_options = {}
     if not isinstance(user_options, Mapping):
-        raise OptionError(f"user options must be a JSON object like {{\"profile\": \"gpu\"}}, not {_show(user_options)}")
+        raise OptionError(
+            f"user options must be a JSON object like {{\"profile\": \"gpu\"}}, not {_show(user_options)}", reason=OTHER
+        )
     bad_keys = [k for k in user_options if not isinstance(k, str)]
     if bad_keys:
-        raise OptionError(f"user option names must be strings, not {_show(bad_keys[0])}")
+        raise OptionError(f"user option names must be strings, not {_show(bad_keys[0])}", reason=OTHER)
 
     slug = user_options.get("profile")
     if slug is not None and not isinstance(slug, str):
-        raise OptionError(f"`profile` must be a profile slug string, not {_show(slug)}; profiles: {_profile_slugs(profile_list)}")
+        raise OptionError(
+            f"`profile` must be a profile slug string, not {_show(slug)}; profiles: {_profile_slugs(profile_list)}",
+            reason=OTHER,
+        )
     if slug:
         profile = next((p for p in profile_list if p.get("slug") == slug), None)
         if profile is None:
-            raise OptionError(f"unknown profile {slug!r}; profiles you can use: {_profile_slugs(profile_list)}")
+            raise OptionError(
+                f"unknown profile {slug!r}; profiles you can use: {_profile_slugs(profile_list)}", reason=NOT_ALLOWED
+            )
     else:
         profile = next((p for p in profile_list if p.get("default")), None)
         if profile is None and profile_list:
@@ -205,21 +244,26 @@ def validate_user_options(
     if forbidden:
         raise OptionError(
             f"user options may not set {', '.join(f'`{k}`' for k in forbidden)}; choose a profile "
-            f"instead (profiles: {_profile_slugs(profile_list)})"
+            f"instead (profiles: {_profile_slugs(profile_list)})",
+            reason=FORBIDDEN_OPTION,
         )
     if offer is None:
         gpu_keys = sorted(k for k in user_options if k in GPU_OPTIONS and k not in allowed)
         if gpu_keys:
             gpu_slugs = ", ".join(offers) or "(none on this hub)"
             where = f"profile {slug!r} has no GPUs" if slug else "this hub has no profiles"
-            raise OptionError(f"{where}, so `{gpu_keys[0]}` cannot be set; for GPUs choose a GPU profile: {gpu_slugs}")
+            raise OptionError(
+                f"{where}, so `{gpu_keys[0]}` cannot be set; for GPUs choose a GPU profile: {gpu_slugs}",
+                reason=FORBIDDEN_OPTION,
+            )
     else:
         allowed |= set(GPU_OPTIONS)
         extra = sorted(k for k in user_options if k not in allowed)
         if extra:
             raise OptionError(
                 f"unknown option(s) {', '.join(f'`{k}`' for k in extra)} for profile {slug!r}; "
-                f"it accepts: {', '.join(sorted(allowed))}"
+                f"it accepts: {', '.join(sorted(allowed))}",
+                reason=FORBIDDEN_OPTION,
             )
     for name, option in options.items():
         if offer is not None and name in GPU_OPTIONS:
@@ -237,13 +281,17 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
     gpus = 1 if raw_count in (None, "") else parse_gpu_count(raw_count)
     pool_id = user_options.get(GPU_POOL_OPTION)
     if pool_id is not None and not isinstance(pool_id, str):
-        raise OptionError(f"`{GPU_POOL_OPTION}` must be a pool id string, not {_show(pool_id)}; {_pools_hint(offer)}")
+        raise OptionError(
+            f"`{GPU_POOL_OPTION}` must be a pool id string, not {_show(pool_id)}; {_pools_hint(offer)}",
+            reason=UNKNOWN_POOL,
+        )
 
     if offer.problem and not offer.pools:
         raise OptionError(
             f"{offer.problem}. GPU servers cannot be started until the hub can see free GPUs; "
             "try again in a minute, or choose a profile without GPUs",
             status=503,
+            reason=CAPACITY_UNKNOWN,
         )
 
     image_key = offer.spec.images.key_for(user_options)
@@ -259,7 +307,8 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
         chosen = chosen or max(offer.usable, key=lambda p: p.max_gpus, default=None)
         if chosen is None:
             raise OptionError(
-                f"no GPUs can be had in profile {slug!r} right now; try again later or choose another profile"
+                f"no GPUs can be had in profile {slug!r} right now; try again later or choose another profile",
+                reason=TOO_MANY_GPUS,
             )
     else:
         chosen = offer.pool(pool_id)
@@ -268,18 +317,21 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
             if others:
                 raise OptionError(
                     f"pool {pool_id!r} is not offered by profile {slug!r} (it is in profile "
-                    f"{others[0]!r}); {_pools_hint(offer)}"
+                    f"{others[0]!r}); {_pools_hint(offer)}",
+                    reason=NOT_ALLOWED,
                 )
-            raise OptionError(f"unknown pool {_show(pool_id)}; {_pools_hint(offer)}")
+            raise OptionError(f"unknown pool {_show(pool_id)}; {_pools_hint(offer)}", reason=UNKNOWN_POOL)
         if not chosen.available:
             raise OptionError(
                 f"pool {pool_id!r} cannot give any GPU now: {chosen.reason}; "
-                f"choose another pool or try again later ({_pools_hint(offer)})"
+                f"choose another pool or try again later ({_pools_hint(offer)})",
+                reason=TOO_MANY_GPUS,
             )
     if gpus > chosen.max_gpus:
         raise OptionError(
             f"choose between 1 and {chosen.max_gpus} GPUs in pool {chosen.pool.id!r} "
-            f"(asked for {_show(gpus)}); {_pools_hint(offer)}"
+            f"(asked for {_show(gpus)}); {_pools_hint(offer)}",
+            reason=TOO_MANY_GPUS,
         )
     fit = chosen.fit(image_key)
     if fit is not None and fit.refused:

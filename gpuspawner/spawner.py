@@ -92,6 +92,7 @@ POOL_ANNOTATION = "gpuspawner.io/pool"
 GPUS_ANNOTATION = "gpuspawner.io/gpus"
 
 log = logging.getLogger(__name__)
+_clock = time.monotonic  # how long a start ran (a seam for tests)
 
 
 def _with_hub_message(error: web.HTTPError, message: str) -> web.HTTPError:
@@ -654,6 +655,14 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     _logged_capacity_problems: set[str] = set()
 
+    # the Prometheus registry spawn outcomes are counted in; None: the one
+    # /hub/metrics serves (a seam for tests, which pass their own)
+    metrics_registry = None
+
+    @default("apply_user_options")
+    def _apply_user_options_default(self):
+        return applied_in_load_user_options
+
     @validate("cuda_policy")
     def _validate_cuda_policy(self, proposal):
         if proposal.value not in POLICIES:
@@ -861,11 +870,13 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         self._restore_gpu_traits()
         self._cuda_warnings = []
         self._probe_image = None
+        self._gpu_spawn = None
         self.gpu_held = None  # unknown until this request passes its quota check
         profile_list, view = await self.gpu_offer_view()
         # from here to `self.gpu_held = ...` nothing awaits, so another spawn
         # of this user sees either no record (and is checked after this one,
         # against it) or this one's count: two spawns cannot both pass
+        selection = None
         try:
             check_access(self.user_options, view)
             selection = validate_user_options(
@@ -880,15 +891,18 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         except AccessError as e:
             self.gpu_held = 0
             self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
-            raise web.HTTPError(e.status, str(e)) from None
+            # a valid selection means the quota check refused it
+            self._count_refusal("quota" if selection is not None else "not_allowed", profile_list, view.offers)
+            raise refusal(e.status, str(e)) from None
         except OptionError as e:
             self.gpu_held = 0
-            self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
+            self.log.warning("Refusing spawn of %s (%s): %s", self._log_name, e.reason, e)
+            self._count_refusal(e.reason, profile_list, view.offers)
             if isinstance(e, CudaRefusal):
                 # SpawnException: JupyterHub logs it without a traceback and
                 # counts it as a policy failure (reason label) in its metrics
-                raise SpawnException(str(e), reason="cuda-driver", status_code=400) from None
-            raise web.HTTPError(e.status, str(e)) from None
+                raise spawn_error(str(e), reason="cuda-driver", status_code=400) from None
+            raise refusal(e.status, str(e)) from None
         self.gpu_held = selection.gpus or 0
         if not profile_list:
             return
@@ -904,9 +918,34 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             self._load_profile(selection.profile, chosen)
         except ValueError as e:
             # KubeSpawner: an option with only a free-text choice and no value
-            raise web.HTTPError(400, f"{e} Choose a value for it on the spawn form or in user options.") from None
+            self._count_refusal(REFUSED_OTHER, profile_list, view.offers)
+            raise refusal(400, f"{e} Choose a value for it on the spawn form or in user options.") from None
         if selection.offer is not None:
             self._apply_gpu_selection(selection)
+
+    def gpu_metrics(self) -> metrics.GPUMetrics:
+        """The collector spawn outcomes are counted in (``metrics.install``: idempotent)."""
+        return metrics.install(self.metrics_registry)
+
+    def _count_refusal(self, reason: str, profile_list, offers) -> None:
+        """Count a refused request for GPUs (``gpuspawner_spawns_total{outcome="refused"}``).
+
+        A request is for GPUs when its profile (or the default one) is a GPU
+        profile or it names ``gpu_pool``/``gpus``; refusals of other requests
+        are KubeSpawner's business and not counted.  The pool label is the
+        requested pool only when some GPU profile offers it: a made-up id
+        never becomes a label."""
+        options = self.user_options if isinstance(self.user_options, Mapping) else {}
+        slug = options.get("profile")
+        if not slug:
+            default = next((p for p in profile_list if p.get("default")), profile_list[0] if profile_list else None)
+            slug = default.get("slug") if default else None
+        gpu_request = (isinstance(slug, str) and slug in offers) or any(k in options for k in GPU_OPTIONS)
+        if not gpu_request:
+            return
+        pool_id = options.get("gpu_pool")
+        known = isinstance(pool_id, str) and any(o.pool(pool_id) is not None for o in offers.values())
+        self.gpu_metrics().spawn_refused(pool_id if known else None, reason)
 
     # GPUs this server holds or is starting with, once its request passed the
     # quota check (0: refused or no GPU); None: not checked yet. Kept in the
@@ -981,7 +1020,8 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
                 extra_expressions=[steer] if steer else (),
             )
         except ValueError as e:
-            raise web.HTTPError(400, f"{e}; choose another pool") from None
+            self.gpu_metrics().spawn_refused(pool.id, REFUSED_OTHER)
+            raise refusal(400, f"{e}; choose another pool") from None
         for name, value in overrides.as_traits().items():
             setattr(self, name, value)
         self.extra_annotations = {
@@ -1008,6 +1048,9 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
                 self.log.error("Could not reserve %d GPUs in %s for %s: %s", gpus, pool.id, owner, e)
             else:
                 self._gpu_reservation = (cache, owner)
+        self._gpu_spawn = GPUSpawnInfo(
+            pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus
+        )
         self.log.info(
             "%s gets %d x %s in pool %s%s",
             self._log_name,
@@ -1017,6 +1060,10 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             " (after a scale-up)" if selection.pool.needs_scale_up(gpus) else "",
         )
 
+    _gpu_spawn: GPUSpawnInfo | None = None  # set by a GPU spawn's load_user_options
+    _gpu_starting = False  # while _start waits for a GPU spawn's pod
+    _gpu_wait_seen = False  # this spawn's GPU wait is recorded
+    _start_began: float | None = None
     _gpu_reservation: tuple[Any, str] | None = None
     _cuda_warnings: list[str] | None = None
     _cuda_notes: asyncio.Future | None = None
@@ -1067,16 +1114,101 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         return super().start()
 
     async def _start(self):
+        self._gpu_spawn = None
+        self._gpu_wait_seen = False
+        self._gpu_starting = True
+        self._start_began = _clock()
         try:
-            return await super()._start()
-        except BaseException:
+            url = await super()._start()
+        except asyncio.CancelledError:
             self.release_gpus()
             self.gpu_held = 0
+            # JupyterHub cancels start() when start_timeout runs out
+            # (jupyterhub/user.py spawn: asyncio.wait_for); an earlier
+            # cancellation (hub shutdown) is no failure of the spawn
+            if _clock() - self._start_began >= 0.9 * self.start_timeout:
+                self._count_failure("timeout")
             raise
+        except BaseException as e:
+            self.release_gpus()
+            self.gpu_held = 0
+            self._count_failure(self._failure_reason(e))
+            raise
+        else:
+            if self._gpu_spawn is not None:
+                self.gpu_metrics().spawn_started(self._gpu_spawn.pool_id)
+            return url
         finally:
+            self._gpu_starting = False
             self._watch_probe = False
             if self._cuda_notes is not None and not self._cuda_notes.done():
                 self._cuda_notes.set_result(None)
+
+    @staticmethod
+    def _failure_reason(error: BaseException) -> str:
+        if isinstance(error, GPUSpawnFailure):
+            return error.kind
+        if isinstance(error, TimeoutError):  # KubeSpawner's own wait: exponential_backoff's TimeoutError
+            return "timeout"
+        return "error"
+
+    def _count_failure(self, reason: str) -> None:
+        # only GPU spawns that got past their checks: refusals were counted as such
+        if self._gpu_spawn is not None:
+            self.gpu_metrics().spawn_failed(self._gpu_spawn.pool_id, reason)
+
+    # --- the pod while it starts -----------------------------------------
+
+    def _reflected_pods(self) -> Iterable[Any]:
+        reflector = self.pod_reflector
+        return list(reflector.pods.values()) if reflector is not None else ()
+
+    def _reflected_pod(self) -> Any:
+        reflector = self.pod_reflector
+        return reflector.pods.get(f"{self.namespace}/{self.pod_name}") if reflector is not None else None
+
+    def spawn_context(self, pod: Any = None) -> SpawnContext | None:
+        """What this GPU spawn's progress is translated with: the pool as the
+        capacity cache sees it now (no Kubernetes call) and the pods queued
+        before ``pod`` (default: this server's pod in KubeSpawner's pod
+        reflector).  None for a spawn without GPUs.  A pool the cache cannot
+        vouch for (not synced, stale) is passed as unknown, so nothing is
+        concluded from old numbers."""
+        info = self._gpu_spawn
+        if info is None:
+            return None
+        pool = None
+        try:
+            snapshot = self.shared_capacity_cache().snapshot()
+        except Exception as e:
+            self._log_capacity_problem(f"the GPU capacity cache could not start: {e}")
+        else:
+            if snapshot.synced and snapshot.healthy:
+                pool = snapshot.pool(info.pool_id)
+        if pod is None:
+            pod = self._reflected_pod()
+        return SpawnContext.from_pool(
+            pool,
+            pool_id=info.pool_id,
+            gpus=info.gpus,
+            queued_before=queued_before(self._reflected_pods(), pod, info.pool_id),
+            tolerated_taint_keys=self.gpu_tolerated_taint_keys,
+            pool_name=info.pool_name,
+            resource=info.resource,
+        )
+
+    def _check_gpu_pod(self, pod: Mapping[str, Any]) -> None:
+        """Record the GPU wait once the pod is scheduled, and end the wait at
+        once (``GPUSpawnFailure``) when the pod can never start."""
+        info = self._gpu_spawn
+        if not self._gpu_wait_seen:
+            if self.gpu_metrics().observe_pod_scheduled(info.pool_id, pod) is not None:
+                self._gpu_wait_seen = True
+        ctx = self.spawn_context(pod)
+        verdict = fatal_verdict(pod, self.events, ctx)
+        if verdict is not None:
+            self.log.warning("GPU server %s cannot start (%s): %s", self._log_name, verdict.kind, verdict.reason)
+            raise GPUSpawnFailure(verdict)
 
     def is_pod_running(self, pod):
         """KubeSpawner's test, which its ``_start`` polls until the pod runs
@@ -1089,18 +1221,28 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             failure = cudacheck.probe_failure(pod, self._probe_image)
             if failure:
                 self.log.warning("GPU probe failed for %s: %s", self._log_name, failure)
-                raise SpawnException(failure, reason="gpu-probe", status_code=500)
+                raise spawn_error(failure, reason="gpu-probe", status_code=500)
+        if self._gpu_starting and self._gpu_spawn is not None and isinstance(pod, Mapping):
+            # a GPU spawn's wait: the GPU wait metric, and an early end when
+            # the pod can never start (a fatal translation) instead of the timeout
+            self._check_gpu_pod(pod)
         return super().is_pod_running(pod)
 
     async def progress(self):
         """The CUDA warning of this spawn first (minor-version compatibility
-        and the like), then KubeSpawner's events."""
+        and the like), then KubeSpawner's events, for a GPU spawn in GPU
+        words (``progress.rewrite_progress_event``: waiting for a free GPU in
+        pool X with n servers queued before, a scale-up, a taint nothing
+        tolerates, the image pull...)."""
         notes = self._cuda_notes
         if notes is not None:
             await asyncio.wait([notes], timeout=self.start_timeout)
         for warning in self._cuda_warnings or ():
             yield {"progress": 0, "message": warning}
         async for event in super().progress():
+            ctx = self.spawn_context()
+            if ctx is not None:
+                event, _ = rewrite_progress_event(event, ctx)
             yield event
 
     async def stop(self, now=False):

@@ -213,6 +213,56 @@ def test_refused_with_400(options, message):
     assert message in text
 
 
+def reason_of(options, **kw):
+    profiles, offers = setup(**kw)
+    with pytest.raises(OptionError) as e:
+        validate_user_options(options, profiles, offers, trait_names=TRAITS)
+    return e.value.reason
+
+
+@pytest.mark.parametrize(
+    "options, reason",
+    [
+        ({"profile": "gpu", "gpus": "2.5"}, "bad_count"),
+        ({"profile": "gpu", "gpus": 0}, "bad_count"),
+        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 4}, "too_many_gpus"),
+        ({"profile": "big", "gpus": 5}, "too_many_gpus"),
+        ({"profile": "gpu", "gpu_pool": FULL.id}, "too_many_gpus"),
+        ({"profile": "gpu", "gpu_pool": "nope:x:nvidia.com/gpu"}, "unknown_pool"),
+        ({"profile": "gpu", "gpu_pool": HIDDEN.id}, "unknown_pool"),
+        ({"profile": "gpu", "gpu_pool": [A100.id]}, "unknown_pool"),
+        ({"profile": "gpu", "gpu_pool": H100.id}, "not_allowed"),
+        ({"profile": "nope"}, "not_allowed"),
+        ({"profile": "gpu", "node_selector": {"a": "b"}}, "forbidden_option"),
+        ({"profile": "gpu", "colour": "blue"}, "forbidden_option"),
+        ({"profile": "cpu", "gpus": 1}, "forbidden_option"),
+        ({"profile": "gpu", "image": "evil/image"}, "forbidden_option"),
+        ({"profile": "gpu", "image": "unlisted-choice"}, "forbidden_option"),
+        ({"profile": "gpu", "image": "unlisted-choice", "image--unlisted-choice": "docker.io/evil"}, "forbidden_option"),
+        (["profile", "gpu"], "other"),
+        ({"profile": ["gpu"]}, "other"),
+        ({1: "x"}, "other"),
+    ],
+    ids=["fraction", "zero", "more-than-per-node", "more-than-max-gpus", "full-pool", "unknown-pool",
+         "hidden-pool", "pool-not-string", "pool-of-another-profile", "unknown-profile", "trait", "unknown-key",
+         "gpus-on-static-profile", "not-a-choice", "unlisted-without-value", "unlisted-fails-regex",
+         "not-an-object", "profile-not-string", "key-not-string"],
+)
+def test_refusals_say_why_in_one_word(options, reason):
+    """The ``reason`` the spawner counts refused spawns by (docs/metrics.md)."""
+    assert reason_of(options) == reason
+
+
+def test_every_refusal_reason_is_a_metrics_label():
+    from gpuspawner.metrics import REFUSAL_REASONS
+
+    unknown = CapacitySnapshot(pools=(), synced=False, age_seconds=0.0, generation=0, healthy=False, error="x")
+    reasons = {reason_of(options) for options, _ in BAD_CASES}
+    reasons.add(reason_of({"profile": "gpu"}, snapshot=unknown))
+    assert reason_of({"profile": "gpu"}, snapshot=unknown) == "capacity_unknown"
+    assert reasons <= REFUSAL_REASONS, reasons - REFUSAL_REASONS
+
+
 def test_capacity_unknown_refuses_gpu_spawn_with_503_but_not_cpu():
     unknown = CapacitySnapshot(pools=(), synced=False, age_seconds=0.0, generation=0, healthy=False,
                                error="forbidden: cannot list nodes at the cluster scope")
@@ -306,6 +356,6 @@ def test_pool_whose_drivers_do_not_fit_is_refused_with_the_reason():
     old, new, profiles, offers = _cuda_offers()
     with pytest.raises(CudaRefusal) as e:
         validate_user_options({"profile": "gpu", "gpu_pool": old.id}, profiles, offers)
-    assert e.value.status == 400
+    assert e.value.status == 400 and e.value.reason == "cuda_mismatch"
     assert str(e.value).startswith("The image pt:cu124 (CUDA 12.4) does not fit any node of GPU pool")
     assert str(e.value).endswith(f"GPU pools whose drivers fit this image: {new.id}.")

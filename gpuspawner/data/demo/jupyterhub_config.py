@@ -55,18 +55,41 @@ c.GPUSpawner.profile_list = [
     },
 ]
 
-# the GPU profile: its pools are discovered from the cluster, not listed here
+# the GPU profile: its pools are discovered from the cluster, not listed here. Each image
+# declares the CUDA it is built with (docs/configuration.md section 10), so the spawn page
+# shows per pool whether the nodes' NVIDIA drivers run it. On the default cluster:
+#   CUDA 12.4 fits the MIG node (570, CUDA 12.8), fits the A100 pool's 570 node and its 535
+#   node (CUDA 12.2) through minor-version compatibility (a caveat), and does not fit the T4
+#   pool (470, CUDA 11.4: CUDA 12 needs driver 525.60.13 or newer even with minor-version
+#   compatibility, gpuspawner/data/cuda-driver-table.csv): a spawn there is refused
+#   before any pod exists, with the reason;
+#   CUDA 11.8 runs on all of them (on the T4 pool with the minor-version caveat).
+#   Neither runs on the AMD MI300X pool (CUDA images need NVIDIA GPUs).
 c.GPUSpawner.gpu_profiles = [
     {
         "slug": "gpu",
         "display_name": "GPU server",
-        "description": "PyTorch with CUDA 12 on the GPU pool you choose.",
+        "description": "PyTorch on the GPU pool you choose.",
         "kubespawner_override": {
             "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06",
             "cpu_limit": 8,
             "mem_limit": "32G",
         },
+        "cuda": "12.4",
         "max_gpus": 8,
+        "profile_options": {
+            "image": {
+                "display_name": "Image",
+                "choices": {
+                    "cuda12": {"display_name": "PyTorch (CUDA 12.4)", "default": True},
+                    "cuda11": {
+                        "display_name": "PyTorch (CUDA 11.8)",
+                        "kubespawner_override": {"image": "pytorch/pytorch:2.3.1-cuda11.8-cudnn8-runtime"},
+                        "cuda": "11.8",
+                    },
+                },
+            },
+        },
     },
 ]
 
