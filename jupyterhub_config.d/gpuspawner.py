@@ -23,7 +23,10 @@ separate service process could not share.)
 
 from gpuspawner.handlers import handlers as _gpuspawner_handlers
 
-c = get_config()  # noqa: F821 (provided by traitlets when JupyterHub loads config)
+# `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
+# JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's
+# namespace; the chart's own `get_config` takes a key, so calling `get_config()` here would fail there.
+c = globals()["c"]
 
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
