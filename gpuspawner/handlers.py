@@ -22,7 +22,7 @@ from tornado import web
 from .access import principal_of, visible_pools
 from .capacity.model import CapacitySnapshot
 from .profiles import present_pools
-from .spawner import GPUCapacitySettings
+from .settings import GPUCapacitySettings
 
 API_PATH = r"/api/gpus"
 

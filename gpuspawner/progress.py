@@ -985,7 +985,8 @@ def translate_pod(pod: Any, ctx: SpawnContext) -> Translation | None:
 # ---------------------------------------------------------------------------
 
 
-def _parse_time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as the API writes it (``2026-11-22T00:14:50Z``), None if unreadable."""
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -1001,12 +1002,12 @@ def gpu_wait_seconds(pod: Any) -> float | None:
     (``metav1.Time``), so the result is whole seconds."""
     if not isinstance(pod, Mapping):
         return None
-    created = _parse_time(_map(pod.get("metadata")).get("creationTimestamp"))
+    created = parse_time(_map(pod.get("metadata")).get("creationTimestamp"))
     if created is None:
         return None
     for cond in _items(_map(pod.get("status")).get("conditions")):
         if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            scheduled = _parse_time(cond.get("lastTransitionTime"))
+            scheduled = parse_time(cond.get("lastTransitionTime"))
             if scheduled is None or scheduled.tzinfo is None or created.tzinfo is None:
                 return None
             return max(0.0, (scheduled - created).total_seconds())

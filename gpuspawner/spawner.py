@@ -2,53 +2,45 @@
 
 Hub glue only: the rules live in ``profiles`` (what is offered), ``options``
 (what a request may ask for) and ``overrides`` (what the pod gets); the
-numbers come from the shared ``CapacityCache`` (list + watch of nodes and
-pods), so neither the spawn page nor a spawn makes a Kubernetes API call to
-decide what is free.
+capacity knobs in ``settings``; the numbers come from the shared
+``CapacityCache`` (list + watch of nodes and pods), so neither the spawn page
+nor a spawn makes a Kubernetes API call to decide what is free.  The errors a
+spawn ends with are built in ``errors``, the pending pod's verdicts in
+``pending``, the form in ``templates``.
 
 KubeSpawner 7.1 seams used (kubespawner/spawner.py): ``load_user_options``
 (called first thing in ``_start``, before any Kubernetes object is created),
 ``_load_profile`` (applies a profile's ``kubespawner_override`` and its
 options' choices), ``_render_options_form`` and the ``options_form`` default.
-A ``tornado.web.HTTPError`` raised from ``start()`` becomes the REST API's
-status and the spawn page's error message (jupyterhub/user.py ``spawn``,
-jupyterhub/handlers/pages.py ``SpawnHandler.post``); its
-``jupyterhub_message`` is what the progress stream's final "Spawn failed: ..."
-event shows (jupyterhub/utils.py ``format_exception``).
 
 While a GPU server starts, ``progress`` shows the pod's Kubernetes events in
 GPU words (``gpuspawner.progress``), and ``is_pod_running``, which
 KubeSpawner's ``_start`` polls until the pod runs, ends the wait early when
 the pod can never start.  Spawn outcomes and the wait for a GPU are counted
 in ``gpuspawner.metrics`` (docs/metrics.md).
+
+``GPUCapacitySettings`` is re-exported here: admins import both classes from
+``gpuspawner.spawner``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import importlib
-import logging
 import time
-import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
-from tornado import web
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
-from traitlets.config import Config, Configurable
 
 from . import cudacheck, metrics
 from .access import (
     AccessError,
-    AccessRules,
     OtherServer,
     QuotaPolicy,
     UserOffers,
@@ -58,74 +50,20 @@ from .access import (
     offers_for,
     principal_of,
 )
-from .capacity.config import CapacityConfig, DeclaredPool
 from .cuda import POLICIES, decide
+from .errors import GPUSpawnFailure, refusal, spawn_error
 from .options import OTHER as REFUSED_OTHER
 from .options import CudaRefusal, OptionError, Selection, validate_user_options
 from .overrides import NEVER_TOLERATED_PREFIXES, build_overrides, untolerated_taints
-from .profiles import (
-    GPU_OPTIONS,
-    GPUProfileSpec,
-    PoolRule,
-    ProfileOffer,
-    build_offers,
-    capacity_problem,
-    merge_profiles,
-)
-from .progress import SpawnContext, Translation, rewrite_progress_event, translate, translate_pod
-from .templates import template_dirs
+from .pending import GPUS_ANNOTATION, POOL_ANNOTATION, fatal_verdict, queued_before
+from .profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
+from .progress import SpawnContext, rewrite_progress_event
+from .settings import GPUCapacitySettings
+from .templates import render_form, template_dirs
 
-try:
-    # JupyterHub 6+: a refusal JupyterHub logs without a traceback, with a
-    # reason label in its spawn metrics (jupyterhub/spawner.py)
-    from jupyterhub.spawner import SpawnException
-except ImportError:  # JupyterHub 5.x
+__all__ = ["GPUCapacitySettings", "GPUSpawner", "applied_in_load_user_options"]
 
-    class SpawnException(web.HTTPError):  # type: ignore[no-redef]
-        def __init__(self, message, *, reason, status_code=400, **_):
-            super().__init__(status_code, message)
-            self.message = message
-            self.reason_label = reason
-
-
-POOL_ANNOTATION = "gpuspawner.io/pool"
-GPUS_ANNOTATION = "gpuspawner.io/gpus"
-
-log = logging.getLogger(__name__)
 _clock = time.monotonic  # how long a start ran (a seam for tests)
-
-
-def _with_hub_message(error: web.HTTPError, message: str) -> web.HTTPError:
-    # what the progress stream's "Spawn failed: ..." event shows instead of
-    # str(error) ("500 SpawnException(reason=...): ..."): jupyterhub/utils.py
-    # format_exception reads ``jupyterhub_message``
-    error.jupyterhub_message = message  # type: ignore[attr-defined]
-    return error
-
-
-def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnException:
-    """A ``SpawnException`` whose message reads the same on the spawn page,
-    in the REST API's answer and in the progress stream."""
-    return _with_hub_message(SpawnException(message, reason=reason, status_code=status_code), message)
-
-
-def refusal(status: int, message: str) -> web.HTTPError:
-    """The ``HTTPError`` of a refused request, with the same message in the progress stream."""
-    return _with_hub_message(web.HTTPError(status, message), message)
-
-
-class GPUSpawnFailure(SpawnException):
-    """A GPU server that can never start (a fatal ``progress.Translation``):
-    raised from ``is_pod_running`` so KubeSpawner's wait for the pod ends at
-    once; ``kind`` is the translation's kind (``progress.FATAL_KINDS``), the
-    ``reason`` of the failed-spawn metric."""
-
-    def __init__(self, translation: Translation):
-        text = (translation.reason or translation.message).rstrip(".")
-        message = f"{text[:1].upper()}{text[1:]}."
-        super().__init__(message, reason=translation.kind, status_code=500)
-        self.kind = translation.kind
-        self.jupyterhub_message = message
 
 
 def applied_in_load_user_options(spawner, user_options) -> None:
@@ -144,119 +82,6 @@ def applied_in_load_user_options(spawner, user_options) -> None:
     return None
 
 
-# the cache whose snapshot /hub/metrics reads (one per process; see _serve_capacity_metrics)
-_metrics_cache: weakref.ref | None = None
-
-
-def _serve_capacity_metrics(cache: Any) -> None:
-    """Register gpuspawner's collector on the registry ``/hub/metrics``
-    serves, reading capacity from ``cache`` (the first time it is seen)."""
-    global _metrics_cache
-    if _metrics_cache is not None and _metrics_cache() is cache:
-        return
-    try:
-        metrics.install(snapshot=cache.snapshot)
-    except Exception as e:  # metrics never stop a spawn
-        log.error("gpuspawner metrics could not read GPU capacity: %s", e)
-        return
-    _metrics_cache = weakref.ref(cache)
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _priority(pod: Mapping[str, Any]) -> int:
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _waiting_unscheduled(pod: Mapping[str, Any]) -> bool:
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-    return status.get("phase") == "Pending" and not spec.get("nodeName") and not meta.get("deletionTimestamp")
-
-
-def queued_before(pods: Iterable[Any], me: Any, pool_id: str) -> int:
-    """How many other pods of ``pool_id`` wait for the scheduler ahead of ``me``.
-
-    Pure; ``pods`` are core/v1 Pod dicts (KubeSpawner's pod reflector holds
-    them), a pod's pool is its ``gpuspawner.io/pool`` annotation.  Counted:
-    Pending pods with no node yet, not being deleted, that kube-scheduler's
-    default queue sort (``PrioritySort``,
-    ``pkg/scheduler/framework/plugins/queuesort/priority_sort.go``: higher
-    ``spec.priority`` first, then the earlier one) puts first; the time is
-    ``metadata.creationTimestamp``, whole seconds, so a pod created in the
-    same second is not counted.  0 when ``me`` has no creation time yet.
-    """
-    if not isinstance(me, Mapping):
-        return 0
-    my_meta = me.get("metadata") or {}
-    mine = _timestamp(my_meta.get("creationTimestamp"))
-    if mine is None:
-        return 0
-    my_priority = _priority(me)
-    me_key = (my_meta.get("namespace"), my_meta.get("name"))
-    n = 0
-    for pod in pods:
-        if not isinstance(pod, Mapping):
-            continue
-        meta = pod.get("metadata") or {}
-        if (meta.get("namespace"), meta.get("name")) == me_key:
-            continue
-        if (meta.get("annotations") or {}).get(POOL_ANNOTATION) != pool_id or not _waiting_unscheduled(pod):
-            continue
-        created = _timestamp(meta.get("creationTimestamp"))
-        if created is None or created.tzinfo is None or mine.tzinfo is None:
-            continue
-        priority = _priority(pod)
-        if priority > my_priority or (priority == my_priority and created < mine):
-            n += 1
-    return n
-
-
-def fatal_verdict(pod: Any, events: Iterable[Any], ctx: SpawnContext) -> Translation | None:
-    """The fatal translation of a spawning pod's state, or None while it may still start.
-
-    Pure.  The pod's own state first (a ``Failed`` phase, the scheduler's
-    verdict in the ``PodScheduled`` condition, a waiting container); then its
-    events (``events``: KubeSpawner's, for this pod name since the spawn
-    began), skipping events of an older pod of the same name (another
-    ``involvedObject.uid``).  Of the scheduler's ``FailedScheduling`` events
-    only the newest counts, and none once the pod has a node: the scheduler
-    retries, and its last word is the current one.
-    """
-    if not isinstance(pod, Mapping):
-        return None
-    t = translate_pod(pod, ctx)
-    if t is not None and t.fatal:
-        return t
-    uid = (pod.get("metadata") or {}).get("uid")
-    bound = bool((pod.get("spec") or {}).get("nodeName"))
-    last_scheduling = None
-    for event in events:
-        if not isinstance(event, Mapping):
-            continue
-        involved = event.get("involvedObject") or {}
-        if uid and involved.get("uid") and involved.get("uid") != uid:
-            continue
-        if event.get("reason") == "FailedScheduling":
-            last_scheduling = event
-            continue
-        t = translate(event, ctx)
-        if t is not None and t.fatal:
-            return t
-    if last_scheduling is not None and not bound:
-        t = translate(last_scheduling, ctx)
-        if t is not None and t.fatal:
-            return t
-    return None
-
-
 @dataclass(frozen=True)
 class GPUSpawnInfo:
     """The pool a GPU spawn was pinned to, for its progress and metrics."""
@@ -265,248 +90,6 @@ class GPUSpawnInfo:
     pool_name: str
     resource: str
     gpus: int
-
-
-@functools.lru_cache(maxsize=8)
-def _form_environment(paths: tuple[str, ...]) -> Environment:
-    """One autoescaping Jinja2 environment per template path list, so
-    templates are compiled once (KubeSpawner builds one per render)."""
-    env = Environment(
-        loader=ChoiceLoader([FileSystemLoader(list(paths)), PackageLoader("kubespawner", "templates")]),
-        autoescape=True,
-    )
-    # keep profile order in |tojson, as KubeSpawner does
-    env.policies["json.dumps_kwargs"] = {"sort_keys": False}
-    return env
-
-
-class GPUCapacitySettings(Configurable):
-    """The capacity knobs both the spawner and ``GET /hub/api/gpus`` read.
-
-    ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;
-    the REST handler, which has no spawner, rebuilds them from the hub's
-    config with :meth:`from_hub_config`.
-    """
-
-    gpu_resources = List(
-        Unicode(),
-        default_value=None,
-        allow_none=True,
-        config=True,
-        help="""
-        Extended resource names that are GPUs. None keeps gpuspawner's default
-        (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, ``amd.com/gpu``).
-
-            c.GPUSpawner.gpu_resources = ["nvidia.com/gpu", "amd.com/gpu"]
-        """,
-    )
-    gpu_resource_prefixes = List(
-        Unicode(),
-        default_value=None,
-        allow_none=True,
-        config=True,
-        help="""
-        Prefixes of extended resource names that are GPUs (MIG slices under the
-        NVIDIA device plugin's "mixed" strategy). None keeps the default
-        (``nvidia.com/mig-``).
-
-            c.GPUSpawner.gpu_resource_prefixes = ["nvidia.com/mig-"]
-        """,
-    )
-    gpu_node_group_labels = List(
-        Unicode(),
-        default_value=None,
-        allow_none=True,
-        config=True,
-        help="""
-        Node labels that name a node group (GKE node pool, EKS node group, AKS
-        agent pool, Karpenter NodePool...); the first one a node carries splits
-        its GPUs into their own pool. None keeps the default list.
-
-            c.GPUSpawner.gpu_node_group_labels = ["cloud.google.com/gke-nodepool", "example.com/rack"]
-        """,
-    )
-    gpu_declared_pools = List(
-        Dict(),
-        config=True,
-        help="""
-        Pools the cluster autoscaler can create from zero nodes, which the
-        watch cannot discover while they are empty. Each dict is read by
-        ``gpuspawner.capacity.config.DeclaredPool.from_config``.
-
-            c.GPUSpawner.gpu_declared_pools = [{
-                "resource": "nvidia.com/gpu", "product": "NVIDIA-H100-80GB-HBM3",
-                "node_group_label": "cloud.google.com/gke-nodepool", "node_group": "h100",
-                "labels": {"cloud.google.com/gke-nodepool": "h100"},
-                "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
-                "gpus_per_node": 8, "max_nodes": 4, "minutes": 6,
-            }]
-        """,
-    )
-    gpu_reservation_ttl = Float(
-        300.0,
-        config=True,
-        help="""
-        Seconds GPUs handed to a spawn stay counted as taken before the watch
-        shows its pod (then the pod itself counts).
-
-            c.GPUSpawner.gpu_reservation_ttl = 600
-        """,
-    )
-    gpu_pool_rules = List(
-        Dict(),
-        config=True,
-        help="""
-        How discovered pools are shown: rename, order or hide them by pool id
-        (``<node group>:<product>:<resource>``) or glob. A pool takes the first
-        rule it matches; pools appear in rule order, unmatched pools last.
-
-            c.GPUSpawner.gpu_pool_rules = [
-                {"match": "h100:*", "display_name": "H100 80 GB"},
-                {"match": "*:nvidia.com/mig-*", "hide": True},
-            ]
-
-        A rule may also set ``allowed_groups``: the JupyterHub groups that may
-        see and use the pools it matches (empty: everyone; admins always may).
-        A pool's groups come from the first matching rule that sets the key,
-        so a rule that only renames never opens a pool (docs/access.md).
-
-            c.GPUSpawner.gpu_pool_rules = [
-                {"match": "h100:*", "allowed_groups": ["research", "staff"]},
-                {"match": "*:nvidia.com/mig-*", "allowed_groups": []},
-                {"match": "*", "allowed_groups": ["gpu-users"]},
-            ]
-        """,
-    )
-
-    gpu_profiles = List(
-        Dict(),
-        config=True,
-        help="""
-        GPU profiles, offered after the admin's own ``profile_list``. Each
-        has a ``slug`` and optionally ``display_name``, ``description``,
-        ``default``, ``kubespawner_override`` (as in ``profile_list``),
-        ``pools`` (``include``/``exclude`` globs on pool ids), ``max_gpus``
-        (per server), ``profile_options`` (as in ``profile_list``; the
-        options ``gpu_pool`` and ``gpus`` are added by gpuspawner) and
-        ``allowed_groups`` (JupyterHub groups that may see and use the
-        profile; absent or empty: everyone; admins always may; see
-        docs/access.md).
-
-            c.GPUSpawner.gpu_profiles = [{
-                "slug": "gpu",
-                "display_name": "GPU server",
-                "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-latest"},
-                "pools": {"exclude": ["*:nvidia.com/mig-*"]},
-                "max_gpus": 4,
-            }]
-        """,
-    )
-    @validate("gpu_profiles")
-    def _validate_gpu_profiles(self, proposal):
-        slugs = set()
-        for i, d in enumerate(proposal.value):
-            try:
-                spec = GPUProfileSpec.from_config(d, where=f"gpu_profiles[{i}]")
-            except ValueError as e:
-                raise TraitError(str(e)) from None
-            if spec.slug in slugs:
-                raise TraitError(f"gpu_profiles[{i}]: slug {spec.slug!r} is used twice; slugs must be unique")
-            slugs.add(spec.slug)
-        try:
-            AccessRules.from_config(proposal.value)
-        except ValueError as e:
-            raise TraitError(str(e)) from None
-        return proposal.value
-
-    @validate("gpu_pool_rules")
-    def _validate_pool_rules(self, proposal):
-        try:
-            for i, rule in enumerate(proposal.value):
-                PoolRule.from_config(rule, where=f"gpu_pool_rules[{i}]")
-            AccessRules.from_config((), proposal.value)
-        except ValueError as e:
-            raise TraitError(str(e)) from None
-        return proposal.value
-
-    @validate("gpu_resources", "gpu_resource_prefixes", "gpu_node_group_labels")
-    def _validate_names(self, proposal):
-        value = proposal.value
-        if value is not None and not all(v.strip() for v in value):
-            raise TraitError(f"{proposal.trait.name} may not contain empty names: {value!r}")
-        return value
-
-    @validate("gpu_reservation_ttl")
-    def _validate_ttl(self, proposal):
-        if not proposal.value > 0:
-            raise TraitError(f"gpu_reservation_ttl must be a positive number of seconds, not {proposal.value!r}")
-        return proposal.value
-
-    @validate("gpu_declared_pools")
-    def _validate_declared(self, proposal):
-        for i, d in enumerate(proposal.value):
-            try:
-                DeclaredPool.from_config(d)
-            except (ValueError, TypeError) as e:
-                raise TraitError(f"gpu_declared_pools[{i}]: {e}") from None
-        return proposal.value
-
-    @classmethod
-    def from_hub_config(cls, config: Config, spawner_class: type | None = None) -> GPUCapacitySettings:
-        """The settings an admin gave ``c.<spawner class>`` (or any class in
-        its MRO, base first, as traitlets resolves sections) in ``config``."""
-        if not (isinstance(spawner_class, type) and issubclass(spawner_class, GPUCapacitySettings)):
-            spawner_class = GPUSpawner
-        names = set(GPUCapacitySettings.class_trait_names(config=True))
-        merged = Config()
-        for klass in reversed(spawner_class.mro()):
-            name = klass.__name__
-            if issubclass(klass, Configurable) and config is not None and name in config:
-                section = config[name]
-                merged.merge(Config({k: v for k, v in section.items() if k in names}))
-        return GPUCapacitySettings(config=Config({"GPUCapacitySettings": merged}))
-
-    def pool_rules(self) -> tuple[PoolRule, ...]:
-        return tuple(PoolRule.from_config(r) for r in self.gpu_pool_rules)
-
-    def gpu_profile_specs(self) -> tuple[GPUProfileSpec, ...]:
-        return tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
-
-    def access_rules(self) -> AccessRules:
-        """The ``allowed_groups`` of ``gpu_profiles`` and ``gpu_pool_rules``."""
-        return AccessRules.from_config(self.gpu_profiles, self.gpu_pool_rules)
-
-    def capacity_config(self) -> CapacityConfig:
-        """The ``CapacityConfig`` these settings describe (built once)."""
-        cached = self.__dict__.get("_gpu_capacity_config")
-        if cached is not None:
-            return cached
-        kwargs: dict[str, Any] = {
-            "declared_pools": tuple(DeclaredPool.from_config(d) for d in self.gpu_declared_pools),
-            "reservation_ttl": self.gpu_reservation_ttl,
-        }
-        for field, value in (
-            ("gpu_resources", self.gpu_resources),
-            ("gpu_resource_prefixes", self.gpu_resource_prefixes),
-            ("node_group_labels", self.gpu_node_group_labels),
-        ):
-            if value is not None:
-                kwargs[field] = tuple(value)
-        config = CapacityConfig(**kwargs)
-        self.__dict__["_gpu_capacity_config"] = config
-        return config
-
-    def shared_capacity_cache(self):
-        """The process's shared ``CapacityCache`` (started on first use; the
-        cache module is imported only then, as ``gpuspawner.capacity`` does).
-
-        The first call also points ``/hub/metrics``' capacity series at it,
-        whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
-        from .capacity.cache import CapacityCache
-
-        cache = CapacityCache.shared(self.capacity_config())
-        _serve_capacity_metrics(cache)
-        return cache
 
 
 class GPUSpawner(KubeSpawner, GPUCapacitySettings):
@@ -809,7 +392,8 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     def _render_options_form(self, profile_list, gpu_offers=None):
         """KubeSpawner's renderer, with Jinja2 autoescaping on (node labels and
-        admin strings reach the page) and the GPU offers in the context."""
+        admin strings reach the page; ``templates.render_form``) and the GPU
+        offers in the context."""
         profile_list = self._get_initialized_profile_list(profile_list)
         gpu_offers = gpu_offers or {}
         user_options = dict(self.user_options or {})
@@ -825,12 +409,13 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             except OptionError as e:
                 self.log.info("Not pre-selecting saved user options on the spawn form: %s", e)
                 user_options = {}
-        env = _form_environment(tuple(self.additional_profile_form_template_paths))
-        if self.profile_form_template:
-            template = env.from_string(self.profile_form_template)
-        else:
-            template = env.get_template("form.html")
-        return template.render(profile_list=profile_list, user_options=user_options, gpu_offers=gpu_offers)
+        return render_form(
+            self.additional_profile_form_template_paths,
+            self.profile_form_template,
+            profile_list=profile_list,
+            user_options=user_options,
+            gpu_offers=gpu_offers,
+        )
 
     # --- spawning ---------------------------------------------------------
 

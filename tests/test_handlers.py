@@ -23,7 +23,8 @@ import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, ScaleUp, pool_id
 from gpuspawner.handlers import GPUCapacityHandler
-from gpuspawner.spawner import GPUCapacitySettings, GPUSpawner
+from gpuspawner.settings import GPUCapacitySettings
+from gpuspawner.spawner import GPUSpawner
 
 SNIPPET = Path(__file__).resolve().parent.parent / "jupyterhub_config.d" / "gpuspawner.py"
 KEYS = ["id", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
@@ -56,7 +57,8 @@ class FakeCache:
 
 def load_snippet() -> Config:
     c = Config()
-    exec(compile(SNIPPET.read_text(), str(SNIPPET), "exec"), {"get_config": lambda: c})
+    # as traitlets' loader runs a config file: `c` and `get_config` in its namespace
+    exec(compile(SNIPPET.read_text(), str(SNIPPET), "exec"), {"c": c, "get_config": lambda: c})
     return c
 
 

@@ -21,18 +21,16 @@ from prometheus_client import CollectorRegistry
 from tornado import web
 from traitlets.config import Config
 
+from gpuspawner import metrics
+from gpuspawner import settings as settings_module
 from gpuspawner import spawner as spawner_module
 from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
+from gpuspawner.errors import GPUSpawnFailure
 from gpuspawner.metrics import REFUSAL_REASONS
+from gpuspawner.pending import fatal_verdict, queued_before
 from gpuspawner.progress import SpawnContext
-from gpuspawner.spawner import (
-    GPUCapacitySettings,
-    GPUSpawner,
-    GPUSpawnFailure,
-    applied_in_load_user_options,
-    fatal_verdict,
-    queued_before,
-)
+from gpuspawner.settings import GPUCapacitySettings
+from gpuspawner.spawner import GPUSpawner, applied_in_load_user_options
 
 GKE = "cloud.google.com/gke-nodepool"
 NS = "jhub"
@@ -515,8 +513,8 @@ async def test_the_first_cache_user_points_the_metrics_at_it(monkeypatch):
 
     installed = []
     caches = [FakeCache(A100), FakeCache(T4)]
-    monkeypatch.setattr(spawner_module, "_metrics_cache", None)
-    monkeypatch.setattr(spawner_module.metrics, "install",
+    monkeypatch.setattr(settings_module, "_metrics_cache", None)
+    monkeypatch.setattr(metrics, "install",
                         lambda registry=None, snapshot=None: installed.append(snapshot))
     monkeypatch.setattr(cache_module.CapacityCache, "shared", classmethod(lambda cls, config, **kw: caches[0]))
     settings = GPUCapacitySettings()

@@ -22,7 +22,8 @@ from traitlets.config import Config
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
-from gpuspawner.spawner import GPUCapacitySettings, GPUSpawner
+from gpuspawner.settings import GPUCapacitySettings
+from gpuspawner.spawner import GPUSpawner
 from gpuspawner.templates import template_dirs
 
 GKE = "cloud.google.com/gke-nodepool"

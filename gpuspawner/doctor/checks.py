@@ -22,7 +22,6 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from ..capacity.config import CapacityConfig
@@ -35,6 +34,7 @@ from ..cuda.rules import LEVELS, POLICIES, NodeCuda, Verdict, decide
 from ..cuda.table import min_driver_for_cuda
 from ..overrides import NEVER_TOLERATED_PREFIXES, taint_key_allowed
 from ..profiles import GPUProfileSpec
+from ..progress import parse_time as _parse_rfc3339
 
 __all__ = [
     "SEVERITIES",
@@ -790,12 +790,8 @@ def check_images(
 
 def parse_time(value: Any) -> float | None:
     """RFC 3339 timestamp of the API (``2026-11-22T00:14:50Z``) -> epoch seconds, None if unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    when = _parse_rfc3339(value)
+    return when.timestamp() if when is not None else None
 
 
 def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int]) -> str:

@@ -23,7 +23,6 @@ index inside a List), the object and the field, and what to write instead.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

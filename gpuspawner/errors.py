@@ -1,0 +1,58 @@
+"""The errors a GPU spawn ends with, worded the same everywhere a user reads them.
+
+A ``tornado.web.HTTPError`` raised from ``start()`` becomes the REST API's
+status and the spawn page's error message (jupyterhub/user.py ``spawn``,
+jupyterhub/handlers/pages.py ``SpawnHandler.post``); its
+``jupyterhub_message`` is what the progress stream's final "Spawn failed: ..."
+event shows (jupyterhub/utils.py ``format_exception``), instead of
+``str(error)`` ("500 SpawnException(reason=...): ...").
+"""
+
+from __future__ import annotations
+
+from tornado import web
+
+from .progress import Translation
+
+try:
+    # JupyterHub 6+: a refusal JupyterHub logs without a traceback, with a
+    # reason label in its spawn metrics (jupyterhub/spawner.py)
+    from jupyterhub.spawner import SpawnException
+except ImportError:  # JupyterHub 5.x
+
+    class SpawnException(web.HTTPError):  # type: ignore[no-redef]
+        def __init__(self, message, *, reason, status_code=400, **_):
+            super().__init__(status_code, message)
+            self.message = message
+            self.reason_label = reason
+
+
+def _with_hub_message(error: web.HTTPError, message: str) -> web.HTTPError:
+    # what the progress stream's "Spawn failed: ..." event shows (see above)
+    error.jupyterhub_message = message  # type: ignore[attr-defined]
+    return error
+
+
+def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnException:
+    """A ``SpawnException`` whose message reads the same on the spawn page,
+    in the REST API's answer and in the progress stream."""
+    return _with_hub_message(SpawnException(message, reason=reason, status_code=status_code), message)
+
+
+def refusal(status: int, message: str) -> web.HTTPError:
+    """The ``HTTPError`` of a refused request, with the same message in the progress stream."""
+    return _with_hub_message(web.HTTPError(status, message), message)
+
+
+class GPUSpawnFailure(SpawnException):
+    """A GPU server that can never start (a fatal ``progress.Translation``):
+    raised from ``is_pod_running`` so KubeSpawner's wait for the pod ends at
+    once; ``kind`` is the translation's kind (``progress.FATAL_KINDS``), the
+    ``reason`` of the failed-spawn metric."""
+
+    def __init__(self, translation: Translation):
+        text = (translation.reason or translation.message).rstrip(".")
+        message = f"{text[:1].upper()}{text[1:]}."
+        super().__init__(message, reason=translation.kind, status_code=500)
+        self.kind = translation.kind
+        self.jupyterhub_message = message
