@@ -445,6 +445,30 @@ def probe_failure(pod: Mapping[str, Any], image: str | None = None,
     return None
 
 
+def resolve_check(value: Any) -> Check:
+    """An admin's ``cuda_check``: a callable ``(image, node, policy) -> Verdict``, or its import
+    string ``"module:function"`` / ``"module.function"``; ValueError says what to give instead."""
+    import importlib
+
+    given = value
+    if isinstance(value, str):
+        module, sep, attr = value.partition(":")
+        if not sep:
+            module, _, attr = value.rpartition(".")
+        try:
+            value = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise ValueError(
+                f"cuda_check {given!r} cannot be imported ({e}); give a callable or "
+                "'module:function', e.g. 'gpuspawner.cuda:decide'"
+            ) from None
+    if not callable(value):
+        raise ValueError(
+            f"cuda_check must be a callable (image, node, policy) -> Verdict or its import string, not {given!r}"
+        )
+    return value
+
+
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 

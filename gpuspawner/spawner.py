@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -256,24 +255,10 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     @validate("cuda_check")
     def _validate_cuda_check(self, proposal):
-        value = proposal.value
-        if isinstance(value, str):
-            module, sep, attr = value.partition(":")
-            if not sep:
-                module, _, attr = value.rpartition(".")
-            try:
-                value = getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError, ValueError) as e:
-                raise TraitError(
-                    f"cuda_check {proposal.value!r} cannot be imported ({e}); give a callable or "
-                    "'module:function', e.g. 'gpuspawner.cuda:decide'"
-                ) from None
-        if not callable(value):
-            raise TraitError(
-                f"cuda_check must be a callable (image, node, policy) -> Verdict or its import "
-                f"string, not {proposal.value!r}"
-            )
-        return value
+        try:
+            return cudacheck.resolve_check(proposal.value)
+        except ValueError as e:
+            raise TraitError(str(e)) from None
 
     @validate("cuda_probe_image")
     def _validate_probe_image(self, proposal):

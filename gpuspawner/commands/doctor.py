@@ -91,22 +91,10 @@ def _spawner_sections(config: Any) -> tuple[type, list[str]]:
 
 
 def _resolve_check(value: Any) -> Any:
-    """``c.GPUSpawner.cuda_check`` as the spawner's validator resolves it:
-    a callable, or ``"module:function"`` / ``"module.function"``."""
-    import importlib
+    """``c.GPUSpawner.cuda_check`` as the spawner's validator resolves it."""
+    from ..cudacheck import resolve_check
 
-    if isinstance(value, str):
-        module, sep, attr = value.partition(":")
-        if not sep:
-            module, _, attr = value.rpartition(".")
-        try:
-            value = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise ValueError(f"cuda_check {value!r} cannot be imported ({e}); give a callable or "
-                             "'module:function', e.g. 'gpuspawner.cuda:decide'") from None
-    if not callable(value):
-        raise ValueError(f"cuda_check must be a callable (image, node, policy) -> Verdict, not {value!r}")
-    return value
+    return resolve_check(value)
 
 
 def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
