@@ -15,7 +15,7 @@ import functools
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 from .model import Taint, pool_id
 from .quantity import QuantityError, parse_count
@@ -258,8 +258,7 @@ def version_key(version: str) -> tuple[int, ...]:
 # the compact node record
 
 
-@dataclass(frozen=True, slots=True)
-class NodeGpu:
+class NodeGpu(NamedTuple):
     """One GPU resource of a node: the node is in one pool per resource."""
 
     resource: str
@@ -270,8 +269,7 @@ class NodeGpu:
     defining_labels: tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
+class NodeRecord(NamedTuple):
     name: str
     ready: bool
     schedulable: bool

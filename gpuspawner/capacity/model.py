@@ -8,11 +8,13 @@ and the informer cache (``gpuspawner.capacity.cache``) produce them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Taint:
+class Taint(NamedTuple):
+    """A node taint. A tuple of strings: the cyclic garbage collector stops tracking records
+    made only of such values, which keeps its full passes short on hubs watching big clusters."""
+
     key: str
     value: str | None
     effect: str  # NoSchedule | PreferNoSchedule | NoExecute

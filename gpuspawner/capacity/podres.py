@@ -22,8 +22,7 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from .quantity import QuantityError, parse_count
 
@@ -34,9 +33,11 @@ __all__ = ["PodRecord", "pod_key", "container_requests", "pod_usage", "pod_count
 _TERMINAL = ("Succeeded", "Failed")
 
 
-@dataclass(frozen=True, slots=True)
-class PodRecord:
-    """A GPU pod as the ledger keeps it (pods without GPUs are not stored)."""
+class PodRecord(NamedTuple):
+    """A GPU pod as the ledger keeps it (pods without GPUs are not stored).
+
+    A tuple of strings and ints, as are the node records: CPython's cyclic collector untracks such
+    tuples, so 100,000s of records add nothing to the hub's full collections."""
 
     key: str  # "<namespace>/<name>"
     node: str | None  # spec.nodeName: bound to a node
