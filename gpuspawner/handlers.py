@@ -30,8 +30,18 @@ API_PATH = r"/api/gpus"
 class GPUCapacityHandler(APIHandler):
     """JSON: ``{"pools": [...], "synced": bool, "age_seconds": float}``."""
 
+    # the hub's config does not change while it runs: build its settings once, not per request
+    # (the memo holds the config it was built from, so another hub's config is never mistaken for it)
+    _settings_memo: tuple[object, object, GPUCapacitySettings] | None = None
+
     def capacity_settings(self) -> GPUCapacitySettings:
-        return GPUCapacitySettings.from_hub_config(self.config, self.settings.get("spawner_class"))
+        spawner_class = self.settings.get("spawner_class")
+        memo = GPUCapacityHandler._settings_memo
+        if memo is not None and memo[0] is self.config and memo[1] is spawner_class:
+            return memo[2]
+        settings = GPUCapacitySettings.from_hub_config(self.config, spawner_class)
+        GPUCapacityHandler._settings_memo = (self.config, spawner_class, settings)
+        return settings
 
     def capacity_snapshot(self, settings: GPUCapacitySettings) -> CapacitySnapshot:
         try:
