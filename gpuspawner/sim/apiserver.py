@@ -320,7 +320,7 @@ class ApiServer:
             await asyncio.sleep(stall)
         rule = self.faults.take_failure(verb, route.resource_label)
         if rule is not None:
-            err = self._injected(rule.code, rule.retry_after)
+            err = self._forbidden(verb, route) if rule.code == 403 else self._injected(rule.code, rule.retry_after)
             if verb == "watch" and rule.code == 410:
                 return await self._error_event_stream(request, err)
             raise err
@@ -375,6 +375,20 @@ class ApiServer:
         if verb is None:
             raise not_allowed
         return verb
+
+    @staticmethod
+    def _forbidden(verb: str, route: _Route) -> ApiError:
+        """RBAC's refusal, worded as the authorization filter words it (endpoints/handlers/
+        responsewriters/errors.go ``forbiddenMessage``). No authentication here: the user is
+        ``system:anonymous``."""
+        what = route.info.plural + (f' "{route.name}"' if route.name else "")
+        scope = f'in the namespace "{route.namespace}"' if route.namespace else "at the cluster scope"
+        message = (f'{what} is forbidden: User "system:anonymous" cannot {verb} resource '
+                   f'"{route.resource_label}" in API group "" {scope}')
+        details: dict[str, Any] = {"kind": route.info.plural}
+        if route.name:
+            details["name"] = route.name
+        return ApiError(403, "Forbidden", message, details=details)
 
     @staticmethod
     def _injected(code: int, retry_after: int) -> ApiError:

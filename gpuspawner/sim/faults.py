@@ -20,7 +20,7 @@ from typing import Any, Callable
 __all__ = ["AUDIT_VERBS", "FAULT_CODES", "Faults", "RequestCounters", "FailRule", "StallRule"]
 
 AUDIT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
-FAULT_CODES = (410, 429, 500, 503)
+FAULT_CODES = (403, 410, 429, 500, 503)
 
 
 def _matches(rule_verb: str | None, rule_resource: str | None, verb: str, resource: str) -> bool:
@@ -75,7 +75,7 @@ class Faults:
     # -- configuring --
     def fail_next(self, count: int = 1, code: int = 500, *, verb: str | None = None,
                   resource: str | None = None, retry_after: int = 1) -> FailRule:
-        """Answer the next ``count`` matching requests with ``code`` (410, 429, 500, 503)."""
+        """Answer the next ``count`` matching requests with ``code`` (403, 410, 429, 500, 503)."""
         if code not in FAULT_CODES:
             raise ValueError(f"code must be one of {FAULT_CODES}, not {code!r}")
         if count < 1:

@@ -497,32 +497,15 @@ async def test_sim_silent_watch_stream_is_restarted(sim):
 
 
 @pytest.mark.integration
-async def test_http_403_names_the_missing_cluster_role_rules():
-    """The sim has no RBAC fault, so a minimal loopback server answers 403 like kube-apiserver."""
-    from aiohttp import web
-
-    async def forbidden(request):
-        resource = request.path.rsplit("/", 1)[-1]
-        body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
-                "message": f'{resource} is forbidden: User "system:serviceaccount:jhub:hub" cannot list '
-                           f'resource "{resource}" in API group "" at the cluster scope'}
-        return web.json_response(body, status=403)
-
-    app = web.Application()
-    app.router.add_get("/api/v1/{tail:.*}", forbidden)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    cache = CapacityCache(CapacityConfig(), api_factory=sim_api(f"http://127.0.0.1:{port}"))
-    cache.start()
-    try:
-        assert await cache.wait_synced(10) is False
-        await wait_for(lambda: all(i["forbidden"] for i in cache.health["informers"].values()))
-        err = cache.snapshot().error
-        assert "nodes: list, watch" in err and "pods: list, watch" in err
-        assert "cannot list resource" in cache.health["informers"]["nodes"]["error"]
-    finally:
-        await cache.stop()
-        await runner.cleanup()
+async def test_http_403_names_the_missing_cluster_role_rules(sim):
+    """The hub's ServiceAccount without the ClusterRole: the API server answers 403 (injected, worded as
+    RBAC words it) to the cluster-wide lists; the snapshot says which rules are missing."""
+    sim.faults.fail_next(1000, 403, verb="list", resource="nodes")
+    sim.faults.fail_next(1000, 403, verb="list", resource="pods")
+    cache = sim.make_cache()
+    assert await cache.wait_synced(3) is False
+    await wait_for(lambda: all(i["forbidden"] for i in cache.health["informers"].values()), what="forbidden")
+    err = cache.snapshot().error
+    assert "nodes: list, watch" in err and "pods: list, watch" in err
+    assert "cannot list resource" in cache.health["informers"]["nodes"]["error"]
+    assert not cache.snapshot().synced

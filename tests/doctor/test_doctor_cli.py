@@ -3,8 +3,9 @@
 Most cases run the command in-process (``commands.doctor.run``) against a
 ``SimCluster`` served on loopback, so the sim and doctor share the test's
 event loop; two cases run the real command line as a subprocess.  Missing
-RBAC is served by a tiny API stand-in, because the simulated API server
-cannot answer 403 (gpuspawner/sim/faults.py).
+RBAC is served by a tiny API stand-in, because it also answers the
+authorization.k8s.io access reviews, an API group the simulated API server
+does not serve.
 """
 
 from __future__ import annotations

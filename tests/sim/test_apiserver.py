@@ -275,8 +275,9 @@ async def test_table_output_for_pods(server):
 # -- faults and counters ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code, reason", [(429, "TooManyRequests"), (500, "InternalError"), (410, "Expired")],
-                         ids=["429", "500", "410"])
+@pytest.mark.parametrize("code, reason", [(429, "TooManyRequests"), (500, "InternalError"), (410, "Expired"),
+                                          (403, "Forbidden")],
+                         ids=["429", "500", "410", "403"])
 async def test_injected_failures_hit_only_matching_requests(api, server, code, reason):
     server.faults.fail_next(2, code, verb="list", resource="pods")
     await api.list_node()  # not matching
@@ -289,6 +290,22 @@ async def test_injected_failures_hit_only_matching_requests(api, server, code, r
     await api.list_namespaced_pod("default")  # the fault is used up
     assert server.counters[("list", "pods")] == 3
     assert server.counters[("list", "nodes")] == 1
+
+
+async def test_injected_403_is_worded_as_rbac_words_it(api, server):
+    server.faults.fail_next(1, 403, verb="list", resource="nodes")
+    with pytest.raises(ApiException) as e:
+        await api.list_node()
+    body = json.loads(e.value.body)
+    assert body["message"] == ('nodes is forbidden: User "system:anonymous" cannot list resource "nodes" '
+                               'in API group "" at the cluster scope')
+    assert body["details"] == {"kind": "nodes"}
+    server.faults.fail_next(1, 403, verb="get", resource="pods")
+    with pytest.raises(ApiException) as e:
+        await api.read_namespaced_pod("x", "default")
+    assert json.loads(e.value.body)["message"] == (
+        'pods "x" is forbidden: User "system:anonymous" cannot get resource "pods" in API group "" '
+        'in the namespace "default"')
 
 
 async def test_stall_delays_matching_requests(api, server):
