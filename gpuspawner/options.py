@@ -295,6 +295,9 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
         )
 
     image_key = offer.spec.images.key_for(user_options)
+    # count only the nodes the chosen image's driver fits: the pod is steered off
+    # the others (profiles.PoolOffer.for_image), so a count only they could hold would wait Pending
+    offer = offer.for_image(image_key)
 
     def driver_fits(p: PoolOffer) -> bool:
         fit = p.fit(image_key)
@@ -328,8 +331,9 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
                 reason=TOO_MANY_GPUS,
             )
     if gpus > chosen.max_gpus:
+        where = " on the nodes whose driver fits this image" if chosen.narrowed else ""
         raise OptionError(
-            f"choose between 1 and {chosen.max_gpus} GPUs in pool {chosen.pool.id!r} "
+            f"choose between 1 and {chosen.max_gpus} GPUs in pool {chosen.pool.id!r}{where} "
             f"(asked for {_show(gpus)}); {_pools_hint(offer)}",
             reason=TOO_MANY_GPUS,
         )

@@ -23,6 +23,10 @@ so the limit is the pool's ``max_free_per_node``; if the admin declared the
 pool as scalable and it has fewer nodes than ``max_nodes``, a new node brings
 ``gpus_per_node`` more, so the limit is the larger of the two (the spawn then
 waits for the cluster autoscaler). The profile's ``max_gpus`` caps both.
+When an image's CUDA keeps the pod off some nodes of a pool
+(:func:`gpuspawner.cudacheck.steering_expression`), :meth:`PoolOffer.for_image`
+counts over the other nodes only; validation uses the chosen image, the
+profile entry (the form's choices) the default one.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .capacity.model import CapacitySnapshot, PoolView
+from .capacity.model import CapacitySnapshot, NodeView, PoolView
 from .cuda.image import ImageCuda
 from .cudacheck import PoolFit, ProfileImages, profile_images
 
@@ -275,9 +279,49 @@ class PoolOffer:
     checked: bool = True  # False: admitted without a free-count check
     # image key (see cudacheck.ProfileImages) -> how that image fits this pool's drivers
     cuda: Mapping[str, PoolFit] = field(default_factory=dict)
+    cap: int | None = None  # the profile's max_gpus, kept so the offer can be recounted for an image
+    # set by for_image when the image's CUDA steers the pod off some nodes: the
+    # free GPUs on the nodes it may still land on (``max_gpus``/``now`` count those only)
+    cuda_free: int | None = None
 
     def fit(self, image_key: str | None) -> PoolFit | None:
         return self.cuda.get(image_key) if image_key is not None else None
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether the counts are those of the nodes one image's driver fits."""
+        return self.cuda_free is not None
+
+    def excluded_nodes(self, image_key: str | None) -> frozenset[str]:
+        """Names of the nodes the pod of ``image_key`` is kept off
+        (cudacheck.steering_expression): the failing nodes, unless all fail
+        (then the spawn is refused, nothing is steered)."""
+        fit = self.fit(image_key)
+        if fit is None or fit.refused:
+            return frozenset()
+        return frozenset(n.name for n in fit.failing if n.name)
+
+    @property
+    def steered(self) -> bool:
+        """Whether some image of the profile keeps its pod off some nodes of this pool."""
+        return any(self.excluded_nodes(k) for k in self.cuda)
+
+    def for_image(self, image_key: str | None) -> PoolOffer:
+        """This offer for the pod of ``image_key``: when the CUDA check keeps
+        it off some nodes, what is free and the most one server can get now
+        are counted over the other nodes only (a pod's GPUs come from one
+        node, and the required node affinity ``kubernetes.io/hostname NotIn``
+        makes the scheduler's NodeAffinity filter drop the failing ones). A
+        new node from a scale-up is not excluded, so it still counts. Offers
+        without a free count (capacity unknown) and pools with no failing
+        node are returned as they are."""
+        bad = self.excluded_nodes(image_key)
+        if not self.checked or self.narrowed or not bad:
+            return self
+        nodes = [n for n in self.pool.node_views if n.name not in bad]
+        pinnable = bool(self.pool.defining_labels or self.pool.node_views)
+        counted = _offer_checked(self.pool, self.display_name, self.cap, pinnable, nodes)
+        return replace(counted, cuda=self.cuda, cuda_free=sum(max(n.free, 0) for n in nodes))
 
     @property
     def available(self) -> bool:
@@ -303,6 +347,13 @@ class ProfileOffer:
     @property
     def max_gpus(self) -> int:
         return max((p.max_gpus for p in self.pools), default=0)
+
+    def for_image(self, image_key: str | None) -> ProfileOffer:
+        """The offer as the pod of ``image_key`` sees it (:meth:`PoolOffer.for_image`)."""
+        pools = tuple(p.for_image(image_key) for p in self.pools)
+        if all(a is b for a, b in zip(pools, self.pools)):
+            return self
+        return replace(self, pools=pools)
 
     def default_pool(
         self, gpus: int = 1, accept: Callable[[PoolOffer], bool] | None = None
@@ -338,8 +389,12 @@ def _scale_up_gpus(pool: PoolView) -> int:
     return su.gpus_per_node
 
 
-def _offer_checked(pool: PoolView, name: str, cap: int | None, pinnable: bool) -> PoolOffer:
-    now = pool.max_free_per_node
+def _offer_checked(
+    pool: PoolView, name: str, cap: int | None, pinnable: bool, nodes: Sequence[NodeView] | None = None
+) -> PoolOffer:
+    """What the pool gives one server; ``nodes``: count only these nodes
+    (the ones an image's CUDA lets the pod land on), else all of the pool."""
+    now = pool.max_free_per_node if nodes is None else max((n.free for n in nodes), default=0)
     later = _scale_up_gpus(pool)
     limit = max(now, later)
     if cap is not None:
@@ -348,6 +403,10 @@ def _offer_checked(pool: PoolView, name: str, cap: int | None, pinnable: bool) -
     if not pinnable:
         limit = now = 0
         reason = "its nodes carry no labels a server could be kept inside the pool with"
+    elif limit <= 0 and nodes is not None:
+        reason = "no GPU is free on the nodes whose driver fits this image"
+        if pool.scale_up is not None:
+            reason += f" and the pool is at its maximum of {pool.scale_up.max_nodes} nodes"
     elif limit <= 0:
         if pool.total == 0:
             reason = "no GPUs are allocatable in this pool now"
@@ -362,6 +421,7 @@ def _offer_checked(pool: PoolView, name: str, cap: int | None, pinnable: bool) -
         now=max(now, 0),
         scale_up_minutes=pool.scale_up.minutes if pool.scale_up and limit > now else None,
         reason=reason,
+        cap=cap,
     )
 
 
@@ -427,6 +487,8 @@ def describe_pool(offer: PoolOffer) -> str:
     if not offer.checked:
         return f"{offer.display_name}: free GPUs unknown"
     text = f"{offer.display_name}: {pool.free} of {pool.total} GPUs free"
+    if offer.cuda_free is not None:
+        text += f" ({offer.cuda_free} on nodes whose driver fits this image)"
     if offer.reason:
         return f"{text}, unavailable: {offer.reason}"
     text += f", up to {offer.max_gpus} per server"
@@ -441,6 +503,9 @@ def describe_pool(offer: PoolOffer) -> str:
 def gpu_profile_entry(offer: ProfileOffer) -> dict[str, Any]:
     """The KubeSpawner ``profile_list`` item for one GPU profile."""
     spec = offer.spec
+    # the select choices are static: count for the image the profile starts with
+    # (its default image choice); validation recounts for the image chosen
+    offer = offer.for_image(spec.images.key_for({}))
     description = spec.description
     if offer.problem:
         description = f"{description} ({offer.problem})" if description else offer.problem
