@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import ipaddress
 import signal
 import sys
@@ -75,9 +74,8 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # POSIX, as the simulated kubelet's process groups are
+        loop.add_signal_handler(sig, stop.set)
     try:
         nodes = cluster.store.count("nodes")
         pods = cluster.store.count("pods")
