@@ -3,6 +3,7 @@ configurable-http-proxy) as a user would, and talks to it over HTTP only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -176,3 +177,17 @@ class DemoHub:
 
     def nodes(self) -> dict[str, dict]:
         return {n["metadata"]["name"]: n for n in self.kube("/api/v1/nodes")["items"]}
+
+
+@contextlib.contextmanager
+def running_demo(config_text: str | None = None, directory: pathlib.Path | None = None):
+    """A started ``DemoHub``, with ``config_text`` as its extra jupyterhub_config.py; stopped afterwards."""
+    extra = None
+    if config_text is not None:
+        extra = (directory or pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-e2e-config-"))) / "extra_config.py"
+        extra.write_text(config_text)
+    h = DemoHub(extra_config=str(extra) if extra else None).start()
+    try:
+        yield h
+    finally:
+        h.stop()

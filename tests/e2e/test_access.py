@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .harness import DemoHub, wait_for
+from .harness import DemoHub, running_demo, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.hub]
 
@@ -45,13 +45,8 @@ SITE_CONFIG = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    config = tmp_path_factory.mktemp("access") / "site_config.py"
-    config.write_text(SITE_CONFIG)
-    h = DemoHub(extra_config=str(config)).start()
-    try:
+    with running_demo(SITE_CONFIG, tmp_path_factory.mktemp("access")) as h:
         yield h
-    finally:
-        h.stop()
 
 
 def user_token(hub: DemoHub, name: str) -> dict:

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from .harness import DemoHub, wait_for
+from .harness import DemoHub, running_demo, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.hub]
 
@@ -27,11 +27,8 @@ POOL_FIELDS = {
 
 @pytest.fixture(scope="module")
 def hub():
-    h = DemoHub().start()
-    try:
+    with running_demo() as h:
         yield h
-    finally:
-        h.stop()
 
 
 def gpu_limits(pod: dict) -> dict[str, str]:

@@ -24,7 +24,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from .harness import DemoHub, wait_for
+from .harness import DemoHub, running_demo, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.hub]
 
@@ -46,13 +46,8 @@ c.GPUSpawner.gpu_tolerated_taint_keys = ["nvidia.com/gpu", "amd.com/gpu"]
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    extra = tmp_path_factory.mktemp("metrics-e2e") / "extra_config.py"
-    extra.write_text(EXTRA_CONFIG)
-    h = DemoHub(extra_config=str(extra)).start()
-    try:
+    with running_demo(EXTRA_CONFIG, tmp_path_factory.mktemp("metrics-e2e")) as h:
         yield h
-    finally:
-        h.stop()
 
 
 def pool_of(hub: DemoHub, product_part: str) -> dict:
