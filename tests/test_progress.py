@@ -28,7 +28,7 @@ from gpuspawner.progress import (
     translate,
     translate_pod,
 )
-from gpuspawner.sim.scheduling import MessageStyle, Status, fit_error_message
+from gpuspawner.sim.plugins import MessageStyle, Status, fit_error_message
 
 POOL = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
 SCALE = ScaleUp(max_nodes=4, gpus_per_node=8, minutes=6)

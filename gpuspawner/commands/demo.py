@@ -200,7 +200,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
 
 def _ensure_namespace(cluster, name: str) -> None:
     """The hub's namespace, as an admin (or the Helm chart) creates it before installing."""
-    from ..sim.store import ApiError
+    from ..sim.errors import ApiError
 
     try:
         cluster.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})

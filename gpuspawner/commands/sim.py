@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _serve(args: argparse.Namespace) -> int:
     from gpuspawner.sim.cluster import SimCluster
     from gpuspawner.sim.loader import LoadError
-    from gpuspawner.sim.scheduling import MessageStyle
+    from gpuspawner.sim.plugins import MessageStyle
 
     cluster = SimCluster(cluster_file=args.cluster, host=args.host, port=args.port,
                          run_pods=not args.no_run_pods, stand_in=args.stand_in,

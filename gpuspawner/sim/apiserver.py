@@ -26,7 +26,10 @@ from aiohttp import web
 
 from . import tables
 from .faults import Faults, RequestCounters
-from .store import RESOURCES, ApiError, ResourceInfo, Store, Watcher, bad_request
+from .errors import ApiError, bad_request
+from .resources import RESOURCES, SUBRESOURCES, ResourceInfo, group_versions
+from .store import Store
+from .watch import Watcher
 
 __all__ = ["ApiServer", "SERVER_VERSION"]
 
@@ -115,16 +118,17 @@ class _Route:
         return self.info.plural + (f"/{self.sub}" if self.sub else "")
 
 
-def _route(tail: str) -> _Route:
-    """Resolve the path after ``/api/v1/`` (installer.go's registered paths)."""
+def _route(tail: str, served: dict[str, ResourceInfo]) -> _Route:
+    """Resolve the path after ``/api/v1/`` or ``/apis/{group}/{version}/`` (installer.go's
+    registered paths); ``served`` is that group-version's resources by plural."""
     # request.path is already percent-decoded by aiohttp.
     seg = tail.strip("/").split("/") if tail.strip("/") else []
     nf = ApiError(404, "NotFound", _NOT_FOUND, details={})
     if not seg:
         raise nf
-    if seg[0] == "namespaces" and len(seg) >= 3 and seg[2] in RESOURCES and RESOURCES[seg[2]].namespaced:
+    if seg[0] == "namespaces" and len(seg) >= 3 and seg[2] in served and served[seg[2]].namespaced:
         ns, plural, rest = seg[1], seg[2], seg[3:]
-        info = RESOURCES[plural]
+        info = served[plural]
         if len(rest) > 2 or not ns:
             raise nf
         name = rest[0] if rest else None
@@ -132,7 +136,7 @@ def _route(tail: str) -> _Route:
         if name == "":
             raise nf
         return _Route(info, ns, name, sub)
-    info = RESOURCES.get(seg[0])
+    info = served.get(seg[0])
     if info is None or len(seg) > 3:
         raise nf
     name = seg[1] if len(seg) >= 2 else None
@@ -243,16 +247,25 @@ class ApiServer:
                                                     "serverAddress": f"{self.host}:{self.port}"}],
                 })
             if path == "/openapi/v3":
-                return web.json_response(
-                    {"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=SIM"}}})
+                return web.json_response({"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=SIM"}
+                                                    for gv in self._openapi_paths()}})
             if path == "/openapi/v3/api/v1":
-                return web.json_response(self._openapi_v1())
+                return web.json_response(self._openapi("api/v1"))
             if path in ("/apis", "/apis/"):
-                return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
-            if path in ("/api/v1", "/api/v1/"):
-                return web.json_response(self._resource_list())
-            if path.startswith("/api/v1/"):
-                return await self._resource_request(request, path[len("/api/v1/"):])
+                return web.json_response({"kind": "APIGroupList", "apiVersion": "v1",
+                                          "groups": [self._api_group(g) for g in self._groups()]})
+            if path.startswith("/openapi/v3/apis/"):
+                gv = path[len("/openapi/v3/"):]
+                if gv in self._openapi_paths():
+                    return web.json_response(self._openapi(gv))
+            for prefix, served in self._served().items():
+                if path == prefix or path == prefix + "/":
+                    return web.json_response(self._resource_list(prefix))
+                if path.startswith(prefix + "/"):
+                    return await self._resource_request(request, path[len(prefix) + 1:], served)
+            for group in self._groups():
+                if path in (f"/apis/{group}", f"/apis/{group}/"):
+                    return web.json_response(dict(self._api_group(group), kind="APIGroup", apiVersion="v1"))
             raise ApiError(404, "NotFound", _NOT_FOUND, details={})
         except ApiError as e:
             return _status_response(e)
@@ -263,30 +276,54 @@ class ApiServer:
             return _status_response(ApiError(500, "InternalError", f"Internal error occurred: {e}",
                                              details={"causes": [{"message": str(e)}]}))
 
+    # -- discovery --
     @staticmethod
-    def _resource_list() -> dict[str, Any]:
+    def _served() -> dict[str, dict[str, ResourceInfo]]:
+        """URL prefix (``/api/v1``, ``/apis/{group}/{version}``) -> its resources by plural."""
+        return {infos[0].url_prefix: {i.plural: i for i in infos} for infos in group_versions().values()}
+
+    @staticmethod
+    def _groups() -> list[str]:
+        return sorted({i.group for i in RESOURCES.values() if i.group})
+
+    @staticmethod
+    def _api_group(group: str) -> dict[str, Any]:
+        """One entry of ``/apis`` (metav1.APIGroup): one served version, preferred."""
+        versions = sorted({i.version for i in RESOURCES.values() if i.group == group})
+        gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"name": group, "versions": gvs, "preferredVersion": gvs[0]}
+
+    @staticmethod
+    def _openapi_paths() -> list[str]:
+        return [infos[0].url_prefix.lstrip("/") for infos in group_versions().values()]
+
+    def _resource_list(self, prefix: str) -> dict[str, Any]:
         verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+        served = self._served()[prefix]
         resources: list[dict[str, Any]] = []
-        for info in sorted(RESOURCES.values(), key=lambda i: i.plural):
+        group_version = ""
+        for info in sorted(served.values(), key=lambda i: i.plural):
+            group_version = info.api_version
             entry: dict[str, Any] = {"name": info.plural, "singularName": info.singular,
-                                     "namespaced": info.namespaced, "kind": info.kind, "verbs": verbs}
+                                     "namespaced": info.namespaced, "kind": info.kind,
+                                     "verbs": verbs}
             if info.short_names:
                 entry["shortNames"] = list(info.short_names)
-            if info.plural in ("pods", "services"):
-                entry["categories"] = ["all"]
+            if info.categories:
+                entry["categories"] = list(info.categories)
             resources.append(entry)
-            if info.plural == "pods":
-                resources.append({"name": "pods/binding", "singularName": "", "namespaced": True,
-                                  "kind": "Binding", "verbs": ["create"]})
+            for sub, kind, sub_verbs in SUBRESOURCES.get(info.plural, ()):
+                resources.append({"name": f"{info.plural}/{sub}", "singularName": "", "namespaced": info.namespaced,
+                                  "kind": kind, "verbs": list(sub_verbs)})
             if info.status_subresource:
                 resources.append({"name": f"{info.plural}/status", "singularName": "",
                                   "namespaced": info.namespaced, "kind": info.kind,
                                   "verbs": ["get", "patch", "update"]})
-        return {"kind": "APIResourceList", "groupVersion": "v1", "resources": resources}
+        resources.sort(key=lambda r: r["name"])
+        return {"kind": "APIResourceList", "groupVersion": group_version, "resources": resources}
 
-    @staticmethod
-    def _openapi_v1() -> dict[str, Any]:
-        """A minimal OpenAPI v3 document for core/v1: PATCH operations only.
+    def _openapi(self, gv: str) -> dict[str, Any]:
+        """A minimal OpenAPI v3 document for one group-version: PATCH operations only.
 
         kubectl (create/apply with --validate=strict, the default) reads it to
         learn that the server validates fields itself: cli-runtime
@@ -296,20 +333,22 @@ class ApiServer:
         Schemas are not served, so ``kubectl explain`` does not work.
         """
         paths: dict[str, Any] = {}
-        for info in RESOURCES.values():
-            base = "/api/v1/namespaces/{namespace}/" if info.namespaced else "/api/v1/"
+        for info in self._served()["/" + gv].values():
+            base = f"{info.url_prefix}/namespaces/{{namespace}}/" if info.namespaced else f"{info.url_prefix}/"
             paths[f"{base}{info.plural}/{{name}}"] = {"patch": {
                 "operationId": f"patch{'Namespaced' if info.namespaced else ''}{info.kind}",
                 "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
                 "responses": {"200": {"description": "OK"}},
                 "x-kubernetes-action": "patch",
-                "x-kubernetes-group-version-kind": {"group": "", "version": "v1", "kind": info.kind},
+                "x-kubernetes-group-version-kind": {"group": info.group, "version": info.version,
+                                                    "kind": info.kind},
             }}
         return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": SERVER_VERSION["gitVersion"]},
                 "paths": paths, "components": {}}
 
-    async def _resource_request(self, request: web.Request, tail: str) -> web.StreamResponse:
-        route = _route(tail)
+    async def _resource_request(self, request: web.Request, tail: str,
+                                served: dict[str, ResourceInfo]) -> web.StreamResponse:
+        route = _route(tail, served)
         q = request.query
         method = request.method
         watching = method == "GET" and route.name is None and _parse_bool("watch", q.get("watch"))
@@ -384,7 +423,7 @@ class ApiServer:
         what = route.info.plural + (f' "{route.name}"' if route.name else "")
         scope = f'in the namespace "{route.namespace}"' if route.namespace else "at the cluster scope"
         message = (f'{what} is forbidden: User "system:anonymous" cannot {verb} resource '
-                   f'"{route.resource_label}" in API group "" {scope}')
+                   f'"{route.resource_label}" in API group "{route.info.group}" {scope}')
         details: dict[str, Any] = {"kind": route.info.plural}
         if route.name:
             details["name"] = route.name
@@ -465,7 +504,8 @@ class ApiServer:
         if obj.get("kind") != "Status" and _wants_table(request):
             meta = {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")}
             obj = tables.table_for(route.info.plural, route.info.kind, [obj], meta, self.store._clock(),
-                                   request.query.get("includeObject", "Metadata"))
+                                   request.query.get("includeObject", "Metadata"),
+                                   api_version=route.info.api_version)
         return web.Response(status=status, body=_json_bytes(obj), content_type=_JSON)
 
     async def _create(self, request: web.Request, route: _Route) -> web.Response:
@@ -528,9 +568,9 @@ class ApiServer:
             include = q.get("includeObject", "Metadata")
 
             def encode(o: dict[str, Any]) -> dict[str, Any]:
-                return tables.table_row(info.plural, info.kind, o, now, include)
+                return tables.table_row(info.plural, info.kind, o, now, include, info.api_version)
         else:
-            head = {"kind": info.list_kind, "apiVersion": "v1", "metadata": meta}
+            head = {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": meta}
             key = "items"
 
             def encode(o: dict[str, Any]) -> dict[str, Any]:
@@ -605,7 +645,7 @@ class ApiServer:
                 if as_table and etype != "BOOKMARK":
                     table = tables.table_for(info.plural, info.kind, [obj],
                                              {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
-                                             self.store._clock(), include)
+                                             self.store._clock(), include, api_version=info.api_version)
                     line = _json_bytes({"type": etype, "object": table}) + b"\n"
                 else:
                     line = self._encode_event(etype, obj)

@@ -27,8 +27,10 @@ import yaml
 
 from . import loader
 from .devices import DeviceLedger
-from .scheduler import MERGE, NodeLifecycleController, Scheduler, now_rfc3339
-from .scheduling import MessageStyle
+from .controller import MERGE, now_rfc3339
+from .nodelifecycle import NodeLifecycleController
+from .plugins import MessageStyle
+from .scheduler import Scheduler
 from .store import Store
 
 

@@ -71,8 +71,8 @@ from pathlib import Path
 from typing import Any
 
 from . import devices as dev
-from . import scheduling as rules
-from .scheduler import MERGE, TERMINAL, EventRecorder, informer, now_rfc3339, pod_key
+from . import podresources as rules
+from .controller import MERGE, TERMINAL, EventRecorder, Tasks, informer, now_rfc3339, pod_key
 
 log = logging.getLogger(__name__)
 
@@ -842,7 +842,7 @@ class Kubelet:
             self.service_env = {"KUBERNETES_SERVICE_HOST": u.hostname or "127.0.0.1",
                                 "KUBERNETES_SERVICE_PORT": str(u.port or 80)}
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks = Tasks()
         self._started = False
         self.synced = asyncio.Event()
 
@@ -988,24 +988,17 @@ class Kubelet:
 
     async def start(self) -> None:
         nodes_synced = asyncio.Event()
-        self._tasks.append(asyncio.create_task(
-            informer(self.store, "nodes", self._node_list, self._node_event, self._stopping, nodes_synced),
-            name="kubelet-nodes"))
+        self._tasks.start(informer(self.store, "nodes", self._node_list, self._node_event, self._stopping,
+                                   nodes_synced), "kubelet-nodes")
         await asyncio.wait_for(nodes_synced.wait(), 60)
-        self._tasks.append(asyncio.create_task(
-            informer(self.store, "pods", self._pod_list, self._pod_event, self._stopping, self.synced),
-            name="kubelet-pods"))
+        self._tasks.start(informer(self.store, "pods", self._pod_list, self._pod_event, self._stopping,
+                                   self.synced), "kubelet-pods")
         await asyncio.wait_for(self.synced.wait(), 60)
 
     async def stop(self) -> None:
         """Kill every process this kubelet started; pods are left as they are in the store."""
         self._stopping.set()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks = []
+        await self._tasks.stop()
         workers = list(self.workers.values())
         for w in workers:
             if w.task:

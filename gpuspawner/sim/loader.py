@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from .scheduling import QuantityError, parse_quantity
+from .podresources import QuantityError, parse_quantity
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
 

@@ -1,23 +1,15 @@
-"""The simulated kube-scheduler, node lifecycle controller and event recorder.
+"""The simulated kube-scheduler.
 
-They run in the simulation's event loop against the shared in-process
-``Store`` (``docs/architecture.md``) and use only its documented API.  The
-rules live in ``gpuspawner.sim.scheduling`` (pure); this module is the loop:
-
-* ``Scheduler``: keeps an incremental cache of nodes and of what bound pods
-  request (list, then watch, as the real scheduler's informers do), binds
-  Pending pods with no ``spec.nodeName`` and ``schedulerName:
-  default-scheduler``, and parks pods that fit nowhere as unschedulable until
-  a cluster event may help them (a node added or changed, a pod deleted or
-  finished), with the scheduling queue's per-pod backoff (1 s doubling to
-  10 s: ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``) and its
-  periodic flush (``podMaxInUnschedulablePodsDuration``, 5 minutes).
-* ``NodeLifecycleController``: keeps the ``not-ready``/``unreachable``/
-  ``unschedulable`` taints in step with each node's Ready condition and
-  ``spec.unschedulable`` (``pkg/controller/nodelifecycle``).
-* ``EventRecorder``: core/v1 Events with client-go's aggregation of repeats
-  (``tools/record/events_cache.go``: same source, object, type, reason and
-  message -> one Event whose ``count`` and ``lastTimestamp`` grow).
+It runs in the simulation's event loop against the shared in-process ``Store``
+(``docs/architecture.md``) and uses only its documented API.  The filter and score
+rules live in ``gpuspawner.sim.plugins`` (pure); this module is the loop: it keeps an
+incremental cache of nodes and of what bound pods request (list, then watch, as the
+real scheduler's informers do), binds Pending pods with no ``spec.nodeName`` and
+``schedulerName: default-scheduler``, and parks pods that fit nowhere as
+unschedulable until a cluster event may help them (a node added or changed, a pod
+deleted or finished), with the scheduling queue's per-pod backoff (1 s doubling to
+10 s: ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``) and its periodic flush
+(``podMaxInUnschedulablePodsDuration``, 5 minutes).
 """
 
 from __future__ import annotations
@@ -25,166 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Callable
 
-from . import scheduling as rules
+from . import plugins
+from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
+from .podresources import QuantityError, pod_requests
 
 log = logging.getLogger(__name__)
-
-MERGE = "application/merge-patch+json"
-DEFAULT_SCHEDULER = "default-scheduler"
-TERMINAL = ("Succeeded", "Failed")
-
-
-def now_rfc3339(ts: float | None = None) -> str:
-    return datetime.fromtimestamp(time.time() if ts is None else ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def now_micro(ts: float | None = None) -> str:
-    return datetime.fromtimestamp(time.time() if ts is None else ts, timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def pod_key(pod: dict[str, Any]) -> str:
-    m = pod.get("metadata") or {}
-    return f"{m.get('namespace') or 'default'}/{m.get('name')}"
-
-
-def _code(exc: BaseException) -> int | None:
-    return getattr(exc, "code", None)
-
-
-# ---------------------------------------------------------------------------
-# events
-# ---------------------------------------------------------------------------
-
-class EventRecorder:
-    """Writes core/v1 Events into the store, aggregating repeats like client-go.
-
-    ``component`` is ``source.component`` and ``reportingComponent``;
-    ``host`` (the kubelet's node) is ``source.host`` and the reporting
-    instance.  ``events_api=True`` adds what the events.k8s.io/v1 API
-    (which kube-scheduler uses) shows through core/v1: ``eventTime``,
-    ``action``, ``series``.
-    """
-
-    CACHE_SIZE = 4096
-
-    def __init__(self, store, component: str, host: str | None = None, *, events_api: bool = False,
-                 clock: Callable[[], float] = time.time):
-        self.store = store
-        self.component = component
-        self.host = host
-        self.events_api = events_api
-        self.clock = clock
-        self.instance = host or f"{component}-{socket.gethostname()}"
-        self._seen: dict[tuple, tuple[str, str]] = {}  # aggregation key -> (namespace, event name)
-
-    def emit(self, obj: dict[str, Any], type_: str, reason: str, message: str, *, action: str | None = None,
-             field_path: str | None = None, host: str | None = None) -> None:
-        meta = obj.get("metadata") or {}
-        ns = meta.get("namespace") or "default"
-        host = host or self.host
-        involved = {
-            "apiVersion": obj.get("apiVersion") or "v1",
-            "kind": obj.get("kind") or "Pod",
-            "name": meta.get("name"),
-            "namespace": ns,
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-        }
-        if field_path:
-            involved["fieldPath"] = field_path
-        key = (self.component, host, involved["kind"], ns, involved["name"], involved["uid"],
-               field_path, type_, reason, message)
-        ts = self.clock()
-        seen = self._seen.get(key)
-        if seen is not None:
-            try:
-                ev = self.store.get("events", seen[1], namespace=seen[0])
-            except Exception as e:  # the event was deleted (TTL, user): start a new one
-                if _code(e) != 404:
-                    raise
-            else:
-                ev["count"] = int(ev.get("count") or 1) + 1
-                ev["lastTimestamp"] = now_rfc3339(ts)
-                if self.events_api:
-                    ev["series"] = {"count": ev["count"], "lastObservedTime": now_micro(ts)}
-                self.store.replace("events", seen[1], ev, namespace=seen[0])
-                return
-        name = f"{involved['name']}.{time.time_ns():x}"
-        ev = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name, "namespace": ns},
-            "involvedObject": involved,
-            "reason": reason,
-            "message": message,
-            "type": type_,
-            "source": {"component": self.component, **({"host": host} if host else {})},
-            "firstTimestamp": now_rfc3339(ts),
-            "lastTimestamp": now_rfc3339(ts),
-            "count": 1,
-            "reportingComponent": self.component,
-            "reportingInstance": host or self.instance,
-        }
-        if self.events_api:
-            ev["eventTime"] = now_micro(ts)
-            ev["action"] = action or reason
-        self.store.create("events", ev, namespace=ns)
-        self._seen[key] = (ns, name)
-        if len(self._seen) > self.CACHE_SIZE:
-            # client-go keeps an LRU of 4096 (maxLruCacheEntries); drop the oldest
-            del self._seen[next(iter(self._seen))]
-
-
-# ---------------------------------------------------------------------------
-# list + watch helper
-# ---------------------------------------------------------------------------
-
-async def informer(store, plural: str, on_list: Callable[[list[dict]], None],
-                   on_event: Callable[[str, dict], None], stopping: asyncio.Event,
-                   synced: asyncio.Event | None = None) -> None:
-    """List, then watch from the list's resourceVersion; re-list after 410 Gone.
-
-    Handlers must not modify the objects they are given: the initial list
-    is the store's own objects when the store offers ``list_page`` (no copy
-    of 150,000 pods at start-up); otherwise ``list``'s copies.
-    """
-    while not stopping.is_set():
-        list_page = getattr(store, "list_page", None)
-        if list_page is not None:
-            meta, items = list_page(plural)
-        else:
-            listed = store.list(plural)
-            meta, items = listed.get("metadata") or {}, listed.get("items") or []
-        on_list(list(items))
-        if synced is not None:
-            synced.set()
-        rv = (meta or {}).get("resourceVersion")
-        try:
-            watcher = store.watch(plural, resource_version=rv)
-        except Exception as e:
-            if _code(e) == 410:
-                continue
-            raise
-        try:
-            async for ev in watcher:
-                if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                    on_event(ev["type"], ev["object"])
-                elif ev.get("type") == "ERROR":
-                    break
-        except Exception as e:
-            if _code(e) != 410:
-                raise
-        finally:
-            with contextlib.suppress(Exception):
-                watcher.close()
-        await asyncio.sleep(0)
-
 
 # ---------------------------------------------------------------------------
 # scheduler
@@ -203,13 +43,13 @@ class Scheduler:
     MAX_BACKOFF = 10.0
     FLUSH_UNSCHEDULABLE = 300.0
 
-    def __init__(self, store, *, style: rules.MessageStyle = rules.MessageStyle(),
+    def __init__(self, store, *, style: plugins.MessageStyle = plugins.MessageStyle(),
                  clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.style = style
         self.clock = clock
         self.recorder = EventRecorder(store, DEFAULT_SCHEDULER, events_api=True)
-        self.nodes: dict[str, rules.NodeInfo] = {}
+        self.nodes: dict[str, plugins.NodeInfo] = {}
         self._placed: dict[str, tuple[str, dict[str, int]]] = {}  # pod key -> (node, requests)
         self._pending: dict[str, dict] = {}  # pod key -> pod awaiting a node
         self._active: set[str] = set()
@@ -218,7 +58,7 @@ class Scheduler:
         self._not_before: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks = Tasks()
         self.synced = asyncio.Event()
         self._nodes_synced = asyncio.Event()
         self._pods_synced = asyncio.Event()
@@ -230,7 +70,7 @@ class Scheduler:
         keep = {}
         for n in items:
             name = n["metadata"]["name"]
-            info = self.nodes.get(name) or rules.NodeInfo(n)
+            info = self.nodes.get(name) or plugins.NodeInfo(n)
             info.node = n
             keep[name] = info
         self.nodes = keep
@@ -243,7 +83,7 @@ class Scheduler:
         else:
             info = self.nodes.get(name)
             if info is None:
-                self.nodes[name] = rules.NodeInfo(node)
+                self.nodes[name] = plugins.NodeInfo(node)
             else:
                 info.node = node
         self._move_all_to_active()
@@ -275,12 +115,12 @@ class Scheduler:
             self._active.discard(key)
             self._unschedulable.pop(key, None)
             if key not in self._placed:
-                reqs = rules.pod_requests(pod)
+                reqs = pod_requests(pod)
                 self._placed[key] = (node, reqs)
                 info = self.nodes.get(node)
                 if info is None:
                     # a pod bound to a node not (yet) known: account when it appears
-                    info = self.nodes[node] = rules.NodeInfo({"metadata": {"name": node}, "status": {}})
+                    info = self.nodes[node] = plugins.NodeInfo({"metadata": {"name": node}, "status": {}})
                 info.add_pod(key, reqs)
             return False
         if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
@@ -332,12 +172,10 @@ class Scheduler:
     # -- lifecycle --------------------------------------------------------
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(informer(self.store, "nodes", self._node_list, self._node_event,
-                                         self._stopping, self._nodes_synced), name="scheduler-nodes"),
-            asyncio.create_task(self._pods_after_nodes(), name="scheduler-pods"),
-            asyncio.create_task(self._run(), name="scheduler-loop"),
-        ]
+        self._tasks.start(informer(self.store, "nodes", self._node_list, self._node_event,
+                                   self._stopping, self._nodes_synced), "scheduler-nodes")
+        self._tasks.start(self._pods_after_nodes(), "scheduler-pods")
+        self._tasks.start(self._run(), "scheduler-loop")
         await asyncio.wait_for(self.synced.wait(), 60)
 
     async def _pods_after_nodes(self) -> None:
@@ -347,12 +185,7 @@ class Scheduler:
     async def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks = []
+        await self._tasks.stop()
 
     # -- the loop ---------------------------------------------------------
 
@@ -400,16 +233,16 @@ class Scheduler:
         """One scheduling cycle for one pod; returns the node it was bound to."""
         key = pod_key(pod)
         try:
-            reqs = rules.pod_requests(pod)
-        except rules.QuantityError as e:
+            reqs = pod_requests(pod)
+        except QuantityError as e:
             self._fail(pod, f"invalid resource request: {e}")
             return None
         # skip placeholders for nodes known only from a bound pod
         nodes = [i for i in self.nodes.values() if i.node.get("spec") or i.node.get("status")]
-        feasible, statuses, pre_msg = rules.evaluate(pod, nodes, reqs, self.style)
-        chosen = rules.pick_node(reqs, feasible)
+        feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style)
+        chosen = plugins.pick_node(reqs, feasible)
         if chosen is None:
-            self._fail(pod, rules.fit_error_message(len(nodes), statuses, pod, self.style, pre_msg))
+            self._fail(pod, plugins.fit_error_message(len(nodes), statuses, pod, self.style, pre_msg))
             return None
         self._bind(pod, chosen.name, reqs)
         self._pending.pop(key, None)
@@ -427,7 +260,7 @@ class Scheduler:
         try:
             current = self.store.get("pods", meta["name"], namespace=meta.get("namespace"))
         except Exception as e:
-            if _code(e) == 404:
+            if code_of(e) == 404:
                 self._forget(key)
                 return
             raise
@@ -457,7 +290,7 @@ class Scheduler:
         except Exception as e:
             # deleted or bound by someone else meanwhile (409/404): forget the assumption
             self._forget(key)
-            if _code(e) in (404, 409):
+            if code_of(e) in (404, 409):
                 return
             raise
         current = self.store.get("pods", meta["name"], namespace=ns)
@@ -465,63 +298,3 @@ class Scheduler:
         self.recorder.emit(current, "Normal", "Scheduled",
                            f"Successfully assigned {ns}/{meta['name']} to {node}", action="Binding")
 
-
-# ---------------------------------------------------------------------------
-# node lifecycle controller
-# ---------------------------------------------------------------------------
-
-class NodeLifecycleController:
-    """Keeps the condition taints of every node in step with its Ready condition.
-
-    NoExecute eviction of running pods (the taint manager) is not modelled:
-    pods stay on a NotReady node; new pods are kept off it by the NoSchedule
-    taint, which the scheduler filters on as the real one does.
-    """
-
-    def __init__(self, store, clock: Callable[[], float] = time.time):
-        self.store = store
-        self.clock = clock
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self.synced = asyncio.Event()
-
-    def reconcile(self, node: dict) -> bool:
-        """Patch the node's taints when they differ from what its state asks; True if patched."""
-        want = [dict(t) for t in rules.lifecycle_taints(node)]
-        have = list((node.get("spec") or {}).get("taints") or [])
-        if [(t.get("key"), t.get("value"), t.get("effect")) for t in want] == \
-                [(t.get("key"), t.get("value"), t.get("effect")) for t in have]:
-            return False
-        stamp = now_rfc3339(self.clock())
-        for t in want:
-            if t.get("effect") == "NoExecute" and "timeAdded" not in t:
-                t["timeAdded"] = stamp
-        try:
-            self.store.patch("nodes", node["metadata"]["name"], {"spec": {"taints": want or None}}, MERGE)
-        except Exception as e:
-            if _code(e) != 404:
-                raise
-            return False
-        return True
-
-    def _list(self, items: list[dict]) -> None:
-        for n in items:
-            self.reconcile(n)
-
-    def _event(self, kind: str, node: dict) -> None:
-        if kind != "DELETED":
-            self.reconcile(node)
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(
-            informer(self.store, "nodes", self._list, self._event, self._stopping, self.synced),
-            name="node-lifecycle")
-        await asyncio.wait_for(self.synced.wait(), 60)
-
-    async def stop(self) -> None:
-        self._stopping.set()
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None

@@ -33,625 +33,22 @@ import asyncio
 import base64
 import bisect
 import collections
-import datetime as _dt
 import json
-import marshal
 import random
-import re
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator
 
 from . import patching
-from .selectors import (
-    FieldSelector,
-    LabelSelector,
-    SelectorError,
-    parse_field_selector,
-    parse_label_selector,
-    validate_label_value,
-    validate_qualified_name,
-)
-
-__all__ = ["ApiError", "Store", "Watcher", "ResourceInfo", "RESOURCES", "DEFAULT_NAMESPACES"]
-
-
-# --- resources ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceInfo:
-    plural: str
-    singular: str
-    kind: str
-    namespaced: bool
-    short_names: tuple[str, ...] = ()
-    status_subresource: bool = False
-    # the delete response carries the object (ReturnDeletedObject in
-    # pkg/registry/core/<kind>/storage/storage.go; a Success Status otherwise)
-    returns_deleted_object: bool = False
-
-    @property
-    def list_kind(self) -> str:
-        return self.kind + "List"
-
-
-RESOURCES: dict[str, ResourceInfo] = {
-    r.plural: r
-    for r in (
-        ResourceInfo("configmaps", "configmap", "ConfigMap", True, ("cm",)),
-        ResourceInfo("events", "event", "Event", True, ("ev",)),
-        ResourceInfo("namespaces", "namespace", "Namespace", False, ("ns",), True, True),
-        ResourceInfo("nodes", "node", "Node", False, ("no",), True),
-        ResourceInfo("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim",
-                     True, ("pvc",), True, True),
-        # No kind served here keeps metadata.generation in 1.32, the version
-        # /version reports (pods gained it in 1.33, KEP-5067).
-        ResourceInfo("pods", "pod", "Pod", True, ("po",), True, True),
-        ResourceInfo("secrets", "secret", "Secret", True),
-        ResourceInfo("serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",), False, True),
-        ResourceInfo("services", "service", "Service", True, ("svc",), True, True),
-    )
-}
-
-DEFAULT_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
-# plugin/pkg/admission/namespace/lifecycle: these may not be deleted.
-IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
-
-# k8s.io/apiserver/pkg/storage/names/generate.go: 5 characters from the
-# alphabet of k8s.io/apimachinery/pkg/util/rand (no vowels, no 0/1/3).
-GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_MAX_GENERATED_BASE = 63 - 5
-
-
-# --- errors ---------------------------------------------------------------------
-
-
-class ApiError(Exception):
-    """A failure the real API server reports as a ``kind: Status`` body."""
-
-    def __init__(
-        self,
-        code: int,
-        reason: str,
-        message: str,
-        *,
-        details: dict[str, Any] | None = None,
-        retry_after: int | None = None,
-        continue_token: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details
-        self.retry_after = retry_after
-        self.continue_token = continue_token
-
-    def status(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {}
-        if self.continue_token:
-            meta["continue"] = self.continue_token
-        body: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": meta,
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-        }
-        details = dict(self.details or {})
-        if self.retry_after is not None:
-            details["retryAfterSeconds"] = self.retry_after
-        if details:
-            body["details"] = details
-        body["code"] = self.code
-        return body
-
-    def __repr__(self) -> str:
-        return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
-
-
-def not_found(plural: str, name: str) -> ApiError:
-    return ApiError(404, "NotFound", f'{plural} "{name}" not found', details={"name": name, "kind": plural})
-
-
-def already_exists(plural: str, name: str) -> ApiError:
-    return ApiError(409, "AlreadyExists", f'{plural} "{name}" already exists',
-                    details={"name": name, "kind": plural})
-
-
-def conflict(plural: str, name: str, why: str) -> ApiError:
-    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": {why}',
-                    details={"name": name, "kind": plural})
-
-
-_MODIFIED = "the object has been modified; please apply your changes to the latest version and try again"
-
-
-def bad_request(message: str) -> ApiError:
-    return ApiError(400, "BadRequest", message)
-
-
-def invalid(kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
-    """422 Invalid: ``causes`` are (reason, field, message) as field.Error renders them."""
-    texts = [f"{f}: {m}" for _, f, m in causes]
-    joined = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    details: dict[str, Any] = {"kind": kind}
-    if name:
-        details["name"] = name
-    details["causes"] = [{"reason": r, "message": m, "field": f} for r, f, m in causes]
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {joined}', details=details)
-
-
-def expired(message: str, continue_token: str | None = None) -> ApiError:
-    return ApiError(410, "Expired", message, continue_token=continue_token)
-
-
-# k8s.io/apiserver/pkg/storage/etcd3/store.go
-LIST_EXPIRED = "The resourceVersion for the provided list is too old."
-CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can "
-    "start a new list without the continue parameter, or use the continue token in this "
-    "response to retrieve the remainder of the results. Continuing with the provided token "
-    "results in an inconsistent list - objects that were created, modified, or deleted between "
-    "the time the first chunk was returned and now may show up in the list."
-)
-
-
-# --- small helpers ----------------------------------------------------------------
-
-
-def clone(obj: Any) -> Any:
-    """A deep copy of JSON data.
-
-    marshal round-trips plain dicts/lists/str/numbers in C, an order of
-    magnitude faster than copy.deepcopy; anything it cannot carry falls back
-    to a Python walk.
-    """
-    try:
-        return marshal.loads(marshal.dumps(obj))
-    except ValueError:
-        return _clone_walk(obj)
-
-
-def _clone_walk(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _clone_walk(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clone_walk(v) for v in obj]
-    return obj
-
-
-def _now_rfc3339(clock: Callable[[], float]) -> str:
-    # metav1.Time marshals to RFC 3339 with second precision, UTC ("Z").
-    return _dt.datetime.fromtimestamp(clock(), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_rfc3339(value: str) -> float:
-    return _dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
-
-
-def _key(namespace: str | None, name: str) -> str:
-    # etcd keys are /registry/<resource>/<namespace>/<name>; listing order is
-    # byte order of that key, which a "<namespace>/<name>" string reproduces.
-    return f"{namespace}/{name}" if namespace else name
-
-
-def _parse_rv(value: Any) -> int:
-    try:
-        rv = int(str(value))
-    except ValueError:
-        raise bad_request(f'invalid resource version "{value}"') from None
-    if rv < 0:
-        raise bad_request(f'invalid resource version "{value}"')
-    return rv
-
-
-_DNS1123_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
-    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
-_DNS1123_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-_DNS1035_LABEL_MSG = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
-    "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-)
-
-
-_DNS1123_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1035_LABEL_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _name_errors(plural: str, name: str) -> list[str]:
-    """ValidateObjectMeta's name check for each kind (pkg/apis/core/validation):
-    namespaces are DNS-1123 labels, services DNS-1035 labels, events only need
-    a valid path segment, everything else a DNS-1123 subdomain."""
-    if plural == "namespaces":
-        ok = len(name) <= 63 and _DNS1123_LABEL_RE.fullmatch(name)
-        return [] if ok else [_DNS1123_LABEL_MSG]
-    if plural == "services":
-        ok = len(name) <= 63 and _DNS1035_LABEL_RE.fullmatch(name)
-        return [] if ok else [_DNS1035_LABEL_MSG]
-    if plural == "events":
-        bad = name in (".", "..") or "/" in name or "%" in name
-        return ["may not contain '/' or '%'"] if bad else []
-    ok = len(name) <= 253 and _DNS1123_SUBDOMAIN_RE.fullmatch(name)
-    return [] if ok else [_DNS1123_SUBDOMAIN_MSG]
-
-
-def _go_q(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, str) else str(value)
-
-
-# --- defaulting (what a client reads back after create) -------------------------
-
-
-def _qos_class(pod: dict[str, Any]) -> str:
-    """pkg/apis/core/helper/qos/qos.go GetPodQOS (requests already defaulted from limits)."""
-    containers = list(pod["spec"].get("containers") or []) + list(pod["spec"].get("initContainers") or [])
-    any_set = False
-    guaranteed = True
-    for c in containers:
-        res = c.get("resources") or {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        if req or lim:
-            any_set = True
-        for name in ("cpu", "memory"):
-            if name not in lim or name not in req or str(req[name]) != str(lim[name]):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _default_container(c: dict[str, Any]) -> None:
-    c.setdefault("terminationMessagePath", "/dev/termination-log")
-    c.setdefault("terminationMessagePolicy", "File")
-    image = str(c.get("image") or "")
-    if "imagePullPolicy" not in c:
-        # SetDefaults_Container: Always for ":latest" or no tag, else IfNotPresent.
-        last = image.rsplit("/", 1)[-1]
-        tagged = ":" in last and not last.endswith(":latest")
-        c["imagePullPolicy"] = "IfNotPresent" if (tagged or "@" in image) else "Always"
-    res = c.setdefault("resources", {})
-    limits = res.get("limits") or {}
-    if limits:
-        # SetDefaults_Pod: a limit without a request defaults the request to it.
-        requests = res.setdefault("requests", {})
-        for name, qty in limits.items():
-            requests.setdefault(name, qty)
-    for port in c.get("ports") or []:
-        port.setdefault("protocol", "TCP")
-    for env in c.get("env") or []:
-        fr = env.get("valueFrom") or {}
-        if "fieldRef" in fr:
-            fr["fieldRef"].setdefault("apiVersion", "v1")
-
-
-def default_pod(pod: dict[str, Any]) -> None:
-    spec = pod.setdefault("spec", {})
-    for c in spec.get("containers") or []:
-        _default_container(c)
-    for c in spec.get("initContainers") or []:
-        _default_container(c)
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("securityContext", {})
-    spec.setdefault("schedulerName", "default-scheduler")
-    # ServiceAccount admission plugin.
-    spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
-    spec.setdefault("serviceAccount", spec["serviceAccountName"])
-    spec.setdefault("enableServiceLinks", True)
-    # Priority admission: no priorityClassName and no global default -> 0.
-    spec.setdefault("priority", 0)
-    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
-    for vol in spec.get("volumes") or []:
-        if "secret" in vol:
-            vol["secret"].setdefault("defaultMode", 420)
-        if "configMap" in vol:
-            vol["configMap"].setdefault("defaultMode", 420)
-    # DefaultTolerationSeconds admission plugin
-    # (plugin/pkg/admission/defaulttolerationseconds/admission.go).
-    tolerations = spec.setdefault("tolerations", [])
-    present = {(t.get("key"), t.get("effect")) for t in tolerations}
-    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
-        if (key, "NoExecute") not in present and not any(
-            t.get("operator") == "Exists" and not t.get("key") for t in tolerations
-        ):
-            tolerations.append(
-                {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-            )
-    # pod strategy PrepareForCreate: the client's status is discarded.
-    pod["status"] = {"phase": "Pending", "qosClass": _qos_class(pod)}
-
-
-def _default_service(svc: dict[str, Any], ip: str) -> None:
-    spec = svc.setdefault("spec", {})
-    spec.setdefault("type", "ClusterIP")
-    spec.setdefault("sessionAffinity", "None")
-    if spec.get("clusterIP") != "None":
-        spec.setdefault("clusterIP", ip)
-    spec.setdefault("clusterIPs", [spec["clusterIP"]])
-    spec.setdefault("ipFamilies", ["IPv4"])
-    spec.setdefault("ipFamilyPolicy", "SingleStack")
-    spec.setdefault("internalTrafficPolicy", "Cluster")
-    for port in spec.get("ports") or []:
-        port.setdefault("protocol", "TCP")
-        port.setdefault("targetPort", port.get("port"))
-    svc["status"] = {"loadBalancer": {}}
-
-
-def _default_object(plural: str, obj: dict[str, Any], store: "Store") -> None:
-    meta = obj["metadata"]
-    if plural == "pods":
-        default_pod(obj)
-    elif plural == "namespaces":
-        # NamespaceDefaultLabelName (GA 1.22) and the "kubernetes" finalizer.
-        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
-        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-        obj["status"] = {"phase": "Active"}
-    elif plural == "services":
-        _default_service(obj, store._next_cluster_ip())
-    elif plural == "persistentvolumeclaims":
-        obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
-        obj["status"] = {"phase": "Pending"}
-    elif plural == "secrets":
-        obj.setdefault("type", "Opaque")
-        string_data = obj.pop("stringData", None)
-        if isinstance(string_data, dict):
-            data = obj.setdefault("data", {})
-            for k, v in string_data.items():
-                data[k] = base64.b64encode(str(v).encode()).decode()
-    elif plural == "events":
-        obj.setdefault("involvedObject", {})
-        obj.setdefault("reportingComponent", "")
-        obj.setdefault("reportingInstance", "")
-
-
-def _validate(plural: str, obj: dict[str, Any], *, on_create: bool) -> None:
-    """The subset of pkg/apis/core/validation that clients trip over."""
-    info = RESOURCES[plural]
-    meta = obj["metadata"]
-    name = meta.get("name") or ""
-    causes: list[tuple[str, str, str]] = []
-    if not name:
-        causes.append(("FieldValueRequired", "metadata.name", "Required value: name or generateName is required"))
-    else:
-        for msg in _name_errors(plural, name):
-            causes.append(("FieldValueInvalid", "metadata.name", f"Invalid value: {_go_q(name)}: {msg}"))
-    labels = meta.get("labels")
-    if labels is not None and not isinstance(labels, dict):
-        causes.append(("FieldValueInvalid", "metadata.labels", "Invalid value: must be an object"))
-    for k, v in (labels or {}).items():
-        for msg in validate_qualified_name(str(k)):
-            causes.append(("FieldValueInvalid", "metadata.labels", f"Invalid value: {_go_q(k)}: {msg}"))
-        if not isinstance(v, str):
-            causes.append(("FieldValueInvalid", f"metadata.labels[{k}]", "Invalid value: must be a string"))
-            continue
-        for msg in validate_label_value(v):
-            causes.append(("FieldValueInvalid", "metadata.labels", f"Invalid value: {_go_q(v)}: {msg}"))
-    for k in meta.get("annotations") or {}:
-        for msg in validate_qualified_name(str(k)):
-            causes.append(("FieldValueInvalid", "metadata.annotations", f"Invalid value: {_go_q(k)}: {msg}"))
-    if plural == "pods" and on_create:
-        containers = (obj.get("spec") or {}).get("containers")
-        if not containers:
-            causes.append(("FieldValueRequired", "spec.containers", "Required value"))
-        else:
-            seen: set[str] = set()
-            for i, c in enumerate(containers):
-                if not isinstance(c, dict):
-                    causes.append(("FieldValueInvalid", f"spec.containers[{i}]", "Invalid value: must be an object"))
-                    continue
-                cname = c.get("name")
-                if not cname:
-                    causes.append(("FieldValueRequired", f"spec.containers[{i}].name", "Required value"))
-                elif cname in seen:
-                    causes.append(("FieldValueDuplicate", f"spec.containers[{i}].name",
-                                   f"Duplicate value: {_go_q(cname)}"))
-                else:
-                    seen.add(cname)
-                if not c.get("image"):
-                    causes.append(("FieldValueRequired", f"spec.containers[{i}].image", "Required value"))
-    if causes:
-        raise invalid(info.kind, name, causes)
-
-
-# --- history and watchers ---------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Change:
-    """One revision: what a watch cache keeps per event."""
-
-    rev: int
-    type: str  # ADDED | MODIFIED | DELETED
-    plural: str
-    key: str
-    obj: dict[str, Any]  # the new state; for DELETED, the last state stamped with rev
-    prev: dict[str, Any] | None  # the state before; None for ADDED
-
-
-class Watcher:
-    """An async iterator of watch events for one resource, namespace and selectors.
-
-    Yields ``{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK", "object": {...}}``
-    in revision order.  ``close()`` ends the iteration at once; events still
-    queued are dropped (a consumer resumes from the last resourceVersion it
-    saw, as after any watch that ends).  The queue is unbounded: the real
-    cacher's termination of watchers that fall too far behind is not modelled.
-    """
-
-    def __init__(
-        self,
-        store: "Store",
-        info: ResourceInfo,
-        namespace: str | None,
-        labels: LabelSelector,
-        fields: FieldSelector,
-        allow_bookmarks: bool,
-        copy_objects: bool = True,
-    ) -> None:
-        self._store = store
-        self.info = info
-        self.namespace = namespace
-        self._labels = labels
-        self._fields = fields
-        self.allow_bookmarks = allow_bookmarks
-        self._copy = copy_objects
-        self._pending: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
-        self._wakeup = asyncio.Event()
-        self._closed = False
-        # the newest revision this watcher has been shown (delivered or filtered out)
-        self.resource_version = store.resource_version
-        self.bookmark_interval: float = store.bookmark_interval
-        self._next_bookmark = time.monotonic() + self.bookmark_interval
-        self.deadline: float | None = None  # monotonic; set by a timeoutSeconds watch
-        self._pre_deadline_sent = False
-
-    # -- matching (cache_watcher.go convertToWatchEvent) --
-    def matches(self, obj: dict[str, Any]) -> bool:
-        meta = obj.get("metadata") or {}
-        if self.namespace is not None and meta.get("namespace") != self.namespace:
-            return False
-        if not self._labels.empty and not self._labels.matches(meta.get("labels")):
-            return False
-        if not self._fields.empty and not self._fields.matches(obj):
-            return False
-        return True
-
-    def _offer(self, ch: _Change) -> None:
-        if self._closed:
-            return
-        self.resource_version = ch.rev
-        if ch.type == "ADDED":
-            if self.matches(ch.obj):
-                self._pending.append(("ADDED", ch.obj))
-        elif ch.type == "DELETED":
-            if self.matches(ch.obj):
-                self._pending.append(("DELETED", ch.obj))
-        else:
-            cur = self.matches(ch.obj)
-            prev = ch.prev is not None and self.matches(ch.prev)
-            if cur and prev:
-                self._pending.append(("MODIFIED", ch.obj))
-            elif cur:
-                self._pending.append(("ADDED", ch.obj))
-            elif prev:
-                # The old object, stamped with the revision of the change that
-                # took it out of the selection (cache_watcher.go).
-                assert ch.prev is not None
-                gone = dict(ch.prev)
-                gone["metadata"] = dict(ch.prev["metadata"], resourceVersion=str(ch.rev))
-                self._pending.append(("DELETED", gone))
-            else:
-                return
-        self._wakeup.set()
-
-    def _queue_initial(self, obj: dict[str, Any]) -> None:
-        self._pending.append(("ADDED", obj))
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._pending.clear()
-            self._store._watchers.discard(self)
-            self._wakeup.set()
-
-    def __aiter__(self) -> "Watcher":
-        return self
-
-    def _bookmark(self) -> tuple[str, dict[str, Any]]:
-        # A bookmark carries only the kind and metadata.resourceVersion
-        # (watch.Bookmark events of the cacher); every event up to that
-        # revision has been delivered already, since the queue is empty.
-        rv = self._store.resource_version
-        return "BOOKMARK", {
-            "kind": self.info.kind,
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": str(rv)},
-        }
-
-    def set_bookmark_interval(self, seconds: float) -> None:
-        """Send bookmarks every ``seconds`` from now (the store's interval by default)."""
-        self.bookmark_interval = seconds
-        self._next_bookmark = time.monotonic() + seconds
-
-    def set_timeout(self, seconds: float) -> None:
-        """Note the deadline of a ``timeoutSeconds`` watch (for the last bookmark)."""
-        self.deadline = time.monotonic() + seconds
-        # cache_watcher.go nextBookmarkTime: no pre-timeout bookmark when the
-        # deadline is less than 2 s away.
-        self._pre_deadline_sent = seconds < 2.0
-
-    def _bookmark_due(self, now: float) -> float | None:
-        """Seconds until the next bookmark, or None when none will come.
-
-        cache_watcher.go nextBookmarkTime: about every minute, and 2 s before
-        the watch's deadline so a client that times out resumes from "now".
-        """
-        if not self.allow_bookmarks:
-            return None
-        due = self._next_bookmark
-        if self.deadline is not None and not self._pre_deadline_sent:
-            due = min(due, self.deadline - 2.0)
-        return max(0.0, due - now)
-
-    async def next_raw(self, timeout: float | None = None) -> tuple[str, dict[str, Any]] | None:
-        """The next event without copying, or None on close / when ``timeout`` passes."""
-        loop_deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._closed:
-                return None
-            now = time.monotonic()
-            if self._pending:
-                return self._pending.popleft()
-            wait = self._bookmark_due(now)
-            if wait is not None and wait <= 0:
-                if self.deadline is not None and self.deadline - 2.0 <= now:
-                    self._pre_deadline_sent = True
-                self._next_bookmark = now + self.bookmark_interval
-                return self._bookmark()
-            if loop_deadline is not None:
-                left = loop_deadline - now
-                if left <= 0:
-                    return None
-                wait = left if wait is None else min(wait, left)
-            self._wakeup.clear()
-            if self._pending or self._closed:
-                continue
-            if wait is None:
-                await self._wakeup.wait()
-            else:
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), wait)
-                except asyncio.TimeoutError:
-                    pass
-
-    async def __anext__(self) -> dict[str, Any]:
-        item = await self.next_raw()
-        if item is None:
-            raise StopAsyncIteration
-        etype, obj = item
-        return {"type": etype, "object": clone(obj) if self._copy else obj}
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
+from .errors import (CONTINUE_EXPIRED, LIST_EXPIRED, MODIFIED, ApiError, already_exists, bad_request, conflict,
+                     expired, invalid, not_found)
+from .resources import (DEFAULT_NAMESPACES, GENERATE_NAME_ALPHABET, IMMORTAL_NAMESPACES, MAX_GENERATED_BASE,
+                        RESOURCES, ResourceInfo)
+from .selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
+from .strategy import clone, default_object, key_of, now_rfc3339_at, parse_rfc3339, parse_rv, validate_object
+from .watch import Change, Watcher
+
+__all__ = ["ApiError", "Store", "Watcher", "ResourceInfo", "RESOURCES", "DEFAULT_NAMESPACES", "bad_request"]
 
 
 # --- the store ----------------------------------------------------------------------
@@ -684,7 +81,7 @@ class Store:
         self._rng = rng or random.Random()
         self._objects: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in RESOURCES}
         self._keys: dict[str, list[str]] = {p: [] for p in RESOURCES}
-        self._history: collections.deque[_Change] = collections.deque(maxlen=history)
+        self._history: collections.deque[Change] = collections.deque(maxlen=history)
         self._watchers: set[Watcher] = set()
         self._ip_counter = 0
         if default_namespaces:
@@ -714,7 +111,7 @@ class Store:
         return f"10.96.{(n // 254) % 256}.{n % 254 + 1}"
 
     def now(self) -> str:
-        return _now_rfc3339(self._clock)
+        return now_rfc3339_at(self._clock)
 
     # -- the write path: one revision per call --
     def _commit(self, ctype: str, info: ResourceInfo, key: str, obj: dict[str, Any] | None,
@@ -737,7 +134,7 @@ class Store:
             if key not in objects:
                 bisect.insort(keys, key)
             objects[key] = stored
-        change = _Change(rev, ctype, info.plural, key, stored, prev)
+        change = Change(rev, ctype, info.plural, key, stored, prev)
         self._history.append(change)
         for w in list(self._watchers):
             if w.info.plural == info.plural:
@@ -747,7 +144,7 @@ class Store:
         return stored
 
     def _get_stored(self, info: ResourceInfo, name: str, namespace: str | None) -> tuple[str, dict[str, Any]]:
-        key = _key(namespace, name)
+        key = key_of(namespace, name)
         obj = self._objects[info.plural].get(key)
         if obj is None:
             raise not_found(info.plural, name)
@@ -787,14 +184,14 @@ class Store:
         generated = not meta.get("name") and bool(meta.get("generateName"))
         if generated:
             meta["name"] = self._generate_name(info, namespace, str(meta["generateName"]))
-        _validate(plural, obj, on_create=True)
-        key = _key(namespace, meta["name"])
+        validate_object(plural, obj, on_create=True)
+        key = key_of(namespace, meta["name"])
         if key in self._objects[plural]:
             raise already_exists(plural, meta["name"])
         meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
         meta["creationTimestamp"] = self.now()
-        obj["kind"], obj["apiVersion"] = info.kind, "v1"
-        _default_object(plural, obj, self)
+        obj["kind"], obj["apiVersion"] = info.kind, info.api_version
+        default_object(plural, obj, self._next_cluster_ip)
         stored = self._commit("ADDED", info, key, obj, None)
         if plural == "namespaces":
             # The serviceaccounts controller creates "default" in every new
@@ -803,20 +200,21 @@ class Store:
         return clone(stored)
 
     def _generate_name(self, info: ResourceInfo, namespace: str | None, base: str) -> str:
-        base = base[:_MAX_GENERATED_BASE]
+        base = base[:MAX_GENERATED_BASE]
         # Retried on collision, as the registry does since RetryGenerateName (1.31).
         for _ in range(8):
             name = base + "".join(self._rng.choice(GENERATE_NAME_ALPHABET) for _ in range(5))
-            if _key(namespace, name) not in self._objects[info.plural]:
+            if key_of(namespace, name) not in self._objects[info.plural]:
                 return name
         return name
 
     @staticmethod
     def _check_type(info: ResourceInfo, obj: dict[str, Any]) -> None:
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
-        if api_version not in (None, "", "v1"):
+        if api_version not in (None, "", info.api_version):
             raise bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API version (v1)"
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({info.api_version})"
             )
         if kind not in (None, "", info.kind):
             raise bad_request(
@@ -858,7 +256,7 @@ class Store:
         key, old = self._get_stored(info, name, ns)
         want_rv = meta.get("resourceVersion")
         if want_rv not in (None, "") and str(want_rv) != old["metadata"]["resourceVersion"]:
-            raise conflict(info.plural, name, _MODIFIED)
+            raise conflict(info.plural, name, MODIFIED)
         if subresource == "status":
             # Status updates change status only (ResetObjectMetaForStatus + strategy).
             merged = dict(old)
@@ -888,8 +286,8 @@ class Store:
                     "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
                     "(allow it to be set to 1 if it was previously negative)",
                 )])
-            new["kind"], new["apiVersion"] = info.kind, "v1"
-            _validate(info.plural, new, on_create=False)
+            new["kind"], new["apiVersion"] = info.kind, info.api_version
+            validate_object(info.plural, new, on_create=False)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             # etcd3 GuaranteedUpdate: identical bytes are not written, no new revision.
@@ -970,7 +368,8 @@ class Store:
             "apiVersion": "v1",
             "metadata": {},
             "status": "Success",
-            "details": {"name": name, "kind": info.plural, "uid": obj["metadata"].get("uid")},
+            "details": {"name": name, **({"group": info.group} if info.group else {}), "kind": info.plural,
+                        "uid": obj["metadata"].get("uid")},
         }
 
     def _delete_pod(self, info: ResourceInfo, key: str, old: dict[str, Any], grace: int | None) -> dict[str, Any]:
@@ -989,10 +388,10 @@ class Store:
                 if current == 0 and not meta.get("finalizers"):
                     return self._commit("DELETED", info, key, None, old)
                 return old
-            started = _parse_rfc3339(meta["deletionTimestamp"]) - current
-            new_ts = _now_rfc3339(lambda: started + grace)
+            started = parse_rfc3339(meta["deletionTimestamp"]) - current
+            new_ts = now_rfc3339_at(lambda: started + grace)
         else:
-            new_ts = _now_rfc3339(lambda: self._clock() + grace)
+            new_ts = now_rfc3339_at(lambda: self._clock() + grace)
         if grace == 0 and not meta.get("finalizers"):
             return self._commit("DELETED", info, key, None, old)
         upd = dict(old)
@@ -1075,7 +474,7 @@ class Store:
                                      continue_token, resource_version,
                                      resource_version_match=resource_version_match)
         info = RESOURCES[plural]
-        return {"kind": info.list_kind, "apiVersion": "v1", "metadata": meta,
+        return {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": meta,
                 "items": [clone(i) for i in items]}
 
     def parse_selectors(self, plural: str, label_selector: str | None,
@@ -1145,7 +544,7 @@ class Store:
             if snapshot_rv == -1:
                 snapshot_rv = self.resource_version
         elif resource_version not in (None, "", "0"):
-            rv = _parse_rv(resource_version)
+            rv = parse_rv(resource_version)
             if resource_version_match == "Exact":
                 # The state at exactly that revision, rebuilt from the history
                 # (410 Expired when it is older than what is kept).
@@ -1321,7 +720,7 @@ class Store:
                 if w.matches(obj):
                     w._queue_initial(obj)
         else:
-            rv = _parse_rv(resource_version)
+            rv = parse_rv(resource_version)
             oldest = self._history[0].rev if self._history else self.resource_version + 1
             if rv < oldest - 1:
                 raise expired(f"too old resource version: {rv} ({oldest - 1})")
@@ -1381,3 +780,4 @@ def _strip_type(obj: dict[str, Any]) -> dict[str, Any]:
     if "kind" in obj or "apiVersion" in obj:
         return {k: v for k, v in obj.items() if k != "kind" and k != "apiVersion"}
     return obj
+

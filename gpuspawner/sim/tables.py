@@ -275,30 +275,31 @@ _CELLS: dict[str, Callable[[dict[str, Any], float], list[Any]]] = {
 }
 
 
-def _row_object(obj: dict[str, Any], kind: str, include: str) -> dict[str, Any] | None:
+def _row_object(obj: dict[str, Any], kind: str, include: str, api_version: str) -> dict[str, Any] | None:
     if include == "None":
         return None
     if include == "Object":
-        return dict(obj, kind=kind, apiVersion="v1")
+        return dict(obj, kind=kind, apiVersion=api_version)
     # "Metadata" (the default): a PartialObjectMetadata.
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
 
 
-def table_row(plural: str, kind: str, obj: dict[str, Any], now: float, include: str = "Metadata") -> dict[str, Any]:
+def table_row(plural: str, kind: str, obj: dict[str, Any], now: float, include: str = "Metadata",
+              api_version: str = "v1") -> dict[str, Any]:
     row: dict[str, Any] = {"cells": _CELLS.get(plural, _default_cells)(obj, now)}
-    o = _row_object(obj, kind, include)
+    o = _row_object(obj, kind, include, api_version)
     if o is not None:
         row["object"] = o
     return row
 
 
 def table_for(plural: str, kind: str, items: list[dict[str, Any]], list_meta: dict[str, Any], now: float,
-              include: str = "Metadata", headers: bool = True) -> dict[str, Any]:
+              include: str = "Metadata", headers: bool = True, api_version: str = "v1") -> dict[str, Any]:
     """A Table for ``items`` (a list response, or one object in a list of one)."""
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta,
         "columnDefinitions": table_columns(plural) if headers else [],
-        "rows": [table_row(plural, kind, o, now, include) for o in items],
+        "rows": [table_row(plural, kind, o, now, include, api_version) for o in items],
     }

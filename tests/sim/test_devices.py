@@ -7,7 +7,7 @@ import re
 import pytest
 
 from gpuspawner.sim import devices as d
-from gpuspawner.sim.scheduling import container_requests
+from gpuspawner.sim.podresources import container_requests
 
 
 @pytest.mark.parametrize("resource,pattern", [

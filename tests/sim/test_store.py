@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from gpuspawner.sim.store import CONTINUE_EXPIRED, GENERATE_NAME_ALPHABET, ApiError, Store
+from gpuspawner.sim.errors import CONTINUE_EXPIRED, ApiError
+from gpuspawner.sim.resources import GENERATE_NAME_ALPHABET
+from gpuspawner.sim.store import Store
 
 
 def pod(name=None, labels=None, node=None, **meta):

@@ -1,10 +1,12 @@
-"""The simulated scheduler's pure rules, checked against kube-scheduler's behaviour."""
+"""The simulated scheduler's plugins, quantities and lifecycle taints, checked against kube-scheduler's behaviour."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuspawner.sim import scheduling as s
+from gpuspawner.sim import plugins as s
+from gpuspawner.sim.nodelifecycle import lifecycle_taints
+from gpuspawner.sim.podresources import QuantityError, parse_quantity, pod_requests, scheduler_units
 
 
 def node(name, *, labels=None, taints=None, alloc=None, unschedulable=False, ready="True"):
@@ -50,13 +52,13 @@ def pod(*, requests=None, limits=None, tolerations=None, node_selector=None, aff
     (4, "nvidia.com/gpu", 4),
 ], ids=["milli-cpu", "cores", "fraction", "Gi", "G", "exponent", "fractional-Ki", "round-up", "int"])
 def test_scheduler_units(text, resource, expected):
-    assert s.scheduler_units(resource, text) == expected
+    assert scheduler_units(resource, text) == expected
 
 
 @pytest.mark.parametrize("bad", ["1.2.3", "ten", "5Xi", "", True, None])
 def test_bad_quantity_says_what_to_write(bad):
-    with pytest.raises(s.QuantityError, match="quantity"):
-        s.parse_quantity(bad)
+    with pytest.raises(QuantityError, match="quantity"):
+        parse_quantity(bad)
 
 
 @pytest.mark.parametrize("p,expected", [
@@ -81,7 +83,7 @@ def test_bad_quantity_says_what_to_write(bad):
 ], ids=["plain", "limits-only-extended", "limit-defaults-request", "init-wins", "init-smaller",
         "sidecar-then-init", "init-then-sidecar", "overhead", "gpu-init-reuses"])
 def test_pod_requests(p, expected):
-    assert s.pod_requests(p) == expected
+    assert pod_requests(p) == expected
 
 
 @pytest.mark.parametrize("tol,taint,ok", [
@@ -149,23 +151,23 @@ A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/cuda.driv
         "selector-match", "selector-miss", "gt", "lt-miss", "terms-ored", "notin", "match-fields",
         "match-fields-miss", "empty-term", "no-gpu", "gpu-fits", "gpu-short", "too-many-pods", "filter-order"])
 def test_filter_node(n, p, reason):
-    st = s.filter_node(p, s.NodeInfo(n), s.pod_requests(p))
+    st = s.filter_node(p, s.NodeInfo(n), pod_requests(p))
     assert (st.reasons[0] if st else None) == reason
 
 
 def test_resources_account_for_running_pods():
     info = s.NodeInfo(node("a", alloc={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}))
     p = pod(requests={"cpu": "3", "memory": "5Gi"}, limits={"nvidia.com/gpu": 2})
-    info.add_pod("x/y", s.pod_requests(p))
-    st = s.filter_node(p, info, s.pod_requests(p))
+    info.add_pod("x/y", pod_requests(p))
+    st = s.filter_node(p, info, pod_requests(p))
     assert st.reasons == ("Insufficient cpu", "Insufficient memory", "Insufficient nvidia.com/gpu")
     assert not st.unresolvable
-    info.remove_pod("x/y", s.pod_requests(p))
-    assert s.filter_node(p, info, s.pod_requests(p)) is None
+    info.remove_pod("x/y", pod_requests(p))
+    assert s.filter_node(p, info, pod_requests(p)) is None
 
 
 def _statuses(nodes, p):
-    reqs = s.pod_requests(p)
+    reqs = pod_requests(p)
     out = {}
     for n in nodes:
         st = s.filter_node(p, s.NodeInfo(n), reqs)
@@ -239,7 +241,7 @@ def test_newer_message_style_hides_taints():
 ], ids=["ready", "not-ready", "unknown", "cordoned-keeps-others", "recovered", "unreachable-to-not-ready"])
 def test_lifecycle_taints(ready, unsched, taints, expected):
     n = node("a", ready=ready, unschedulable=unsched, taints=taints)
-    assert [(t["key"], t["effect"]) for t in s.lifecycle_taints(n)] == expected
+    assert [(t["key"], t["effect"]) for t in lifecycle_taints(n)] == expected
 
 
 def test_pick_node_least_allocated_then_name():
@@ -270,7 +272,7 @@ def _pin(*terms):
 ], ids=["pinned", "terms-united", "pinned-to-missing-node", "conflict"])
 def test_node_affinity_prefilter(p, feasible, message):
     infos = [s.NodeInfo(node(x)) for x in "abc"]
-    ok, statuses, pre = s.evaluate(p, infos, s.pod_requests(p))
+    ok, statuses, pre = s.evaluate(p, infos, pod_requests(p))
     assert [i.name for i in ok] == feasible
     if message:
         assert s.fit_error_message(3, statuses, p, prefilter_message=pre) == message

@@ -1,0 +1,91 @@
+"""The resources the simulated API server serves: names, kinds, scopes and API groups.
+
+The table follows what ``kubectl api-resources`` lists for a 1.32 cluster
+(``pkg/registry/*/rest/storage_*.go`` register them); a resource in an API
+group other than core is served under ``/apis/{group}/{version}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ResourceInfo", "RESOURCES", "DEFAULT_NAMESPACES", "IMMORTAL_NAMESPACES",
+           "GENERATE_NAME_ALPHABET", "MAX_GENERATED_BASE",
+           "group_versions", "SUBRESOURCES"]
+
+
+# --- resources ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceInfo:
+    plural: str
+    singular: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    status_subresource: bool = False
+    # the delete response carries the object (ReturnDeletedObject in
+    # pkg/registry/core/<kind>/storage/storage.go; a Success Status otherwise)
+    returns_deleted_object: bool = False
+    # "" is the core group, served under /api/v1; any other under /apis/{group}/{version}
+    group: str = ""
+    version: str = "v1"
+    # kubectl's categories (``kubectl get all`` lists the "all" category)
+    categories: tuple[str, ...] = ()
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    @property
+    def api_version(self) -> str:
+        """The objects' ``apiVersion``: ``v1`` for core, else ``group/version``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def url_prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+
+RESOURCES: dict[str, ResourceInfo] = {
+    r.plural: r
+    for r in (
+        ResourceInfo("configmaps", "configmap", "ConfigMap", True, ("cm",)),
+        ResourceInfo("events", "event", "Event", True, ("ev",)),
+        ResourceInfo("namespaces", "namespace", "Namespace", False, ("ns",), True, True),
+        ResourceInfo("nodes", "node", "Node", False, ("no",), True),
+        ResourceInfo("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim",
+                     True, ("pvc",), True, True),
+        # No kind served here keeps metadata.generation in 1.32, the version
+        # /version reports (pods gained it in 1.33, KEP-5067).
+        ResourceInfo("pods", "pod", "Pod", True, ("po",), True, True, categories=("all",)),
+        ResourceInfo("secrets", "secret", "Secret", True),
+        ResourceInfo("serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",), False, True),
+        ResourceInfo("services", "service", "Service", True, ("svc",), True, True, categories=("all",)),
+    )
+}
+
+
+# Subresources other than status, as discovery lists them: plural -> (name, kind, verbs).
+SUBRESOURCES: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+    "pods": (("binding", "Binding", ("create",)), ("log", "Pod", ("get",))),
+}
+
+
+def group_versions() -> dict[str, list[ResourceInfo]]:
+    """The served resources by ``apiVersion`` (``v1`` first, then groups in name order)."""
+    out: dict[str, list[ResourceInfo]] = {}
+    for info in sorted(RESOURCES.values(), key=lambda i: (i.group != "", i.group, i.plural)):
+        out.setdefault(info.api_version, []).append(info)
+    return out
+
+
+DEFAULT_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+# plugin/pkg/admission/namespace/lifecycle: these may not be deleted.
+IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+
+# k8s.io/apiserver/pkg/storage/names/generate.go: 5 characters from the
+# alphabet of k8s.io/apimachinery/pkg/util/rand (no vowels, no 0/1/3).
+GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+MAX_GENERATED_BASE = 63 - 5
