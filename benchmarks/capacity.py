@@ -14,7 +14,7 @@ kubernetes_asyncio and prints:
 * API calls per spawn-page view, counted by the server (``apiserver.counters``)
   and by a counting proxy around the client, before/after N views;
 * profile-list build time p50/p99 (``snapshot()`` + the GPU profiles built by
-  ``gpuspawner.profiles``) over many views while watch events stream in, and
+  ``gpuspawner.spawn.profiles``) over many views while watch events stream in, and
   the same for a naive full recount (a fresh ledger per view) as a baseline;
 * cache memory: tracemalloc, current traced memory after a second cold sync
   minus before it (records, ledger, client; transient parse buffers freed).
@@ -323,9 +323,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def profile_builder() -> Any:
-    """snapshot -> the spawn page's GPU profiles (gpuspawner.profiles), or the REST JSON."""
+    """snapshot -> the spawn page's GPU profiles (gpuspawner.spawn.profiles), or the REST JSON."""
     try:
-        from gpuspawner.profiles import GPUProfileSpec, build_offers, merge_profiles
+        from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers, merge_profiles
 
         specs = [GPUProfileSpec.from_config({"slug": "gpu", "display_name": "GPU server"}),
                  GPUProfileSpec.from_config({"slug": "nvidia", "display_name": "NVIDIA",
@@ -334,7 +334,7 @@ def profile_builder() -> Any:
         def build(snap: Any) -> Any:
             return merge_profiles([{"slug": "cpu", "display_name": "CPU only"}], build_offers(specs, snap))[0]
 
-        return build, "snapshot() + gpuspawner.profiles build_offers/merge_profiles"
+        return build, "snapshot() + gpuspawner.spawn.profiles build_offers/merge_profiles"
     except (ImportError, ValueError, TypeError) as e:  # the profile module's API moved
         return (lambda snap: snap.to_json()), f"snapshot().to_json() (profiles unavailable: {e})"
 

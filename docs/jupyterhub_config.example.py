@@ -19,18 +19,11 @@ import os
 c = globals()["c"]
 
 # --- 1. Select GPUSpawner and register GET /hub/api/gpus: gpuspawner's snippet ----------------------
-# pip installs it to <prefix>/share/gpuspawner/jupyterhub_config.d/gpuspawner.py; find_shared looks
-# there and in a source checkout. It sets c.JupyterHub.spawner_class = "gpu" and adds the handler.
-from gpuspawner.paths import find_shared  # noqa: E402
+# It ships inside the package (pip also copies it to <prefix>/share/gpuspawner/jupyterhub_config.d/).
+# It sets c.JupyterHub.spawner_class = "gpu" and adds the handler.
+from gpuspawner import config_snippet  # noqa: E402
 
-_snippet = find_shared("jupyterhub_config.d", "gpuspawner.py")
-if _snippet is None:
-    # load_subconfig ignores a missing file silently (traitlets), which would leave KubeSpawner in
-    # place with no word in the log: fail loudly instead
-    raise RuntimeError(
-        "gpuspawner's jupyterhub_config.d/gpuspawner.py is not installed next to gpuspawner: "
-        "pip install gpuspawner into the hub's Python environment (docs/zero-to-jupyterhub.md, section 1)"
-    )
+_snippet = config_snippet()
 load_subconfig(str(_snippet))  # noqa: F821 - provided by traitlets
 
 # --- 2. Hub settings gpuspawner works with -------------------------------------------------------

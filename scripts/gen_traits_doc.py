@@ -71,8 +71,8 @@ OVERRIDE_GROUP = (
 # is still listed, with the name of the method that computes it.
 OVERRIDE_NOTES = {
     "additional_profile_form_template_paths": (
-        "gpuspawner's templates: `<prefix>/share/gpuspawner/templates` after `pip install`, the "
-        "repository's `share/templates` in a checkout. Its `form.html` renders the GPU pools "
+        "gpuspawner's templates, `gpuspawner/hub/templates`, shipped in the package. Its `form.html` "
+        "renders the GPU pools "
         "(docs/configuration.md section 9)."
     ),
     "apply_user_options": (

@@ -1,4 +1,4 @@
-"""Who may use which GPUs (gpuspawner.access): allowed groups and GPU quotas, pure.
+"""Who may use which GPUs (gpuspawner.spawn.access): allowed groups and GPU quotas, pure.
 
 The access rows run the same path a spawn does: build the offers, cut them
 down to the user (``offers_for``), refuse named-but-forbidden profiles and
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuspawner.access import (
+from gpuspawner.spawn.access import (
     AccessError,
     AccessRules,
     HeldServer,
@@ -30,8 +30,8 @@ from gpuspawner.access import (
     visible_pools,
 )
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
-from gpuspawner.options import OptionError, validate_user_options
-from gpuspawner.profiles import GPUProfileSpec, PoolRule, build_offers, merge_profiles, present_pools
+from gpuspawner.spawn.options import OptionError, validate_user_options
+from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule, build_offers, merge_profiles, present_pools
 
 GKE = "cloud.google.com/gke-nodepool"
 

@@ -15,10 +15,10 @@ import pytest
 
 from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp
 from gpuspawner.cuda import decide
-from gpuspawner.cudacheck import pool_fit
-from gpuspawner.options import TOO_MANY_GPUS, OptionError, validate_user_options
-from gpuspawner.profiles import GPUProfileSpec, build_offers, describe_pool, gpu_profile_entry, merge_profiles
-from gpuspawner.templates import render_form, template_dirs
+from gpuspawner.spawn.cudafit import pool_fit
+from gpuspawner.spawn.options import TOO_MANY_GPUS, OptionError, validate_user_options
+from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers, describe_pool, gpu_profile_entry, merge_profiles
+from gpuspawner.hub.templates import render_form, template_dirs
 
 GKE = "cloud.google.com/gke-nodepool"
 POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"

@@ -1,4 +1,4 @@
-"""gpuspawner.cudacheck: image declarations on profiles, one image on a pool's
+"""gpuspawner.spawn.cudafit: image declarations on profiles, one image on a pool's
 nodes, steering, the probe's init container and its failure read back. Pure."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from gpuspawner.capacity.model import NodeView, PoolView
 from gpuspawner.cuda import NodeCuda, Verdict, decide, image_cuda
-from gpuspawner.cudacheck import (
+from gpuspawner.spawn.cudafit import (
     PROBE_CONTAINER,
     PROFILE_IMAGE,
     pool_fit,

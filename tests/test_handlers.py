@@ -19,14 +19,15 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
+from gpuspawner import config_snippet
 import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, ScaleUp, pool_id
-from gpuspawner.handlers import GPUCapacityHandler
-from gpuspawner.settings import GPUCapacitySettings
-from gpuspawner.spawner import GPUSpawner
+from gpuspawner.hub.handlers import GPUCapacityHandler
+from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.spawner import GPUSpawner
 
-SNIPPET = Path(__file__).resolve().parent.parent / "jupyterhub_config.d" / "gpuspawner.py"
+SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
         "driver_version", "cuda_version", "scale_up"]
 

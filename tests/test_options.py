@@ -1,4 +1,4 @@
-"""Validation verdicts for crafted REST bodies and form posts (gpuspawner.options): pure."""
+"""Validation verdicts for crafted REST bodies and form posts (gpuspawner.spawn.options): pure."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
-from gpuspawner.options import OptionError, parse_gpu_count, validate_user_options
-from gpuspawner.profiles import GPUProfileSpec, PoolRule, build_offers, merge_profiles
+from gpuspawner.spawn.options import OptionError, parse_gpu_count, validate_user_options
+from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule, build_offers, merge_profiles
 
 GKE = "cloud.google.com/gke-nodepool"
 
@@ -254,7 +254,7 @@ def test_refusals_say_why_in_one_word(options, reason):
 
 
 def test_every_refusal_reason_is_a_metrics_label():
-    from gpuspawner.metrics import REFUSAL_REASONS
+    from gpuspawner.hub.metrics import REFUSAL_REASONS
 
     unknown = CapacitySnapshot(pools=(), synced=False, age_seconds=0.0, generation=0, healthy=False, error="x")
     reasons = {reason_of(options) for options, _ in BAD_CASES}
@@ -314,7 +314,7 @@ def test_keys_the_admin_maps_with_apply_user_options_are_allowed(profile):
 
 def _cuda_offers(policy="minor"):
     from gpuspawner.cuda import decide
-    from gpuspawner.cudacheck import pool_fit
+    from gpuspawner.spawn.cudafit import pool_fit
 
     old = replace(T4, driver_version="470.82.01", cuda_version="11.4")
     new = replace(A100, driver_version="550.54.15", cuda_version="12.4")
@@ -351,7 +351,7 @@ def test_selection_carries_the_fit(options, pool, image_key, level):
 
 
 def test_pool_whose_drivers_do_not_fit_is_refused_with_the_reason():
-    from gpuspawner.options import CudaRefusal
+    from gpuspawner.spawn.options import CudaRefusal
 
     old, new, profiles, offers = _cuda_offers()
     with pytest.raises(CudaRefusal) as e:

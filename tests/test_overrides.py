@@ -1,11 +1,11 @@
-"""Pod overrides for a chosen pool and count (gpuspawner.overrides): pure, no network."""
+"""Pod overrides for a chosen pool and count (gpuspawner.spawn.overrides): pure, no network."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpuspawner.capacity.model import NodeView, PoolView, Taint
-from gpuspawner.overrides import (
+from gpuspawner.spawn.overrides import (
     PoolNotPinnable,
     build_overrides,
     taint_key_allowed,

@@ -15,8 +15,8 @@ from kubernetes_asyncio.client import ApiClient
 from traitlets.config import Config
 
 from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
-from gpuspawner.settings import GPUCapacitySettings
-from gpuspawner.spawner import GPUSpawner
+from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.spawner import GPUSpawner
 
 
 def _versions() -> tuple[str, str]:

@@ -1,11 +1,11 @@
-"""Profiles offered for capacity snapshots x admin config (gpuspawner.profiles): pure."""
+"""Profiles offered for capacity snapshots x admin config (gpuspawner.spawn.profiles): pure."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
-from gpuspawner.profiles import (
+from gpuspawner.spawn.profiles import (
     GPUProfileSpec,
     PoolRule,
     build_offers,
@@ -243,8 +243,8 @@ def test_rule_config_errors(config, message):
 
 def test_offers_carry_each_images_fit_and_the_stock_form_line_says_it():
     from gpuspawner.cuda import decide
-    from gpuspawner.cudacheck import pool_fit
-    from gpuspawner.profiles import describe_pool
+    from gpuspawner.spawn.cudafit import pool_fit
+    from gpuspawner.spawn.profiles import describe_pool
 
     declared = spec(cuda="12.4", kubespawner_override={"image": "pt:cu124"})
     undeclared = GPUProfileSpec.from_config({"slug": "cpu-image"})
@@ -259,7 +259,7 @@ def test_offers_carry_each_images_fit_and_the_stock_form_line_says_it():
 
 def test_preferred_pool_takes_the_best_fitting_pool_with_room():
     from gpuspawner.cuda import decide
-    from gpuspawner.cudacheck import pool_fit
+    from gpuspawner.spawn.cudafit import pool_fit
 
     offers = build_offers([spec(cuda="12.4")], snap(A100, T4), fit=lambda img, p: pool_fit(img, p, "minor", decide))
     offer = offers["gpu"]

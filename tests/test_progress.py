@@ -9,7 +9,7 @@ kube-scheduler, is used as a second source at the end.
 import pytest
 
 from gpuspawner.capacity.model import NodeView, PoolView, ScaleUp, Taint
-from gpuspawner.progress import (
+from gpuspawner.spawn.progress import (
     AFFINITY,
     CONDITION_TAINT,
     FATAL_KINDS,

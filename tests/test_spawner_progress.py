@@ -21,16 +21,16 @@ from prometheus_client import CollectorRegistry
 from tornado import web
 from traitlets.config import Config
 
-from gpuspawner import metrics
-from gpuspawner import settings as settings_module
-from gpuspawner import spawner as spawner_module
+from gpuspawner.hub import metrics
+from gpuspawner.hub import settings as settings_module
+from gpuspawner.hub import spawner as spawner_module
 from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
-from gpuspawner.errors import GPUSpawnFailure
-from gpuspawner.metrics import REFUSAL_REASONS
-from gpuspawner.pending import fatal_verdict, queued_before
-from gpuspawner.progress import SpawnContext
-from gpuspawner.settings import GPUCapacitySettings
-from gpuspawner.spawner import GPUSpawner, applied_in_load_user_options
+from gpuspawner.hub.errors import GPUSpawnFailure
+from gpuspawner.hub.metrics import REFUSAL_REASONS
+from gpuspawner.spawn.pending import fatal_verdict, queued_before
+from gpuspawner.spawn.progress import SpawnContext
+from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.spawner import GPUSpawner, applied_in_load_user_options
 
 GKE = "cloud.google.com/gke-nodepool"
 NS = "jhub"

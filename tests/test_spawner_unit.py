@@ -22,9 +22,9 @@ from traitlets.config import Config
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
-from gpuspawner.settings import GPUCapacitySettings
-from gpuspawner.spawner import GPUSpawner
-from gpuspawner.templates import template_dirs
+from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.hub.templates import template_dirs
 
 GKE = "cloud.google.com/gke-nodepool"
 REPO = Path(__file__).resolve().parent.parent
@@ -296,8 +296,8 @@ async def test_form_posts_become_the_same_user_options_as_rest(no_cluster, cache
     assert s.extra_resource_limits == {"nvidia.com/gpu": "2"}
 
 
-def test_template_dirs_found_in_source_checkout():
-    assert str((REPO / "share" / "templates").resolve()) in template_dirs()
+def test_template_dirs_are_the_packages_own():
+    assert template_dirs() == [str((REPO / "gpuspawner" / "hub" / "templates").resolve())]
 
 
 def test_default_template_path_is_ours(no_cluster):

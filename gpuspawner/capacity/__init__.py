@@ -6,8 +6,8 @@ the Kubernetes I/O and is loaded lazily, so importing this package pulls in
 no Kubernetes client.
 """
 
-from .config import CapacityConfig, DeclaredPool
-from .model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
+from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
+from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
 
 __all__ = [
     "CapacityCache",
@@ -24,7 +24,7 @@ __all__ = [
 
 def __getattr__(name):
     if name == "CapacityCache":
-        from .cache import CapacityCache
+        from gpuspawner.capacity.cache import CapacityCache
 
         return CapacityCache
     raise AttributeError(f"module 'gpuspawner.capacity' has no attribute {name!r}")

@@ -42,11 +42,11 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable, ClassVar
 
-from .config import CapacityConfig
-from .labels import node_record
-from .ledger import Ledger
-from .model import CapacitySnapshot
-from .podres import pod_key, pod_record
+from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.capacity.labels import node_record
+from gpuspawner.capacity.ledger import Ledger
+from gpuspawner.capacity.model import CapacitySnapshot
+from gpuspawner.capacity.podres import pod_key, pod_record
 
 log = logging.getLogger(__name__)
 

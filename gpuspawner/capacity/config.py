@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import labels as _labels
-from .model import Taint, pool_id
+from gpuspawner.capacity import labels as _labels
+from gpuspawner.capacity.model import Taint, pool_id
 
 __all__ = [
     "DEFAULT_GPU_RESOURCES",

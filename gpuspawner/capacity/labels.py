@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
-from .model import Taint, pool_id
-from .quantity import QuantityError, parse_count
+from gpuspawner.capacity.model import Taint, pool_id
+from gpuspawner.capacity.quantity import QuantityError, parse_count
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import CapacityConfig
+    from gpuspawner.capacity.config import CapacityConfig
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from .config import DeclaredPool
-from .labels import NodeGpu, NodeRecord, product_label_for, version_key
-from .model import NodeView, PoolView, ScaleUp, Taint
-from .podres import PodRecord
+from gpuspawner.capacity.config import DeclaredPool
+from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for, version_key
+from gpuspawner.capacity.model import NodeView, PoolView, ScaleUp, Taint
+from gpuspawner.capacity.podres import PodRecord
 
 __all__ = ["Reservation", "Ledger", "TRANSIENT_TAINT_PREFIXES"]
 

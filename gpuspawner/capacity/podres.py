@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping, NamedTuple
 
-from .quantity import QuantityError, parse_count
+from gpuspawner.capacity.quantity import QuantityError, parse_count
 
 log = logging.getLogger(__name__)
 

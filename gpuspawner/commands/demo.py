@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..paths import find_shared
+from gpuspawner import config_snippet
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "data" / "demo" / "jupyterhub_config.py"
 HUB_READY_TIMEOUT = 90.0
@@ -105,9 +105,9 @@ def main(args: argparse.Namespace) -> int:
             "configurable-http-proxy (JupyterHub's proxy) was not found: run scripts/setup.sh, "
             "or `npm install -g configurable-http-proxy`"
         )
-    snippet = find_shared("jupyterhub_config.d", "gpuspawner.py")
-    if snippet is None:
-        problems.append("jupyterhub_config.d/gpuspawner.py was not found; reinstall gpuspawner")
+    snippet = config_snippet()
+    if not snippet.is_file():
+        problems.append(f"{snippet} was not found; reinstall gpuspawner")
     if problems:
         for p in problems:
             print(f"gpuspawner demo: {p}", file=sys.stderr)
@@ -119,8 +119,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
-    from ..sim.cluster import SimCluster
-    from ..sim.loader import LoadError
+    from gpuspawner.sim.cluster import SimCluster
+    from gpuspawner.sim.loader import LoadError
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
     cluster = SimCluster(cluster_file=args.cluster, port=args.k8s_port)
@@ -200,7 +200,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
 
 def _ensure_namespace(cluster, name: str) -> None:
     """The hub's namespace, as an admin (or the Helm chart) creates it before installing."""
-    from ..sim.errors import ApiError
+    from gpuspawner.sim.errors import ApiError
 
     try:
         cluster.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})

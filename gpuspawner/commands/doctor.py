@@ -77,7 +77,7 @@ def _spawner_sections(config: Any) -> tuple[type, list[str]]:
     merge for it, base classes first (as traitlets resolves them)."""
     from traitlets.config import Configurable
 
-    from gpuspawner.spawner import GPUSpawner
+    from gpuspawner.hub.spawner import GPUSpawner
 
     klass: type = GPUSpawner
     extra: list[str] = []
@@ -92,7 +92,7 @@ def _spawner_sections(config: Any) -> tuple[type, list[str]]:
 
 def _resolve_check(value: Any) -> Any:
     """``c.GPUSpawner.cuda_check`` as the spawner's validator resolves it."""
-    from ..cudacheck import resolve_check
+    from gpuspawner.spawn.cudafit import resolve_check
 
     return resolve_check(value)
 
@@ -107,7 +107,7 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
     from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
     from gpuspawner.doctor.checks import hub_facts_from_values
-    from gpuspawner.spawner import GPUCapacitySettings
+    from gpuspawner.hub.spawner import GPUCapacitySettings
 
     full = os.path.abspath(path)
     if not os.path.isfile(full):

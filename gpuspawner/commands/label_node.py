@@ -32,7 +32,7 @@ import re
 import sys
 from typing import Any
 
-from gpuspawner import nvml
+from gpuspawner.commands import nvml
 
 NAME = "label-node"
 HELP = "label a node with GPU Feature Discovery labels read through NVML"

@@ -28,7 +28,7 @@ import os
 import sys
 from typing import Any
 
-from gpuspawner import nvml
+from gpuspawner.commands import nvml
 from gpuspawner.cuda import rules
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
 from gpuspawner.cuda.require import NVML_BRANDS

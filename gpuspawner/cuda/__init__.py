@@ -12,9 +12,9 @@ The spawner calls :func:`decide` (or the admin's replacement, a
 See ``docs/cuda-compatibility.md`` for the rules and their sources.
 """
 
-from .image import ImageCuda, ImageDeclarationError, image_cuda
-from .require import Properties, RequireError, check, evaluate, lnc_brand, requirements_from_env
-from .rules import (
+from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
+from gpuspawner.cuda.require import Properties, RequireError, check, evaluate, lnc_brand, requirements_from_env
+from gpuspawner.cuda.rules import (
     DEFAULT_FACTS,
     POLICIES,
     CudaCheck,
@@ -24,7 +24,7 @@ from .rules import (
     Verdict,
     decide,
 )
-from .versions import VersionError
+from gpuspawner.cuda.versions import VersionError
 
 __all__ = [
     "DEFAULT_FACTS",

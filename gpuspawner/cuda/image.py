@@ -30,8 +30,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import require as _require
-from .versions import VersionError, fmt_cuda, parse_cuda
+from gpuspawner.cuda import require as _require
+from gpuspawner.cuda.versions import VersionError, fmt_cuda, parse_cuda
 
 _COMPAT_PACKAGE = re.compile(r"cuda-compat-(\d+)-(\d+)")
 _LEADING_CUDA = re.compile(r"^cuda>=(\d+(?:\.\d+)?)$", re.IGNORECASE)

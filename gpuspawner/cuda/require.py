@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .versions import VersionError, parse_cuda
+from gpuspawner.cuda.versions import VersionError, parse_cuda
 
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")  # configure order of dsl.c's table
 _OP_CHARS = "<>=!"

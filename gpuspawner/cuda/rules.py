@@ -39,10 +39,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import require as _require
-from . import table as _table
-from .image import ImageCuda
-from .versions import (
+from gpuspawner.cuda import require as _require
+from gpuspawner.cuda import table as _table
+from gpuspawner.cuda.image import ImageCuda
+from gpuspawner.cuda.versions import (
     Version,
     VersionError,
     compare,

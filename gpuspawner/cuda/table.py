@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from .versions import Version, VersionError, compare, parse_driver
+from gpuspawner.cuda.versions import Version, VersionError, compare, parse_driver
 
 _TOOLKIT = re.compile(r"^\s*(\d+)\.(\d+)")
 

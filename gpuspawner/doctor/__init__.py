@@ -9,6 +9,6 @@ The command itself is ``gpuspawner.commands.doctor``; the finding ids are
 explained, with their fixes, in ``docs/troubleshooting.md``.
 """
 
-from .checks import FINDING_IDS, SEVERITIES, Finding, HubFacts, ObjectRef, RbacCheck, RbacFacts, run_checks
+from gpuspawner.doctor.checks import FINDING_IDS, SEVERITIES, Finding, HubFacts, ObjectRef, RbacCheck, RbacFacts, run_checks
 
 __all__ = ["FINDING_IDS", "SEVERITIES", "Finding", "HubFacts", "ObjectRef", "RbacCheck", "RbacFacts", "run_checks"]

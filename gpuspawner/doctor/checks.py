@@ -24,17 +24,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..capacity.config import CapacityConfig
-from ..capacity.labels import driver_versions, gpu_facts, node_group, node_record
-from ..capacity.podres import pod_usage
-from ..capacity.quantity import QuantityError, parse_count
-from ..cudacheck import node_cuda
-from ..cuda.image import ImageCuda
-from ..cuda.rules import LEVELS, POLICIES, NodeCuda, Verdict, decide
-from ..cuda.table import min_driver_for_cuda
-from ..overrides import NEVER_TOLERATED_PREFIXES, taint_key_allowed
-from ..profiles import GPUProfileSpec
-from ..progress import parse_time as _parse_rfc3339
+from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.capacity.labels import driver_versions, gpu_facts, node_group, node_record
+from gpuspawner.capacity.podres import pod_usage
+from gpuspawner.capacity.quantity import QuantityError, parse_count
+from gpuspawner.spawn.cudafit import node_cuda
+from gpuspawner.cuda.image import ImageCuda
+from gpuspawner.cuda.rules import LEVELS, POLICIES, NodeCuda, Verdict, decide
+from gpuspawner.cuda.table import min_driver_for_cuda
+from gpuspawner.spawn.overrides import NEVER_TOLERATED_PREFIXES, taint_key_allowed
+from gpuspawner.spawn.profiles import GPUProfileSpec
+from gpuspawner.spawn.progress import parse_time as _parse_rfc3339
 
 __all__ = [
     "SEVERITIES",

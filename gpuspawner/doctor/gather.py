@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .checks import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
+from gpuspawner.doctor.checks import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
 
 __all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
 

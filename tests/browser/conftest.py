@@ -16,8 +16,7 @@ import shutil
 import pytest
 import requests
 
-from gpuspawner.profiles import PoolRule
-from gpuspawner.templates import template_dirs
+from gpuspawner.spawn.profiles import PoolRule
 
 from ..e2e.harness import DemoHub
 
@@ -35,15 +34,6 @@ LOAD_NAMESPACE = "browser-load"
 MIG_GROUP = "mig-team"
 MIG_3G_POOL = "*:nvidia.com/mig-3g.40gb"
 
-# The hooks gpuspawner-live.html needs on form.html (docs/spawn-page.md). Until the lead merges
-# them into share/templates/form.html, the tests render a patched copy of it.
-FORM_HOOKS = [
-    ("<dt>Free</dt><dd>{{ p.pool.free }}", "<dt>Free</dt><dd data-gs-free>{{ p.pool.free }}"),
-    (
-        "<dt>Per server</dt><dd>{% if p.available %}",
-        "<dt>Per server</dt><dd data-gs-per-server>{% if p.available %}",
-    ),
-]
 _pod_numbers = itertools.count()
 
 PYTORCH_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
@@ -74,7 +64,6 @@ GPU_PROFILE = {
         }
     },
 }
-INCLUDE = '{% include "gpuspawner-live.html" %}'
 
 
 def chromium_missing() -> str | None:
@@ -97,31 +86,11 @@ def pool_access_supported() -> bool:
     return True
 
 
-def form_templates(workdir: pathlib.Path) -> list[str]:
-    """Template directories for the demo: the repository's own when its form.html already
-    carries the live-refresh hooks, else a patched copy of form.html in front of them."""
-    form = (ROOT / "share" / "templates" / "form.html").read_text()
-    dirs = template_dirs()
-    if INCLUDE in form and "data-gs-free" in form and "data-gs-per-server" in form:
-        return dirs
-    for old, new in FORM_HOOKS:
-        if new not in form:
-            assert old in form, f"form.html changed: cannot add {new!r}; update FORM_HOOKS"
-            form = form.replace(old, new)
-    if INCLUDE not in form:
-        form = form.rstrip("\n") + "\n" + INCLUDE + "\n"
-    patched = workdir / "templates"
-    patched.mkdir()
-    (patched / "form.html").write_text(form)
-    return [str(patched), *dirs]
-
-
 def demo_config(workdir: pathlib.Path) -> pathlib.Path:
-    """Settings on top of the demo's: the spawn-page templates, a GPU profile with an image
+    """Settings on top of the demo's (which renders the shipped templates): a GPU profile with an image
     choice (so each pool card shows a CUDA fit per image), and per-group access to one pool
     when that is supported."""
     lines = [
-        f"c.GPUSpawner.additional_profile_form_template_paths = {form_templates(workdir)!r}",
         f"c.GPUSpawner.gpu_profiles = [{GPU_PROFILE!r}]",
     ]
     if pool_access_supported():

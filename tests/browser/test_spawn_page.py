@@ -16,7 +16,7 @@ import jinja2
 import pytest
 from playwright.sync_api import expect
 
-from gpuspawner.templates import template_dirs
+from gpuspawner.hub.templates import template_dirs
 
 from ..e2e.harness import wait_for
 from .conftest import LEGACY_IMAGE
@@ -92,7 +92,7 @@ def test_cards_show_live_counts_and_follow_the_cluster_without_reload(
     rendered = cards_and_radios(page)
 
     # the first refresh with nothing changed leaves every card as the hub rendered it: the
-    # script's per-server rule (limits, scale-up, caps) agrees with gpuspawner.profiles
+    # script's per-server rule (limits, scale-up, caps) agrees with gpuspawner.spawn.profiles
     page.evaluate("location.hash = 'gs-refresh=1'")
     page.wait_for_function(
         "document.getElementById('kubespawner-profiles-list').hasAttribute('data-gs-refreshed')"
@@ -308,7 +308,7 @@ def test_a_pool_the_user_may_not_use_is_absent(hub, new_page, login):
     if not hub.pool_access:
         pytest.skip(
             "per-group pool access (allowed_groups on gpu_pool_rules, issue #4 section 2) is not "
-            "wired into GPUSpawner yet: gpuspawner.profiles.PoolRule rejects 'allowed_groups'"
+            "wired into GPUSpawner yet: gpuspawner.spawn.profiles.PoolRule rejects 'allowed_groups'"
         )
     mig_3g = next(p["id"] for p in hub.gpus()["pools"] if p["resource"] == "nvidia.com/mig-3g.40gb")
     page = new_page()

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from gpuspawner import nvml
+from gpuspawner.commands import nvml
 from gpuspawner.cli import build_parser
 from gpuspawner.commands import label_node
 

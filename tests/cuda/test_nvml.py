@@ -1,8 +1,8 @@
-"""gpuspawner.nvml against fake pynvml modules of old (bytes) and new (str) bindings."""
+"""gpuspawner.commands.nvml against fake pynvml modules of old (bytes) and new (str) bindings."""
 
 import pytest
 
-from gpuspawner import nvml
+from gpuspawner.commands import nvml
 
 from . import fake_pynvml
 

@@ -239,7 +239,7 @@ def test_taint_finding_groups_nodes_and_gives_both_fixes():
 
 
 def test_default_tolerated_keys_match_the_spawner_trait():
-    from gpuspawner.spawner import GPUSpawner
+    from gpuspawner.hub.spawner import GPUSpawner
 
     assert tuple(GPUSpawner.class_traits()["gpu_tolerated_taint_keys"].default()) == DEFAULT_TOLERATED_TAINT_KEYS
 
@@ -332,7 +332,7 @@ def test_the_hubs_cuda_check_decides():
 
 
 def test_image_check_respects_the_profile_pools():
-    from gpuspawner.profiles import GPUProfileSpec
+    from gpuspawner.spawn.profiles import GPUProfileSpec
 
     spec = GPUProfileSpec.from_config({"slug": "a100", "pools": {"include": ["a100:*"]}})
     image = ProfileImage("a100", "pt:12", image_cuda("12.4"), spec=spec)

@@ -37,7 +37,7 @@ from traitlets.config import Config
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import pool_id
 from gpuspawner.sim.cluster import SimCluster
-from gpuspawner.spawner import GPUSpawner
+from gpuspawner.hub.spawner import GPUSpawner
 
 pytestmark = [pytest.mark.integration]
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
-from .capacity.model import PoolView
+from gpuspawner.capacity.model import PoolView
 
 if TYPE_CHECKING:  # the profile layer sits above this one; no runtime import
-    from .profiles import GPUProfileSpec, ProfileOffer
+    from gpuspawner.spawn.profiles import GPUProfileSpec, ProfileOffer
 
 __all__ = [
     "ALLOWED_GROUPS_KEY",

@@ -43,9 +43,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .capacity.model import PoolView
-from .cuda.image import ImageCuda, ImageDeclarationError, image_cuda
-from .cuda.rules import LEVELS, NodeCuda, Verdict
+from gpuspawner.capacity.model import PoolView
+from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
+from gpuspawner.cuda.rules import LEVELS, NodeCuda, Verdict
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 PROBE_CONTAINER = "gpuspawner-probe"

@@ -19,10 +19,10 @@ import json
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
-from .access import principal_of, visible_pools
-from .capacity.model import CapacitySnapshot
-from .profiles import present_pools
-from .settings import GPUCapacitySettings
+from gpuspawner.spawn.access import principal_of, visible_pools
+from gpuspawner.capacity.model import CapacitySnapshot
+from gpuspawner.spawn.profiles import present_pools
+from gpuspawner.hub.settings import GPUCapacitySettings
 
 API_PATH = r"/api/gpus"
 

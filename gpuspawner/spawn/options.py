@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cudacheck import PoolFit
-from .profiles import GPU_COUNT_OPTION, GPU_OPTIONS, GPU_POOL_OPTION, PoolOffer, ProfileOffer
+from gpuspawner.spawn.cudafit import PoolFit
+from gpuspawner.spawn.profiles import GPU_COUNT_OPTION, GPU_OPTIONS, GPU_POOL_OPTION, PoolOffer, ProfileOffer
 
 # Names that would steer the pod if some layer ever copied user options onto
 # the spawner (KubeSpawner's own trait names are added by the caller). They

@@ -17,10 +17,10 @@ from typing import Any
 from traitlets import Dict, Float, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
-from . import metrics
-from .access import AccessRules
-from .capacity.config import CapacityConfig, DeclaredPool
-from .profiles import GPUProfileSpec, PoolRule
+from gpuspawner.hub import metrics
+from gpuspawner.spawn.access import AccessRules
+from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
+from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ class GPUCapacitySettings(Configurable):
         read, where the docs tell an admin to write them.  ``GPUSpawner`` is
         imported here, not at the top, because ``spawner`` imports this module."""
         if not (isinstance(spawner_class, type) and issubclass(spawner_class, GPUCapacitySettings)):
-            from .spawner import GPUSpawner
+            from gpuspawner.hub.spawner import GPUSpawner
 
             spawner_class = GPUSpawner
         names = set(GPUCapacitySettings.class_trait_names(config=True))
@@ -265,7 +265,7 @@ class GPUCapacitySettings(Configurable):
 
         The first call also points ``/hub/metrics``' capacity series at it,
         whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
-        from .capacity.cache import CapacityCache
+        from gpuspawner.capacity.cache import CapacityCache
 
         cache = CapacityCache.shared(self.capacity_config())
         _serve_capacity_metrics(cache)

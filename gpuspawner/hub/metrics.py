@@ -36,8 +36,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .capacity.model import CapacitySnapshot
-from .progress import FATAL_KINDS, gpu_wait_seconds
+from gpuspawner.capacity.model import CapacitySnapshot
+from gpuspawner.spawn.progress import FATAL_KINDS, gpu_wait_seconds
 
 log = logging.getLogger(__name__)
 

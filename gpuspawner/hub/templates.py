@@ -1,12 +1,7 @@
-"""The spawn form's templates: where they are, in a source checkout and after
-install, and the autoescaping Jinja2 environment that renders them.
+"""The spawn form's templates and the autoescaping Jinja2 environment that renders them.
 
-``pyproject.toml`` installs ``share/templates/*`` as data files to
-``<prefix>/share/gpuspawner/templates`` (setuptools ``data-files``), where
-``<prefix>`` is ``sys.prefix`` for a virtualenv or system install and
-``site.USER_BASE`` for ``pip install --user``. In a source checkout (or an
-editable install) the package sits next to the repository's
-``share/templates``. A directory counts only if it holds ``form.html``.
+The templates ship inside the package (``gpuspawner/hub/templates/``, package data), so a
+source checkout, an editable install and a wheel all find them the same way.
 
 The form is rendered with autoescaping on: node labels and admin strings
 reach the page (KubeSpawner 7.1 renders ``profile_list`` without it,
@@ -16,8 +11,6 @@ kubespawner/spawner.py ``_render_options_form``).
 from __future__ import annotations
 
 import functools
-import site
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,34 +18,12 @@ from typing import Any
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
 
 FORM = "form.html"
-
-
-def candidate_dirs() -> list[Path]:
-    package_dir = Path(__file__).resolve().parent
-    dirs = [package_dir.parent / "share" / "templates"]
-    prefixes = [sys.prefix, sys.exec_prefix, sys.base_prefix]
-    user_base = getattr(site, "USER_BASE", None)
-    if user_base:
-        prefixes.append(user_base)
-    for prefix in prefixes:
-        dirs.append(Path(prefix) / "share" / "gpuspawner" / "templates")
-    return dirs
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 
 def template_dirs() -> list[str]:
-    """Existing template directories, the most specific first, no duplicates."""
-    seen: set[Path] = set()
-    found = []
-    for d in candidate_dirs():
-        try:
-            real = d.resolve()
-        except OSError:
-            continue
-        if real in seen or not (real / FORM).is_file():
-            continue
-        seen.add(real)
-        found.append(str(real))
-    return found
+    """The directories KubeSpawner's ``additional_profile_form_template_paths`` gets: the package's own."""
+    return [str(TEMPLATE_DIR)]
 
 
 @functools.lru_cache(maxsize=8)

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 # RFC 3339 (metav1.Time) parsing, shared with the GPU-wait metric
-from .progress import SpawnContext, Translation, translate, translate_pod
-from .progress import parse_time
+from gpuspawner.spawn.progress import SpawnContext, Translation, translate, translate_pod
+from gpuspawner.spawn.progress import parse_time
 
 # what GPUSpawner writes on a GPU server's pod; queued_before reads the pool back
 POOL_ANNOTATION = "gpuspawner.io/pool"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tornado import web
 
-from .progress import Translation
+from gpuspawner.spawn.progress import Translation
 
 try:
     # JupyterHub 6+: a refusal JupyterHub logs without a traceback, with a

@@ -1,9 +1,9 @@
 """GPU profiles offered to a user, built from admin config and live capacity.
 
 Pure (stdlib, ``gpuspawner.capacity.model``, ``gpuspawner.cuda`` and
-``gpuspawner.cudacheck`` only). The admin declares a GPU profile with little
+``gpuspawner.spawn.cudafit`` only). The admin declares a GPU profile with little
 config (:class:`GPUProfileSpec`), including what its image carries (``cuda``,
-see :func:`gpuspawner.cudacheck.profile_images`); the pools it offers are
+see :func:`gpuspawner.spawn.cudafit.profile_images`); the pools it offers are
 discovered by the capacity layer and only filtered (``pools.include`` /
 ``pools.exclude`` globs on pool ids), renamed, ordered or hidden
 (:class:`PoolRule`). For each request this module turns a
@@ -24,7 +24,7 @@ pool as scalable and it has fewer nodes than ``max_nodes``, a new node brings
 ``gpus_per_node`` more, so the limit is the larger of the two (the spawn then
 waits for the cluster autoscaler). The profile's ``max_gpus`` caps both.
 When an image's CUDA keeps the pod off some nodes of a pool
-(:func:`gpuspawner.cudacheck.steering_expression`), :meth:`PoolOffer.for_image`
+(:func:`gpuspawner.spawn.cudafit.steering_expression`), :meth:`PoolOffer.for_image`
 counts over the other nodes only; validation uses the chosen image, the
 profile entry (the form's choices) the default one.
 """
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .capacity.model import CapacitySnapshot, NodeView, PoolView
-from .cuda.image import ImageCuda
-from .cudacheck import PoolFit, ProfileImages, profile_images
+from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView
+from gpuspawner.cuda.image import ImageCuda
+from gpuspawner.spawn.cudafit import PoolFit, ProfileImages, profile_images
 
 GPU_POOL_OPTION = "gpu_pool"
 GPU_COUNT_OPTION = "gpus"
@@ -59,10 +59,10 @@ _SPEC_KEYS = {
     "pools",
     "max_gpus",
     "profile_options",
-    "allowed_groups",  # read by gpuspawner.access
+    "allowed_groups",  # read by gpuspawner.spawn.access
     "cuda",
 }
-_RULE_KEYS = {"match", "display_name", "hide", "allowed_groups"}  # allowed_groups: gpuspawner.access
+_RULE_KEYS = {"match", "display_name", "hide", "allowed_groups"}  # allowed_groups: gpuspawner.spawn.access
 
 
 def _fail(where: str, msg: str) -> ValueError:
@@ -454,7 +454,7 @@ def build_offers(
     When capacity is unknown (:func:`capacity_problem`), a profile offers no
     pool unless ``admit_without_capacity``; then it offers the pools the last
     snapshot still lists, without a free-count check. ``fit`` (the spawner's
-    CUDA check, see :func:`gpuspawner.cudacheck.pool_fit`) judges each image
+    CUDA check, see :func:`gpuspawner.spawn.cudafit.pool_fit`) judges each image
     of a profile that declares CUDA on each of its pools.
     """
     problem = capacity_problem(snapshot)

@@ -14,13 +14,13 @@ KubeSpawner 7.1 seams used (kubespawner/spawner.py): ``load_user_options``
 options' choices), ``_render_options_form`` and the ``options_form`` default.
 
 While a GPU server starts, ``progress`` shows the pod's Kubernetes events in
-GPU words (``gpuspawner.progress``), and ``is_pod_running``, which
+GPU words (``gpuspawner.spawn.progress``), and ``is_pod_running``, which
 KubeSpawner's ``_start`` polls until the pod runs, ends the wait early when
 the pod can never start.  Spawn outcomes and the wait for a GPU are counted
-in ``gpuspawner.metrics`` (docs/metrics.md).
+in ``gpuspawner.hub.metrics`` (docs/metrics.md).
 
 ``GPUCapacitySettings`` is re-exported here: admins import both classes from
-``gpuspawner.spawner``.
+``gpuspawner.hub.spawner``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from kubespawner import KubeSpawner
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 
-from . import cudacheck, metrics
-from .access import (
+from gpuspawner.spawn import cudafit as cudacheck
+from gpuspawner.hub import metrics
+from gpuspawner.spawn.access import (
     AccessError,
     OtherServer,
     QuotaPolicy,
@@ -49,16 +50,16 @@ from .access import (
     offers_for,
     principal_of,
 )
-from .cuda import POLICIES, decide
-from .errors import GPUSpawnFailure, refusal, spawn_error
-from .options import OTHER as REFUSED_OTHER
-from .options import CudaRefusal, OptionError, Selection, validate_user_options
-from .overrides import NEVER_TOLERATED_PREFIXES, build_overrides, untolerated_taints
-from .pending import GPUS_ANNOTATION, POOL_ANNOTATION, fatal_verdict, queued_before
-from .profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
-from .progress import SpawnContext, rewrite_progress_event
-from .settings import GPUCapacitySettings
-from .templates import render_form, template_dirs
+from gpuspawner.cuda import POLICIES, decide
+from gpuspawner.hub.errors import GPUSpawnFailure, refusal, spawn_error
+from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
+from gpuspawner.spawn.options import CudaRefusal, OptionError, Selection, validate_user_options
+from gpuspawner.spawn.overrides import NEVER_TOLERATED_PREFIXES, build_overrides, untolerated_taints
+from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION, fatal_verdict, queued_before
+from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
+from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
+from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.templates import render_form, template_dirs
 
 __all__ = ["GPUCapacitySettings", "GPUSpawner", "applied_in_load_user_options"]
 
@@ -332,7 +333,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     async def gpu_offer_view(self) -> tuple[list[dict[str, Any]], UserOffers]:
         """The initialized profile list and the GPU offers as this server's
-        user sees them (``allowed_groups``, see gpuspawner.access)."""
+        user sees them (``allowed_groups``, see gpuspawner.spawn.access)."""
         static = self._sorted_dict_values(self.profile_list)
         if callable(static):
             static = await maybe_future(static(self))

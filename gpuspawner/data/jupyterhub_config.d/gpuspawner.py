@@ -7,7 +7,7 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
 * ``c.JupyterHub.spawner_class = "gpu"`` (the ``jupyterhub.spawners`` entry
   point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
   settings, including ``profile_list``, keep working);
-* ``GET /hub/api/gpus`` (``gpuspawner.handlers.GPUCapacityHandler``).
+* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``).
 
 Site settings go in your own config, e.g.::
 
@@ -21,7 +21,7 @@ services; the endpoint reads the hub's in-process capacity cache, which a
 separate service process could not share.)
 """
 
-from gpuspawner.handlers import handlers as _gpuspawner_handlers
+from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .capacity.model import PoolView, Taint
+from gpuspawner.capacity.model import PoolView, Taint
 
 # Taint keys owned by Kubernetes itself (node lifecycle controller, kubelet):
 # see kubernetes.io "Taints and Tolerations", section "Taint based Evictions".
@@ -152,7 +152,7 @@ def build_overrides(
     ``extra_expressions`` are ANDed with the pool's own in every term: the
     CUDA check's ``kubernetes.io/hostname NotIn [...]`` that keeps the pod off
     the pool's nodes whose driver does not fit the image
-    (:func:`gpuspawner.cudacheck.steering_expression`).
+    (:func:`gpuspawner.spawn.cudafit.steering_expression`).
 
     ``is_gpu_resource`` (optional) names the other GPU resources: an admin's
     static limit on one (say ``nvidia.com/gpu: 1`` in a shared

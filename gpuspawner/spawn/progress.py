@@ -87,8 +87,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .capacity.model import PoolView, ScaleUp, Taint
-from .overrides import NEVER_TOLERATED_PREFIXES, taint_key_allowed
+from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
+from gpuspawner.spawn.overrides import NEVER_TOLERATED_PREFIXES, taint_key_allowed
 
 # Progress hints (percent) for the spawn page's bar.  KubeSpawner moves the bar
 # a third of the way to 90 on every event whatever it says; these let the
