@@ -187,7 +187,7 @@ async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, mo
     code, body = await get(url, token)
     assert code == 200 and body["pools"] == [] and body["synced"] is False
     # the cache the handler started is the one spawners share; it settles as forbidden
-    shared = GPUCapacitySettings.from_hub_config(load_snippet()).shared_capacity_cache()
+    shared = GPUCapacitySettings.from_hub_config(load_snippet(), GPUSpawner).shared_capacity_cache()
     assert await shared.wait_synced(timeout=20) is False
     assert api.calls >= 1
     assert "nodes: list, watch" in shared.snapshot().error

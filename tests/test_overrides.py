@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.capacity.model import NodeView, PoolView, Taint
-from gpuspawner.spawn.overrides import (
-    PoolNotPinnable,
-    build_overrides,
-    taint_key_allowed,
-    toleration_for,
-    untolerated_taints,
-)
+from gpuspawner.spawn.overrides import PoolNotPinnable, build_overrides
+from gpuspawner.spawn.taints import taint_key_allowed, toleration_for, untolerated_taints
 
 DEFAULT_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority")
 GKE = "cloud.google.com/gke-nodepool"

@@ -23,7 +23,7 @@ from traitlets.config import Config
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
 from gpuspawner.hub.settings import GPUCapacitySettings
-from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.hub.spawner import GPUSpawner, capacity_settings_class
 from gpuspawner.hub.templates import template_dirs
 
 GKE = "cloud.google.com/gke-nodepool"
@@ -345,7 +345,7 @@ def test_capacity_config_from_hub_config_reads_every_section():
     assert config.gpu_resource_prefixes == CapacityConfig().gpu_resource_prefixes
     assert [r.match for r in settings.pool_rules()] == ["x:*"]
     # a hub whose spawner is not a GPUSpawner still reads c.GPUSpawner
-    assert GPUCapacitySettings.from_hub_config(c, object).capacity_config().gpu_resources == ("nvidia.com/gpu",)
+    assert GPUCapacitySettings.from_hub_config(c, capacity_settings_class(object)).capacity_config().gpu_resources == ("nvidia.com/gpu",)
 
 
 def test_declared_pools_reach_capacity_config():
@@ -355,7 +355,7 @@ def test_declared_pools_reach_capacity_config():
         "node_group_label": GKE, "node_group": "h100",
         "gpus_per_node": 8, "max_nodes": 2, "minutes": 6,
     }]
-    config = GPUCapacitySettings.from_hub_config(c).capacity_config()
+    config = GPUCapacitySettings.from_hub_config(c, GPUSpawner).capacity_config()
     assert [p.id for p in config.declared_pools] == [pool_id("h100", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu")]
 
 

@@ -15,13 +15,19 @@ import functools
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpuspawner.capacity.model import Taint, pool_id
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 
-if TYPE_CHECKING:  # pragma: no cover
-    from gpuspawner.capacity.config import CapacityConfig
+
+
+class NodeRules(Protocol):
+    """What :func:`node_record` reads of the capacity settings (``config.CapacityConfig``)."""
+
+    node_group_labels: Sequence[str]
+
+    def is_gpu_resource(self, resource: str) -> bool: ...
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +323,7 @@ def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
     return tuple(out)
 
 
-def node_record(obj: Mapping[str, Any], config: "CapacityConfig") -> NodeRecord | None:
+def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
     """The compact record of a Node object, or None when it is not a GPU node.
 
     A GPU node has a positive allocatable amount of a GPU resource (issue #2).

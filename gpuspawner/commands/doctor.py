@@ -174,7 +174,9 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
     err = err or sys.stderr
     as_json = bool(getattr(args, "json", False))
     try:
-        pending_after = checks.parse_duration(args.pending_after)
+        from gpuspawner.kube.times import parse_duration
+
+        pending_after = parse_duration(args.pending_after)
         service_account = (gather.parse_service_account(args.hub_service_account)
                            if args.hub_service_account else None)
         if args.page_size < 1:

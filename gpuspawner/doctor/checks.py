@@ -19,7 +19,6 @@ Label names and their sources are in
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,9 +31,9 @@ from gpuspawner.spawn.cudafit import node_cuda
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.cuda.rules import LEVELS, POLICIES, NodeCuda, Verdict, decide
 from gpuspawner.cuda.table import min_driver_for_cuda
-from gpuspawner.spawn.overrides import NEVER_TOLERATED_PREFIXES, taint_key_allowed
+from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, HARD_EFFECTS, NEVER_TOLERATED_PREFIXES, taint_key_allowed
 from gpuspawner.spawn.profiles import GPUProfileSpec
-from gpuspawner.spawn.progress import parse_time as _parse_rfc3339
+from gpuspawner.kube.times import format_duration, parse_time
 
 __all__ = [
     "SEVERITIES",
@@ -59,16 +58,10 @@ __all__ = [
     "exit_code",
     "group_by_severity",
     "hub_facts_from_values",
-    "parse_duration",
-    "parse_time",
 ]
 
 SEVERITIES = ("error", "warning", "info")
 
-#: ``GPUSpawner.gpu_tolerated_taint_keys``' default, used without ``--config``
-#: (kept equal to the trait's default by tests/doctor/test_checks.py, so that
-#: doctor does not import JupyterHub just to learn it).
-DEFAULT_TOLERATED_TAINT_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority")
 
 #: Stable ids: scripts and the troubleshooting page (docs/troubleshooting.md) key on them.
 FINDING_IDS = (
@@ -609,7 +602,7 @@ def check_taints(nodes: Sequence[Mapping[str, Any]], hub: HubFacts, config: Capa
             if not isinstance(t, Mapping) or not isinstance(t.get("key"), str):
                 continue
             key, value, effect = t["key"], t.get("value") or None, t.get("effect") or ""
-            if effect not in ("NoSchedule", "NoExecute") or key.startswith(NEVER_TOLERATED_PREFIXES):
+            if effect not in HARD_EFFECTS or key.startswith(NEVER_TOLERATED_PREFIXES):
                 continue
             if not _tolerated(hub, key, value, effect):
                 found.setdefault((key, value, effect), []).append(_node_ref(node))
@@ -788,9 +781,9 @@ def check_images(
 # pods stuck Pending on GPUs
 
 
-def parse_time(value: Any) -> float | None:
-    """RFC 3339 timestamp of the API (``2026-11-22T00:14:50Z``) -> epoch seconds, None if unreadable."""
-    when = _parse_rfc3339(value)
+def _epoch(value: Any) -> float | None:
+    """RFC 3339 timestamp of the API -> epoch seconds, None if unreadable."""
+    when = parse_time(value)
     return when.timestamp() if when is not None else None
 
 
@@ -844,7 +837,7 @@ def check_pending_pods(
         if not usage:
             continue
         meta = _meta(pod)
-        created = parse_time(meta.get("creationTimestamp"))
+        created = _epoch(meta.get("creationTimestamp"))
         age = (now - created) if created is not None else None
         if age is not None and age < pending_after:
             continue
@@ -852,7 +845,7 @@ def check_pending_pods(
         name = _name(pod) or "?"
         message = str(cond.get("message") or cond.get("reason") or "no message from the scheduler")
         wanted = ", ".join(f"{n} x {r}" for r, n in sorted(usage.items()))
-        age_text = f"for {_duration(age)}" if age is not None else "(age unknown)"
+        age_text = f"for {format_duration(age)}" if age is not None else "(age unknown)"
         out.append(
             Finding(
                 "pod-pending-on-gpu",
@@ -865,28 +858,6 @@ def check_pending_pods(
             )
         )
     return out
-
-
-def _duration(seconds: float) -> str:
-    s = int(max(seconds, 0))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
-
-
-def parse_duration(text: str) -> float:
-    """``"300"``, ``"300s"``, ``"5m"``, ``"1h30m"`` -> seconds; ValueError says what is accepted."""
-    value = (text or "").strip()
-    m = _DURATION.match(value)
-    if not value or m is None or not any(m.groups()):
-        raise ValueError(f"{text!r} is not a duration: use seconds (300, 300s), minutes (5m) or hours (1h30m)")
-    h, mins, s = (float(g) if g else 0.0 for g in m.groups())
-    return h * 3600 + mins * 60 + s
 
 
 # ---------------------------------------------------------------------------

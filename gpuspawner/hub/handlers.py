@@ -23,6 +23,7 @@ from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
 from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.spawner import capacity_settings_class
 
 API_PATH = r"/api/gpus"
 
@@ -39,7 +40,7 @@ class GPUCapacityHandler(APIHandler):
         memo = GPUCapacityHandler._settings_memo
         if memo is not None and memo[0] is self.config and memo[1] is spawner_class:
             return memo[2]
-        settings = GPUCapacitySettings.from_hub_config(self.config, spawner_class)
+        settings = GPUCapacitySettings.from_hub_config(self.config, capacity_settings_class(spawner_class))
         GPUCapacityHandler._settings_memo = (self.config, spawner_class, settings)
         return settings
 

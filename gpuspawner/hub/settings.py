@@ -208,18 +208,13 @@ class GPUCapacitySettings(Configurable):
         return proposal.value
 
     @classmethod
-    def from_hub_config(cls, config: Config, spawner_class: type | None = None) -> GPUCapacitySettings:
+    def from_hub_config(cls, config: Config, spawner_class: type) -> GPUCapacitySettings:
         """The settings an admin gave ``c.<spawner class>`` (or any class in
         its MRO, base first, as traitlets resolves sections) in ``config``.
 
-        Without a ``GPUCapacitySettings`` subclass (the hub runs another
-        spawner, or none was given) the sections of ``GPUSpawner``'s MRO are
-        read, where the docs tell an admin to write them.  ``GPUSpawner`` is
-        imported here, not at the top, because ``spawner`` imports this module."""
-        if not (isinstance(spawner_class, type) and issubclass(spawner_class, GPUCapacitySettings)):
-            from gpuspawner.hub.spawner import GPUSpawner
-
-            spawner_class = GPUSpawner
+        ``spawner_class`` is the hub's spawner class when it is a ``GPUCapacitySettings``
+        subclass, else ``GPUSpawner`` (whose sections the docs tell an admin to write):
+        :func:`gpuspawner.hub.spawner.capacity_settings_class` picks it."""
         names = set(GPUCapacitySettings.class_trait_names(config=True))
         merged = Config()
         for klass in reversed(spawner_class.mro()):

@@ -54,7 +54,8 @@ from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.hub.errors import GPUSpawnFailure, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import CudaRefusal, OptionError, Selection, validate_user_options
-from gpuspawner.spawn.overrides import NEVER_TOLERATED_PREFIXES, build_overrides, untolerated_taints
+from gpuspawner.spawn.overrides import build_overrides
+from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, NEVER_TOLERATED_PREFIXES, untolerated_taints
 from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION, fatal_verdict, queued_before
 from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
@@ -97,7 +98,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     gpu_tolerated_taint_keys = List(
         Unicode(),
-        default_value=["nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority"],
+        default_value=list(DEFAULT_TOLERATED_TAINT_KEYS),
         config=True,
         help="""
         Taint keys (or globs) a GPU server may tolerate on its pool's nodes.
@@ -819,3 +820,12 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
     async def stop(self, now=False):
         self.release_gpus()
         return await super().stop(now=now)
+
+
+def capacity_settings_class(spawner_class: object) -> type[GPUCapacitySettings]:
+    """The class whose config sections hold the hub's GPU capacity settings: the hub's spawner
+    class when it is a ``GPUCapacitySettings`` (``GPUSpawner`` or a subclass), else ``GPUSpawner``,
+    where the docs tell an admin to write them (a hub that runs another spawner)."""
+    if isinstance(spawner_class, type) and issubclass(spawner_class, GPUCapacitySettings):
+        return spawner_class
+    return GPUSpawner

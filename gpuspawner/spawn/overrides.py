@@ -29,14 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
-from gpuspawner.capacity.model import PoolView, Taint
-
-# Taint keys owned by Kubernetes itself (node lifecycle controller, kubelet):
-# see kubernetes.io "Taints and Tolerations", section "Taint based Evictions".
-NEVER_TOLERATED_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+from gpuspawner.capacity.model import PoolView
+from gpuspawner.spawn.taints import taint_key_allowed, toleration_for
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -61,26 +57,6 @@ class PodOverrides:
             "node_affinity_required": self.node_affinity_required,
             "tolerations": self.tolerations,
         }
-
-
-def taint_key_allowed(key: str, allowed: Iterable[str]) -> bool:
-    """Whether a taint key may be tolerated: it matches one of the admin's
-    globs and is not one of Kubernetes' own ``node.kubernetes.io/*`` keys."""
-    if not key or key.startswith(NEVER_TOLERATED_PREFIXES):
-        return False
-    return any(fnmatchcase(key, pattern) for pattern in allowed)
-
-
-def toleration_for(taint: Taint) -> dict[str, Any]:
-    """The narrowest toleration of one taint: ``Equal`` on its value, or
-    ``Exists`` with its key when the taint has no value."""
-    tol: dict[str, Any] = {"key": taint.key, "effect": taint.effect}
-    if taint.value:
-        tol["operator"] = "Equal"
-        tol["value"] = taint.value
-    else:
-        tol["operator"] = "Exists"
-    return tol
 
 
 def pool_match_expressions(pool: PoolView) -> list[dict[str, Any]]:
@@ -195,18 +171,4 @@ def build_overrides(
         extra_resource_guarantees=new_guarantees,
         node_affinity_required=affinity,
         tolerations=tols,
-    )
-
-
-def untolerated_taints(pool: PoolView, allowed_taint_keys: Iterable[str]) -> tuple[Taint, ...]:
-    """Hard taints of the pool (other than Kubernetes' own node-condition
-    taints) that the pod will not tolerate, so the scheduler keeps it off
-    those nodes: logged for the admin, who may allow the key."""
-    allowed = tuple(allowed_taint_keys)
-    return tuple(
-        t
-        for t in pool.taints
-        if t.effect in ("NoSchedule", "NoExecute")
-        and not t.key.startswith(NEVER_TOLERATED_PREFIXES)
-        and not taint_key_allowed(t.key, allowed)
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 # RFC 3339 (metav1.Time) parsing, shared with the GPU-wait metric
 from gpuspawner.spawn.progress import SpawnContext, Translation, translate, translate_pod
-from gpuspawner.spawn.progress import parse_time
+from gpuspawner.kube.times import parse_time
 
 # what GPUSpawner writes on a GPU server's pod; queued_before reads the pool back
 POOL_ANNOTATION = "gpuspawner.io/pool"

@@ -84,11 +84,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
-from gpuspawner.spawn.overrides import NEVER_TOLERATED_PREFIXES, taint_key_allowed
+from gpuspawner.kube.times import parse_time
+from gpuspawner.spawn.taints import NEVER_TOLERATED_PREFIXES, taint_key_allowed
 
 # Progress hints (percent) for the spawn page's bar.  KubeSpawner moves the bar
 # a third of the way to 90 on every event whatever it says; these let the
@@ -983,16 +983,6 @@ def translate_pod(pod: Any, ctx: SpawnContext) -> Translation | None:
 # ---------------------------------------------------------------------------
 # time waiting for a GPU
 # ---------------------------------------------------------------------------
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as the API writes it (``2026-11-22T00:14:50Z``), None if unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def gpu_wait_seconds(pod: Any) -> float | None:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from gpuspawner.kube.times import parse_duration
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.cuda.image import image_cuda
 from gpuspawner.doctor import checks, report
@@ -401,13 +402,13 @@ def test_pending_fix_follows_the_scheduler_message(message, fix_part):
     [("300", 300), ("300s", 300), ("5m", 300), ("1h30m", 5400), ("0", 0), ("2.5m", 150)],
 )
 def test_parse_duration(text, seconds):
-    assert checks.parse_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "5 minutes", "-5m", "m", "5d", "h"])
 def test_parse_duration_rejects(text):
     with pytest.raises(ValueError, match="not a duration"):
-        checks.parse_duration(text)
+        parse_duration(text)
 
 
 # ---------------------------------------------------------------------------

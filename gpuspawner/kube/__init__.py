@@ -1,0 +1,5 @@
+"""The bottom layer: Kubernetes conventions every other layer reads the same way.
+
+``times`` (RFC 3339 timestamps as the API writes them, durations as admins type them) and
+``apierrors`` (a failed API call in plain words, for users, logs and ``doctor``).  Stdlib only.
+"""
