@@ -148,3 +148,14 @@ def pod_activity(windows: Iterable[SeriesWindow]) -> dict[PodKey, PodActivity]:
         others = tuple(sorted(pods_of_device[device] - {pod}))
         out.setdefault(pod, []).append(DeviceActivity(device, max(peaks) if peaks else None, covered, others, why))
     return {pod: PodActivity(tuple(devs)) for pod, devs in out.items()}
+
+
+class SourceError(Exception):
+    """A metric source could not answer (Prometheus unreachable, a bad query); the message says why."""
+
+
+def plan_steps(window: float, step: float, max_points: int = 10_000) -> tuple[float, int]:
+    """``(step, n)`` for a window: ``n`` steps of ``step`` seconds cover it (Prometheus refuses range
+    queries of more than 11,000 points per series, so the step grows to stay under ``max_points``)."""
+    step = max(step, window / max_points, 0.001)
+    return step, max(1, int(-(-window // step)))

@@ -68,9 +68,13 @@ def _shared_note(activity: PodActivity) -> str:
     return f"; shared GPU, device-wide values, also reported for {', '.join(shared)}" if shared else ""
 
 
-def judge_gpus(activity: PodActivity | None, gpus: int, floor: float, window: float) -> GpuVerdict:
-    """Whether a server's ``gpus`` GPUs were idle over ``window`` seconds (see the module's rule)."""
+def judge_gpus(activity: PodActivity | None, gpus: int, floor: float, window: float,
+               error: str | None = None) -> GpuVerdict:
+    """Whether a server's ``gpus`` GPUs were idle over ``window`` seconds (see the module's rule);
+    ``error``: the metric source could not be read, so nothing is known."""
     span = format_duration(window)
+    if error is not None:
+        return GpuVerdict(None, NO_METRICS, f"GPU metrics unavailable: {error}")
     if activity is None or not activity.devices:
         return GpuVerdict(None, NO_METRICS, "no GPU metrics for its pod (is the DCGM exporter running on its "
                                             "node, and does Prometheus scrape it?)")
@@ -109,12 +113,12 @@ def _not_judged(server: Server, rules: CullRules) -> tuple[Action, str, str] | N
 
 
 def decide(server: Server, activity: PodActivity | None, rule: AppliedRule, rules: CullRules,
-           now: datetime) -> Decision:
+           now: datetime, metrics_error: str | None = None) -> Decision:
     """The decision for one server at ``now`` (see the module's docstring)."""
     early = _not_judged(server, rules)
     if early is not None:
         return Decision(server, *early)
-    gpu = judge_gpus(activity, server.gpus, rules.noise_floor, rule.idle_timeout)
+    gpu = judge_gpus(activity, server.gpus, rules.noise_floor, rule.idle_timeout, metrics_error)
     last = server.last_activity or server.started
     inactive = (now - last).total_seconds() if last else None
     idle = min(inactive, rule.idle_timeout) if gpu.idle and inactive is not None else 0.0
