@@ -91,9 +91,9 @@ class ActivityMeter:
 
     def sample(self, now: float, cpu: Mapping[str, float | None]) -> None:
         """``cpu``: pod key -> CPU seconds of its process tree now (None: no process)."""
-        for key in list(self._last):
+        for key in set(self._last) | set(self.activity):
             if key not in cpu:
-                del self._last[key]
+                self._last.pop(key, None)
                 self.activity.pop(key, None)
         for key, used in cpu.items():
             prev = self._last.get(key)
