@@ -39,6 +39,7 @@ its GPU is invisible to it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -158,4 +159,4 @@ def plan_steps(window: float, step: float, max_points: int = 10_000) -> tuple[fl
     """``(step, n)`` for a window: ``n`` steps of ``step`` seconds cover it (Prometheus refuses range
     queries of more than 11,000 points per series, so the step grows to stay under ``max_points``)."""
     step = max(step, window / max_points, 0.001)
-    return step, max(1, int(-(-window // step)))
+    return step, max(1, math.ceil(window / step - 1e-9))  # the epsilon: 2592000 / 259.2 is not quite 10000
