@@ -133,9 +133,12 @@ class Prometheus:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Prometheus":
+        if shutil.which("prometheus") is None:
+            raise AssertionError("prometheus is not installed: run scripts/setup.sh --prometheus "
+                                 "(Debian's package)")
         self._log = open(self.dir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
-            [shutil.which("prometheus") or "prometheus", f"--config.file={self.dir / 'prometheus.yml'}",
+            ["prometheus", f"--config.file={self.dir / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.dir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(lambda: requests.get(f"{self.url}/-/ready", timeout=2).ok, 60, "Prometheus to be ready")
