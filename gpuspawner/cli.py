@@ -20,6 +20,7 @@ COMMANDS = {
     "probe": "probe",
     "label-node": "label_node",
     "doctor": "doctor",
+    "cull": "cull",
 }
 
 _HELP = {
@@ -29,6 +30,7 @@ _HELP = {
     "probe": "check the GPUs and driver from inside a server's pod (init container)",
     "label-node": "label a node with GPU Feature Discovery labels read through NVML",
     "doctor": "report what breaks GPU notebooks on a cluster, and how to fix it",
+    "cull": "stop GPU servers whose GPUs and notebooks have both been idle",
 }
 
 

@@ -3,15 +3,19 @@
 #   .venv/            Python virtual environment with gpuspawner (editable) and its test dependencies
 #   node_modules/     configurable-http-proxy (JupyterHub's proxy), from package-lock.json
 #   /usr/bin/chromium Debian's Chromium for the browser tests (only with --browser; needs root or sudo)
+#   /usr/bin/prometheus Debian's Prometheus for the culler's end-to-end tests (only with --prometheus;
+#                     needs root or sudo; its system service is left stopped: the tests start their own)
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_browser=0
+want_prometheus=0
 for arg in "$@"; do
   case "$arg" in
     --browser) want_browser=1 ;;
-    *) echo "setup.sh: unknown option $arg (known: --browser)" >&2; exit 2 ;;
+    --prometheus) want_prometheus=1 ;;
+    *) echo "setup.sh: unknown option $arg (known: --browser, --prometheus)" >&2; exit 2 ;;
   esac
 done
 
@@ -47,5 +51,16 @@ if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+if [ "$want_prometheus" = 1 ] && ! command -v prometheus >/dev/null 2>&1; then
+  echo "==> installing Debian's prometheus for the culler's end-to-end tests"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # the package enables a system service on :9090; the tests run their own Prometheus
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 echo "==> environment ready"

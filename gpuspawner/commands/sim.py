@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the containers' commands")
     parser.add_argument("--no-run-pods", action="store_true",
                         help="mark pods Running without starting any process")
+    parser.add_argument("--dcgm-exporter", action="store_true",
+                        help="run NVIDIA's DCGM exporter (simulated) as a pod on each NVIDIA GPU node "
+                             "(namespace gpu-operator, port 9400): GPU activity follows the pods' CPU use "
+                             "or their gpuspawner.sim/gpu-activity annotation")
     parser.add_argument("--hide-taints", action="store_true",
                         help="word FailedScheduling like Kubernetes >= 1.35: 'node(s) had untolerated taint(s)'")
 
@@ -61,9 +65,14 @@ async def _serve(args: argparse.Namespace) -> int:
     from gpuspawner.sim.loader import LoadError
     from gpuspawner.sim.plugins import MessageStyle
 
+    if args.dcgm_exporter and (args.stand_in or args.no_run_pods):
+        print("gpuspawner sim: --dcgm-exporter runs the exporters as processes: drop --stand-in and "
+              "--no-run-pods", file=sys.stderr)
+        return 2
     cluster = SimCluster(cluster_file=args.cluster, host=args.host, port=args.port,
                          run_pods=not args.no_run_pods, stand_in=args.stand_in,
-                         message_style=MessageStyle(taint_details=not args.hide_taints))
+                         message_style=MessageStyle(taint_details=not args.hide_taints),
+                         dcgm_exporter=args.dcgm_exporter)
     try:
         url = await cluster.start()
     except LoadError as e:

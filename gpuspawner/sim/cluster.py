@@ -46,9 +46,13 @@ class SimCluster:
     def __init__(self, cluster_file: str | Path | None = None, manifests: list[dict] | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, run_pods: bool = True, stand_in: bool = False,
                  message_style: MessageStyle = MessageStyle(), restart_backoff: tuple[float, float] = (10.0, 300.0),
-                 serve_http: bool = True, store: Store | None = None, pod_subnet: str | None = None):
+                 serve_http: bool = True, store: Store | None = None, pod_subnet: str | None = None,
+                 dcgm_exporter: bool = False, dcgm_interval: float = 1.0):
         if cluster_file is not None and manifests is not None:
             raise ValueError("give either cluster_file or manifests, not both")
+        if dcgm_exporter and (stand_in or not run_pods):
+            raise ValueError("the DCGM exporter pods run as processes: dcgm_exporter needs run_pods=True "
+                             "and stand_in=False")
         self.cluster_file = cluster_file
         self.manifests = manifests
         self.host, self.port = host, port
@@ -65,6 +69,8 @@ class SimCluster:
         self.node_lifecycle: NodeLifecycleController | None = None
         self.claim_controller: ResourceClaimController | None = None
         self.kubelet = None
+        self.dcgm_exporter, self.dcgm_interval = dcgm_exporter, dcgm_interval
+        self.dcgm = None  # sim/dcgm.py's Dcgm when dcgm_exporter: GPU activity and the exporter pods
         self.url: str | None = None
         self.load_seconds: float | None = None
         self._started = False
@@ -110,6 +116,11 @@ class SimCluster:
                 self.apiserver.log_source = self.kubelet.logs  # `kubectl logs`
             self.scheduler = Scheduler(self.store, style=self.message_style)
             await self.scheduler.start()
+            if self.dcgm_exporter:
+                from .dcgm import Dcgm
+
+                self.dcgm = Dcgm(self.store, self.ledger, self.kubelet.pod_pids, interval=self.dcgm_interval)
+                await self.dcgm.start()
         except BaseException:
             await self.stop()
             raise
@@ -117,7 +128,11 @@ class SimCluster:
 
     async def stop(self) -> None:
         """Stop every component; kills every process the kubelet started."""
+<<<<<<< HEAD
         for part in (self.scheduler, self.kubelet, self.claim_controller, self.node_lifecycle):
+=======
+        for part in (self.dcgm, self.scheduler, self.kubelet, self.node_lifecycle):
+>>>>>>> culler
             if part is not None:
                 with contextlib.suppress(Exception):
                     await part.stop()

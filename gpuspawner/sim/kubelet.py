@@ -865,6 +865,14 @@ class Kubelet:
         lines = c.previous_log if previous else c.log
         return "".join(line + "\n" for line in (lines or []))
 
+    def pod_pids(self, namespace: str, name: str) -> list[int]:
+        """The pids of the pod's running container processes (not their descendants):
+        what the simulated DCGM reads a pod's CPU use from (``sim/dcgm.py``)."""
+        w = self.workers.get(f"{namespace}/{name}")
+        if w is None:
+            return []
+        return [c.proc.pid for c in w.containers if c.proc is not None and c.proc.returncode is None]
+
     def qos_class(self, pod: dict) -> str:
         cs = (pod.get("spec") or {}).get("containers") or []
         reqs = [rules.container_requests(c) for c in cs]

@@ -1,0 +1,131 @@
+"""One culling pass: read the hub's servers, their pods and GPU activity; decide; stop.
+
+``Culler.run_pass()`` returns whether the pass worked: False when the hub,
+the Kubernetes API or the metric source could not be read, or a stop failed.
+Whatever failed, no server is stopped on missing evidence: a GPU server whose
+activity could not be read is kept, and the log line says why.  One log line
+per decision: ``cull``/``would cull`` (``--dry-run``)/``keep`` at INFO,
+``skip`` (CPU-only, pending, not ready) at DEBUG.
+
+The clock is a seam (``clock``): tests pass a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from gpuspawner.cull.activity import PodActivity, SeriesWindow, SourceError, pod_activity
+from gpuspawner.cull.hub import HubClient, HubError
+from gpuspawner.cull.kube import KubeError
+from gpuspawner.cull.metrics import CullMetrics
+from gpuspawner.cull.policy import Action, Decision, decide
+from gpuspawner.cull.rules import CullRules, rule_for
+from gpuspawner.cull.servers import Server, pod_index, servers_from_users
+
+__all__ = ["ActivitySource", "Culler", "utcnow"]
+
+log = logging.getLogger("gpuspawner.cull")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class ActivitySource(Protocol):
+    async def windows(self, window: float, now: float) -> list[SeriesWindow]: ...
+
+
+@dataclass
+class Culler:
+    hub: HubClient
+    source: ActivitySource
+    rules: CullRules
+    list_server_pods: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    metrics: CullMetrics | None = None
+    dry_run: bool = False
+    concurrency: int = 10
+    clock: Callable[[], datetime] = utcnow
+
+    async def _activity(self, servers: list[Server], now: datetime
+                        ) -> tuple[dict[float, dict | str], bool]:
+        """window -> {pod: PodActivity}, or the source's error text; and whether all windows were read."""
+        windows = {rule_for(self.rules, s.profile, s.pool).idle_timeout for s in servers if s.gpus > 0}
+        out: dict[float, dict | str] = {}
+        ok = True
+        for window in sorted(windows):
+            try:
+                out[window] = pod_activity(await self.source.windows(window, now.timestamp()))
+            except SourceError as e:
+                log.error("GPU activity unavailable: %s", e)
+                out[window], ok = str(e), False
+        return out, ok
+
+    async def _servers(self) -> tuple[list[Server], bool]:
+        users = await self.hub.ready_users()
+        pods: list[dict[str, Any]] = []
+        ok = True
+        if self.list_server_pods is not None:
+            try:
+                pods = await self.list_server_pods()
+            except KubeError as e:
+                log.error("server pods unavailable (servers without state are kept): %s", e)
+                ok = False
+        return servers_from_users(users, pod_index(pods)), ok
+
+    def _decide(self, server: Server, activity: dict[float, dict | str], now: datetime) -> Decision:
+        rule = rule_for(self.rules, server.profile, server.pool)
+        got = activity.get(rule.idle_timeout)
+        pods: dict = got if isinstance(got, dict) else {}
+        act: PodActivity | None = pods.get(server.pod) if server.pod else None
+        return decide(server, act, rule, self.rules, now, got if isinstance(got, str) else None)
+
+    async def _stop(self, d: Decision, gate: asyncio.Semaphore) -> bool:
+        async with gate:
+            try:
+                status = await self.hub.stop(d.server.user, d.server.name)
+            except HubError as e:
+                log.error("could not stop %s: %s", d.server.label, e)
+                return False
+        if self.metrics is not None and status != 404:
+            self.metrics.record_cull(d.server.pool, d.reason, d.gpu_hours)
+        log.debug("stop %s: hub answered %d", d.server.label, status)
+        return True
+
+    def _log(self, d: Decision) -> None:
+        s = d.server
+        what = {Action.CULL: "would cull" if self.dry_run else "cull", Action.KEEP: "keep", Action.SKIP: "skip"}
+        level = logging.DEBUG if d.action is Action.SKIP else logging.INFO
+        log.log(level, "%s %s (pod %s, %d GPU%s, pool %s): %s [%s]", what[d.action], s.label,
+                "/".join(s.pod) if s.pod else "?", s.gpus, "" if s.gpus == 1 else "s", s.pool or "-",
+                d.message, d.reason)
+
+    async def run_pass(self) -> bool:
+        now = self.clock()
+        try:
+            servers, ok = await self._servers()
+        except HubError as e:
+            log.error("cannot list the hub's servers: %s", e)
+            if self.metrics is not None:
+                self.metrics.record_pass(False, [], now.timestamp())
+            return False
+        activity, read_ok = await self._activity(servers, now)
+        decisions = [self._decide(s, activity, now) for s in servers]
+        for d in decisions:
+            self._log(d)
+        stops = [d for d in decisions if d.action is Action.CULL]
+        if stops and not self.dry_run:
+            gate = asyncio.Semaphore(self.concurrency)
+            results = await asyncio.gather(*(self._stop(d, gate) for d in stops))
+            ok = ok and all(results)
+        kinds = [("would_cull" if self.dry_run and d.action is Action.CULL else d.action.value, d.reason)
+                 for d in decisions]
+        if self.metrics is not None:
+            self.metrics.record_pass(ok and read_ok, kinds, self.clock().timestamp())
+        log.info("pass done: %d servers, %d %s, %d kept", len(decisions), len(stops),
+                 "would be stopped" if self.dry_run else "stopped", sum(d.action is Action.KEEP for d in decisions))
+        return ok and read_ok

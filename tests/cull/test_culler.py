@@ -1,0 +1,117 @@
+"""One pass of the culler with a fixed clock: who is stopped, what is counted, what a failure does.
+
+The hub and the metric source are small stand-ins with the real clients' methods; the real ones
+are exercised against a real JupyterHub and Prometheus in tests/e2e/test_cull_e2e.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import generate_latest
+
+from tests.builders import NOW, dcgm_labels, hub_user, server_model, server_pod
+from gpuspawner.cull.activity import GR_ENGINE, SeriesWindow, SourceError
+from gpuspawner.cull.culler import Culler
+from gpuspawner.cull.hub import HubError
+from gpuspawner.cull.metrics import CullMetrics
+from gpuspawner.cull.rules import CullRules, Limits
+
+POOL = "gpu-a100:nvidia-a100-sxm4-40gb:nvidia.com/gpu"
+
+
+class Hub:
+    def __init__(self, users, fail: str | None = None):
+        self.users, self.fail, self.stopped = users, fail, []
+
+    async def ready_users(self):
+        if self.fail == "list":
+            raise HubError("GET /users: cannot reach the hub")
+        return self.users
+
+    async def stop(self, user, server):
+        if self.fail == "stop":
+            raise HubError("DELETE: HTTP 403")
+        self.stopped.append((user, server))
+        return 204
+
+
+class Source:
+    def __init__(self, peaks: dict[str, list[float]], fail: bool = False):
+        self.peaks, self.fail, self.asked = peaks, fail, []
+
+    async def windows(self, window, now):
+        self.asked.append(window)
+        if self.fail:
+            raise SourceError("cannot query Prometheus at http://prom: connection refused")
+        return [SeriesWindow(GR_ENGINE, dcgm_labels(pod, exported=True, uuid=f"GPU-{pod}-{i}"), peak, True)
+                for pod, peaks in self.peaks.items() for i, peak in enumerate(peaks)]
+
+
+def setup(**kw):
+    users = [hub_user("alice", {"": server_model()}), hub_user("bob", {"": server_model()}),
+             hub_user("carol", {"": server_model(user_options={"profile": "cpu"})})]
+    pods = [server_pod("alice", gpus=2, pool=POOL), server_pod("bob", pool=POOL),
+            server_pod("carol", gpus=None, pool=None)]
+
+    async def list_pods():
+        return pods
+    hub = Hub(users, kw.pop("fail", None))
+    source = kw.pop("source", Source({"jupyter-alice": [0.0, 0.001], "jupyter-bob": [0.5]}))
+    metrics = CullMetrics()
+    culler = Culler(hub, source, kw.pop("rules", CullRules(idle_timeout=3600)), list_server_pods=list_pods,
+                    metrics=metrics, clock=lambda: NOW, **kw)
+    return culler, hub, source, metrics
+
+
+def counted(metrics: CullMetrics) -> dict:
+    text = generate_latest(metrics.registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name.startswith("gpuspawner_culled") and s.name.endswith("_total")}
+
+
+async def test_a_pass_stops_the_idle_gpu_server_only_and_counts_it(caplog):
+    culler, hub, _, metrics = setup()
+    with caplog.at_level(logging.INFO, "gpuspawner.cull"):
+        assert await culler.run_pass() is True
+    assert hub.stopped == [("alice", "")]
+    assert counted(metrics) == {
+        ("gpuspawner_culled_servers_total", (("pool", POOL), ("reason", "idle"))): 1.0,
+        ("gpuspawner_culled_gpu_hours_total", (("pool", POOL),)): 2.0,  # 2 GPUs x the 1 h window
+    }
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("cull alice/ (pod jupyterhub/jupyter-alice, 2 GPUs") for m in lines), lines
+    assert any(m.startswith("keep bob/") and m.endswith("[gpu_busy]") for m in lines), lines
+    assert not any("carol/" in m for m in lines)  # CPU servers: DEBUG only
+
+
+async def test_dry_run_stops_nothing_and_counts_nothing(caplog):
+    culler, hub, _, metrics = setup(dry_run=True)
+    with caplog.at_level(logging.INFO, "gpuspawner.cull"):
+        assert await culler.run_pass() is True
+    assert hub.stopped == [] and counted(metrics) == {}
+    assert any(r.getMessage().startswith("would cull alice/") for r in caplog.records)
+
+
+async def test_each_distinct_timeout_is_one_window_query():
+    rules = CullRules(idle_timeout=3600, pools={POOL: Limits(idle_timeout=600)})
+    culler, hub, source, _ = setup(rules=rules)
+    await culler.run_pass()
+    assert source.asked == [600]  # both GPU servers are in the pool; the CPU server asks nothing
+
+
+@pytest.mark.parametrize("fail, source_fails, stopped", [
+    ("list", False, []),
+    (None, True, []),  # no metrics: every GPU server is kept
+    ("stop", False, []),
+], ids=["hub-unreachable", "source-unreachable", "stop-refused"])
+async def test_a_pass_that_cannot_read_or_stop_reports_failure(fail, source_fails, stopped, caplog):
+    culler, hub, _, metrics = setup(fail=fail, source=Source({"jupyter-alice": [0.0, 0.0]}, fail=source_fails))
+    with caplog.at_level(logging.INFO, "gpuspawner.cull"):
+        assert await culler.run_pass() is False
+    assert hub.stopped == stopped and counted(metrics) == {}
+    if source_fails:
+        assert any("keep alice/" in r.getMessage() and "GPU metrics unavailable: cannot query Prometheus"
+                   in r.getMessage() for r in caplog.records)

@@ -1,0 +1,251 @@
+"""What the culler's end-to-end tests run: the simulated cluster with its DCGM exporters
+(``gpuspawner sim --dcgm-exporter``), a real JupyterHub with the demo's configuration
+(``gpuspawner/data/demo/jupyterhub_config.py``, as ``gpuspawner demo`` runs it, plus a culler
+service with the narrow role of docs/culling.md), and a real Prometheus scraping the exporters
+every second.
+
+Debian's ``prometheus`` package is built without Kubernetes service discovery (its
+NEWS.Debian: "Kubernetes support has been completely removed"), so ``kubernetes_sd_configs``
+cannot be used here.  :class:`PodDiscovery` stands in for it: an ``http_sd_configs`` endpoint
+that lists the exporter pods through the simulated API server and hands Prometheus the same
+targets and ``__meta_kubernetes_*`` labels as ``kubernetes_sd_configs`` with ``role: pod``
+(``discovery/kubernetes/pod.go``: one target per container port, ``podIP:port``, none for a pod
+without an IP).  The scrape config's relabelling is the one a cluster would use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import requests
+
+from gpuspawner.commands.demo import DEMO_CONFIG
+from gpuspawner import config_snippet
+
+from .harness import DemoHub, free_port, wait_for
+
+CULLER_ROLE_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers", "read:users:groups"]
+
+
+def _label_name(name: str) -> str:
+    # strutil.SanitizeLabelName: anything outside [a-zA-Z0-9_] becomes "_"
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def pod_targets(pod: dict) -> dict | None:
+    """One ``http_sd`` target group for a pod, as kubernetes_sd_configs (role: pod) builds it."""
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    ip = status.get("podIP")
+    if not ip:
+        return None
+    ready = next((c["status"].lower() for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+                 "unknown")
+    labels = {"__meta_kubernetes_namespace": meta.get("namespace", ""),
+              "__meta_kubernetes_pod_name": meta["name"], "__meta_kubernetes_pod_ip": ip,
+              "__meta_kubernetes_pod_ready": ready, "__meta_kubernetes_pod_phase": status.get("phase", ""),
+              "__meta_kubernetes_pod_node_name": spec.get("nodeName", ""),
+              "__meta_kubernetes_pod_host_ip": status.get("hostIP", ""),
+              "__meta_kubernetes_pod_uid": meta.get("uid", "")}
+    for k, v in (meta.get("labels") or {}).items():
+        labels[f"__meta_kubernetes_pod_label_{_label_name(k)}"] = v
+        labels[f"__meta_kubernetes_pod_labelpresent_{_label_name(k)}"] = "true"
+    groups = []
+    for c in spec.get("containers") or []:
+        for port in c.get("ports") or []:
+            groups.append({"targets": [f"{ip}:{port['containerPort']}"], "labels": dict(
+                labels, __meta_kubernetes_pod_container_name=c["name"],
+                __meta_kubernetes_pod_container_port_number=str(port["containerPort"]),
+                __meta_kubernetes_pod_container_port_name=port.get("name", ""),
+                __meta_kubernetes_pod_container_port_protocol=port.get("protocol", "TCP"))})
+    return {"groups": groups}
+
+
+class PodDiscovery:
+    """An ``http_sd`` endpoint listing the pods of ``namespace`` matching ``selector``."""
+
+    def __init__(self, k8s_url: str, namespace: str, selector: str):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                r = requests.get(f"{k8s_url}/api/v1/namespaces/{namespace}/pods",
+                                 params={"labelSelector": selector}, timeout=10)
+                groups = []
+                for pod in r.json().get("items", []) if r.ok else []:
+                    built = pod_targets(pod)
+                    groups += built["groups"] if built else []
+                body = json.dumps(groups).encode()
+                self.send_response(200 if r.ok else 503)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+PROMETHEUS_CONFIG = """\
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+- job_name: dcgm-exporter
+  http_sd_configs:          # stands for kubernetes_sd_configs: [{{role: pod, namespaces: {{names: [gpu-operator]}}}}]
+  - url: {sd_url}
+    refresh_interval: 1s
+  relabel_configs:
+  - {{source_labels: [__meta_kubernetes_pod_label_app], regex: nvidia-dcgm-exporter, action: keep}}
+  - {{source_labels: [__meta_kubernetes_pod_container_port_number], regex: "9400", action: keep}}
+  # what kube-prometheus' ServiceMonitors add: the exporter's own pod and namespace, so that the
+  # exporter's pod/namespace labels become exported_pod/exported_namespace (honor_labels: false)
+  - {{source_labels: [__meta_kubernetes_namespace], target_label: namespace}}
+  - {{source_labels: [__meta_kubernetes_pod_name], target_label: pod}}
+  - {{source_labels: [__meta_kubernetes_pod_node_name], target_label: node}}
+"""
+
+
+class Prometheus:
+    """Debian's prometheus, on loopback, scraping the DCGM exporter pods every second."""
+
+    def __init__(self, sd_url: str):
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-prometheus-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        (self.dir / "prometheus.yml").write_text(PROMETHEUS_CONFIG.format(sd_url=sd_url))
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Prometheus":
+        if shutil.which("prometheus") is None:
+            raise AssertionError("prometheus is not installed: run scripts/setup.sh --prometheus "
+                                 "(Debian's package)")
+        self._log = open(self.dir / "prometheus.log", "wb")
+        self.proc = subprocess.Popen(
+            ["prometheus", f"--config.file={self.dir / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.dir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(lambda: requests.get(f"{self.url}/-/ready", timeout=2).ok, 60, "Prometheus to be ready")
+        return self
+
+    def query(self, promql: str) -> list[dict]:
+        r = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=10)
+        r.raise_for_status()
+        return r.json()["data"]["result"]
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if getattr(self, "_log", None):
+            self._log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+EXTRA_CONFIG = """\
+c.JupyterHub.services.append({{"name": "gpu-culler", "api_token": {token!r}}})
+c.JupyterHub.load_roles.append({{"name": "gpu-culler", "scopes": {scopes!r}, "services": ["gpu-culler"]}})
+"""
+
+
+class CullHub(DemoHub):
+    """``DemoHub``'s API helpers over the demo's hub configuration on a cluster with DCGM exporters."""
+
+    def __init__(self):
+        super().__init__()
+        self.culler_token = secrets.token_hex(16)
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-cull-e2e-"))
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.sim: subprocess.Popen | None = None
+
+    def start(self) -> "CullHub":
+        self._sim_log = open(self.dir / "sim.log", "wb")
+        self.sim = subprocess.Popen(
+            [sys.executable, "-m", "gpuspawner", "sim", "--dcgm-exporter", "--port", str(self.k8s_port),
+             "--kubeconfig", str(self.kubeconfig)],
+            stdout=self._sim_log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(lambda: len([p for p in self.pods("gpu-operator") if p["status"].get("phase") == "Running"]) == 5,
+                 90, "the five DCGM exporter pods to run")
+        requests.post(f"{self.k8s_url}/api/v1/namespaces", timeout=10,
+                      json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jupyterhub"}})
+        extra = self.dir / "extra_config.py"
+        extra.write_text(EXTRA_CONFIG.format(token=self.culler_token, scopes=CULLER_ROLE_SCOPES))
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), GPUSPAWNER_DEMO_DIR=str(self.dir),
+                   GPUSPAWNER_DEMO_SNIPPET=str(config_snippet()), GPUSPAWNER_DEMO_PORT=str(self.port),
+                   GPUSPAWNER_DEMO_HUB_PORT=str(free_port()), GPUSPAWNER_DEMO_PROXY_API_PORT=str(free_port()),
+                   GPUSPAWNER_DEMO_PROXY=shutil.which("configurable-http-proxy") or "configurable-http-proxy",
+                   GPUSPAWNER_DEMO_ADMIN_TOKEN=self.token, GPUSPAWNER_DEMO_EXTRA_CONFIG=str(extra),
+                   CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(16))
+        env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")])
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG)], cwd=self.dir,
+                                     env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for(self._ready, 120, "the hub to answer")
+        except AssertionError:
+            self.stop()
+            raise AssertionError(f"the hub did not start:\n{self.log()}") from None
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # the hub stops its servers while the cluster still runs
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        if self.sim and self.sim.poll() is None:
+            self.sim.send_signal(signal.SIGINT)
+            try:
+                self.sim.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.sim.pid, signal.SIGKILL)
+                self.sim.wait(10)
+        for f in (getattr(self, "_log", None), getattr(self, "_sim_log", None)):
+            if f:
+                f.close()
+
+    def culler(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """``gpuspawner cull ARGS`` as the hub's culler service (its token, the hub's API URL)."""
+        env = dict(os.environ, JUPYTERHUB_API_URL=f"{self.url}/hub/api", JUPYTERHUB_API_TOKEN=self.culler_token)
+        return subprocess.run([sys.executable, "-m", "gpuspawner", "cull", "--kubeconfig", str(self.kubeconfig),
+                               *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+    def culler_process(self, *args: str, log: pathlib.Path) -> subprocess.Popen:
+        env = dict(os.environ, JUPYTERHUB_API_URL=f"{self.url}/hub/api", JUPYTERHUB_API_TOKEN=self.culler_token)
+        return subprocess.Popen([sys.executable, "-m", "gpuspawner", "cull", "--kubeconfig", str(self.kubeconfig),
+                                 *args], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def spawn(self, user: str, options: dict) -> dict:
+        self.create_user(user)
+        r = self.api("POST", f"/users/{user}/server", json=options)
+        assert r.status_code in (201, 202), r.text
+        return self.wait_ready(user)
+
+    def pod_of(self, user: str) -> dict:
+        pods = [p for p in self.pods("jupyterhub")
+                if (p["metadata"].get("annotations") or {}).get("hub.jupyter.org/username") == user]
+        assert len(pods) == 1, pods
+        return pods[0]
