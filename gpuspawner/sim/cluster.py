@@ -128,11 +128,7 @@ class SimCluster:
 
     async def stop(self) -> None:
         """Stop every component; kills every process the kubelet started."""
-<<<<<<< HEAD
-        for part in (self.scheduler, self.kubelet, self.claim_controller, self.node_lifecycle):
-=======
-        for part in (self.dcgm, self.scheduler, self.kubelet, self.node_lifecycle):
->>>>>>> culler
+        for part in (self.dcgm, self.scheduler, self.kubelet, self.claim_controller, self.node_lifecycle):
             if part is not None:
                 with contextlib.suppress(Exception):
                     await part.stop()
