@@ -9,24 +9,20 @@ kube-scheduler, is used as a second source at the end.
 import pytest
 
 from gpuspawner.capacity.model import NodeView, PoolView, ScaleUp, Taint
-from gpuspawner.spawn.progress import (
+from gpuspawner.spawn.pending import gpu_wait_seconds
+from gpuspawner.spawn.progress import FATAL_KINDS, SpawnContext, rewrite_progress_event, translate, translate_pod
+from gpuspawner.spawn.schedmsg import (
     AFFINITY,
     CONDITION_TAINT,
-    FATAL_KINDS,
     INSUFFICIENT,
     TAINT,
     UNKNOWN,
     UNSCHEDULABLE,
     VOLUME,
     VOLUME_ZONE,
-    SpawnContext,
-    gpu_wait_seconds,
     parse_no_scale_up,
     parse_scale_up,
     parse_scheduling_message,
-    rewrite_progress_event,
-    translate,
-    translate_pod,
 )
 from gpuspawner.sim.plugins import MessageStyle, Status, fit_error_message
 

@@ -33,6 +33,7 @@ from gpuspawner.cuda.rules import LEVELS, POLICIES, NodeCuda, Verdict, decide
 from gpuspawner.cuda.table import min_driver_for_cuda
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, HARD_EFFECTS, NEVER_TOLERATED_PREFIXES, taint_key_allowed
 from gpuspawner.spawn.profiles import GPUProfileSpec
+from gpuspawner.spawn.schedmsg import AFFINITY, INSUFFICIENT, NODE_NAME, TAINT, UNSCHEDULABLE, parse_scheduling_message
 from gpuspawner.kube.times import format_duration, parse_time
 
 __all__ = [
@@ -788,28 +789,30 @@ def _epoch(value: Any) -> float | None:
 
 
 def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int]) -> str:
-    # the scheduler's FailedScheduling message lists each filter's reason
-    # ("0/5 nodes are available: 2 Insufficient nvidia.com/gpu, 3 node(s) had
-    # untolerated taint {...}"; pkg/scheduler/framework/plugins/*)
+    """The fix for what the scheduler's ``FailedScheduling`` message (the ``PodScheduled``
+    condition's) names, read with the spawner's own parser (``spawn.schedmsg``); the first of
+    a taint, too few free resources, node affinity, cordoned nodes wins."""
     describe = f"kubectl describe pod -n {ns} {name}"
-    m = message.lower()
-    if "untolerated taint" in m or "had taint" in m:
+    failure = parse_scheduling_message(message)
+    if failure is None:
+        return describe
+    if failure.count(TAINT):
         return (
             f"A taint keeps it off the GPU nodes: allow its key in c.GPUSpawner.gpu_tolerated_taint_keys "
             f"(see untolerated-gpu-taint) or remove the taint; details: {describe}"
         )
-    if "insufficient" in m:
+    if failure.count(INSUFFICIENT):
         wanted = ", ".join(f"{n} x {r}" for r, n in sorted(usage.items()))
         return (
             f"No node has {wanted} free: wait for GPUs to be released, stop idle servers "
             f"(jupyterhub-idle-culler), add GPU nodes or let the cluster autoscaler scale the pool; {describe}"
         )
-    if "affinity" in m or "selector" in m:
+    if failure.count(AFFINITY, NODE_NAME):
         return (
             f"No GPU node matches the pod's node affinity/selector: check the pool's labels "
             f"(kubectl get nodes -L nvidia.com/gpu.product) and the profile's node_selector; {describe}"
         )
-    if "unschedulable" in m:
+    if failure.count(UNSCHEDULABLE):
         return f"The GPU nodes it fits are cordoned (see gpu-node-cordoned): kubectl uncordon NODE; {describe}"
     return describe
 
