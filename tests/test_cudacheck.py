@@ -10,16 +10,8 @@ import pytest
 
 from gpuspawner.capacity.model import NodeView, PoolView
 from gpuspawner.cuda import NodeCuda, Verdict, decide, image_cuda
-from gpuspawner.spawn.cudafit import (
-    PROBE_CONTAINER,
-    PROFILE_IMAGE,
-    pool_fit,
-    probe_args,
-    probe_container,
-    probe_failure,
-    profile_images,
-    steering_expression,
-)
+from gpuspawner.spawn.cudafit import PROFILE_IMAGE, pool_fit, profile_images, steering_expression
+from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_args, probe_container, probe_failure
 
 IMG = image_cuda("12.4", name="pytorch:24.05")
 CPU = image_cuda(None, name="scipy-notebook")

@@ -90,13 +90,6 @@ def _spawner_sections(config: Any) -> tuple[type, list[str]]:
     return klass, names + [n for n in extra if n not in names]
 
 
-def _resolve_check(value: Any) -> Any:
-    """``c.GPUSpawner.cuda_check`` as the spawner's validator resolves it."""
-    from gpuspawner.spawn.cudafit import resolve_check
-
-    return resolve_check(value)
-
-
 def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
     """(HubFacts, CapacityConfig) from the hub's ``jupyterhub_config.py``.
 
@@ -106,6 +99,7 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
     from traitlets.config import LazyConfigValue
     from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
+    from gpuspawner.cuda.custom import resolve_check  # as the spawner's cuda_check validator does
     from gpuspawner.doctor.checks import hub_facts_from_values
     from gpuspawner.hub.spawner import GPUCapacitySettings
 
@@ -135,7 +129,7 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
         if callable(values["profile_list"]):
             values["profile_list"] = []  # a callable profile_list is resolved per user at spawn time
         hub = hub_facts_from_values(values, source=path, cuda_policy=cuda_policy,
-                                    cuda_check=_resolve_check(values["cuda_check"]))
+                                    cuda_check=resolve_check(values["cuda_check"]))
         capacity = GPUCapacitySettings.from_hub_config(config, klass).capacity_config()
     except Exception as e:  # TraitError, ValueError: the message names the setting
         raise HubConfigError(f"--config {path}: {e}") from None

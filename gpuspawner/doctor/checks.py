@@ -29,7 +29,8 @@ from gpuspawner.capacity.podres import pod_usage
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 from gpuspawner.spawn.cudafit import node_cuda
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.cuda.rules import LEVELS, POLICIES, NodeCuda, Verdict, decide
+from gpuspawner.cuda.custom import safe_verdict
+from gpuspawner.cuda.rules import POLICIES, NodeCuda, Verdict, decide
 from gpuspawner.cuda.table import min_driver_for_cuda
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, HARD_EFFECTS, NEVER_TOLERATED_PREFIXES, taint_key_allowed
 from gpuspawner.spawn.profiles import GPUProfileSpec
@@ -637,17 +638,9 @@ def _node_cuda(node: Mapping[str, Any]) -> NodeCuda:
 
 
 def _verdict(hub: HubFacts, image: ImageCuda, node: NodeCuda) -> Verdict:
-    """The hub's ``cuda_check`` on one node; an admin's callable that raises or
-    returns something else gives a ``check-error`` skip (as the spawner does)."""
-    try:
-        v = hub.cuda_check(image, node, hub.cuda_policy)
-    except Exception as e:  # the admin's callable
-        return Verdict("skip", "check-error", f"c.GPUSpawner.cuda_check raised {type(e).__name__}: {e}",
-                       policy=hub.cuda_policy)
-    if not isinstance(v, Verdict) or v.level not in LEVELS:
-        return Verdict("skip", "check-error",
-                       f"c.GPUSpawner.cuda_check returned {type(v).__name__}, not a Verdict", policy=hub.cuda_policy)
-    return v
+    """The hub's ``cuda_check`` on one node, called as the spawner calls it: a callable that
+    raises or returns something else gives a ``check-error`` skip."""
+    return safe_verdict(hub.cuda_check, image, node, hub.cuda_policy)
 
 
 def _image_fix(img: ProfileImage, failing: Sequence[tuple[ObjectRef, Verdict]], bad_pools: Sequence[str]) -> str:
@@ -718,7 +711,7 @@ def check_images(
                     "cuda-check-error",
                     "warning",
                     f"Profile {img.label}: the hub's CUDA check failed on "
-                    f"{_plural(len(errors), 'node')} ({_names([r for r, _ in errors])}): {errors[0][1].reason}; "
+                    f"{_plural(len(errors), 'node')} ({_names([r for r, _ in errors])}): {errors[0][1].reason.rstrip('.')}; "
                     "the spawner then lets servers start unchecked.",
                     "Fix the callable in c.GPUSpawner.cuda_check (it must return a gpuspawner.cuda.Verdict), "
                     'or remove the setting to use the default "gpuspawner.cuda:decide".',

@@ -37,7 +37,7 @@ from kubespawner import KubeSpawner
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 
-from gpuspawner.spawn import cudafit as cudacheck
+from gpuspawner.spawn import cudafit
 from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import (
     AccessError,
@@ -51,6 +51,7 @@ from gpuspawner.spawn.access import (
     principal_of,
 )
 from gpuspawner.cuda import POLICIES, decide
+from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub.errors import GPUSpawnFailure, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import CudaRefusal, OptionError, Selection, validate_user_options
@@ -58,6 +59,7 @@ from gpuspawner.spawn.overrides import build_overrides
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, NEVER_TOLERATED_PREFIXES, untolerated_taints
 from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION, fatal_verdict, queued_before
 from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
+from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
 from gpuspawner.hub.settings import GPUCapacitySettings
 from gpuspawner.hub.templates import render_form, template_dirs
@@ -258,7 +260,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
     @validate("cuda_check")
     def _validate_cuda_check(self, proposal):
         try:
-            return cudacheck.resolve_check(proposal.value)
+            return resolve_check(proposal.value)
         except ValueError as e:
             raise TraitError(str(e)) from None
 
@@ -357,11 +359,11 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     _logged_check_errors: set[str] = set()
 
-    def _cuda_fit(self, image, pool) -> cudacheck.PoolFit:
+    def _cuda_fit(self, image, pool) -> cudafit.PoolFit:
         """How ``image`` fits ``pool`` under this hub's policy and check. A
         broken ``cuda_check`` gives "unknown" (never a refusal) and is logged
         once per distinct error (the page is rendered often)."""
-        fit = cudacheck.pool_fit(image, pool, self.cuda_policy, self.cuda_check)
+        fit = cudafit.pool_fit(image, pool, self.cuda_policy, self.cuda_check)
         for n in fit.nodes:
             if n.verdict.rule == "check-error" and n.verdict.reason not in self._logged_check_errors:
                 self._logged_check_errors.add(n.verdict.reason)
@@ -578,7 +580,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
     def _apply_gpu_selection(self, selection: Selection) -> None:
         pool, gpus = selection.pool.pool, selection.gpus
         fit = selection.cuda
-        steer = cudacheck.steering_expression(fit)
+        steer = cudafit.steering_expression(fit)
         try:
             overrides = build_overrides(
                 pool,
@@ -657,12 +659,12 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         if self.cuda_probe:
             image = selection.offer.spec.images.image(selection.image_key)
             self._probe_image = self.cuda_probe_image or self.image
-            probe = cudacheck.probe_container(
+            probe = probe_container(
                 image, gpus, pool.resource, self.cuda_policy, self._probe_image, product=pool.product
             )
             existing = [
                 c for c in self._sorted_dict_values(self.init_containers)
-                if not (isinstance(c, dict) and c.get("name") == cudacheck.PROBE_CONTAINER)
+                if not (isinstance(c, dict) and c.get("name") == PROBE_CONTAINER)
             ]
             # the admin's init containers first: the probe runs last, right
             # before the server, on what they prepared
@@ -790,7 +792,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         the start timeout (the probe's init container would otherwise restart
         in CrashLoopBackOff until then)."""
         if self._watch_probe and pod is not None:
-            failure = cudacheck.probe_failure(pod, self._probe_image)
+            failure = probe_failure(pod, self._probe_image)
             if failure:
                 self.log.warning("GPU probe failed for %s: %s", self._log_name, failure)
                 raise spawn_error(failure, reason="gpu-probe", status_code=500)
