@@ -16,19 +16,14 @@ import pytest
 from gpuspawner.spawn.access import (
     AccessError,
     AccessRules,
-    HeldServer,
-    OtherServer,
     Principal,
-    QuotaPolicy,
     check_access,
-    check_quota,
-    held_servers,
     offers_for,
     parse_allowed_groups,
     principal_of,
-    server_gpus,
     visible_pools,
 )
+from gpuspawner.spawn.quota import HeldServer, OtherServer, QuotaPolicy, check_quota, held_servers, server_gpus
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
 from gpuspawner.spawn.options import OptionError, validate_user_options
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule, build_offers, merge_profiles, present_pools

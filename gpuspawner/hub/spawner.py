@@ -39,17 +39,7 @@ from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, def
 
 from gpuspawner.spawn import cudafit
 from gpuspawner.hub import metrics
-from gpuspawner.spawn.access import (
-    AccessError,
-    OtherServer,
-    QuotaPolicy,
-    UserOffers,
-    check_access,
-    check_quota,
-    held_servers,
-    offers_for,
-    principal_of,
-)
+from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub.errors import GPUSpawnFailure, refusal, spawn_error
@@ -59,6 +49,7 @@ from gpuspawner.spawn.overrides import build_overrides
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, NEVER_TOLERATED_PREFIXES, untolerated_taints
 from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION, fatal_verdict, queued_before
 from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
+from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_servers
 from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
 from gpuspawner.hub.settings import GPUCapacitySettings
