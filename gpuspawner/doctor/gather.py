@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.doctor.checks import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
+from gpuspawner.kube.apierrors import explain, status_of
 
 __all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
 
@@ -100,16 +101,6 @@ async def _configure(kubeconfig: str | None, context: str | None, server: str | 
     return cfg
 
 
-def _status_message(body: bytes, code: int) -> str:
-    try:
-        doc = json.loads(body)
-        if isinstance(doc, dict) and doc.get("message"):
-            return str(doc["message"])
-    except ValueError:
-        pass
-    return f"HTTP {code}"
-
-
 class _Reader:
     def __init__(self, api_client: Any, server: str, timeout: float, page_size: int):
         from kubernetes_asyncio import client
@@ -154,16 +145,13 @@ class _Reader:
                     break  # the continue token expired: list again from the start
                 if code == 401:
                     raise GatherError(
-                        f"the API server at {self.server} rejected the credentials (401 Unauthorized: "
-                        f"{_status_message(body, code)}); refresh them (e.g. re-run your cloud's "
-                        "get-credentials command) or pass --kubeconfig"
+                        f"listing {what} at {self.server}: {explain(status_of(code, body))}; refresh the "
+                        "credentials (e.g. re-run your cloud's get-credentials command) or pass --kubeconfig"
                     )
                 if code == 403:
-                    raise _Forbidden(_status_message(body, code))
+                    raise _Forbidden(status_of(code, body).text)
                 if code != 200:
-                    raise GatherError(
-                        f"listing {what} at {self.server} failed: {_status_message(body, code)} (HTTP {code})"
-                    )
+                    raise GatherError(f"listing {what} at {self.server} failed: {explain(status_of(code, body))}")
                 try:
                     doc = json.loads(body)
                 except ValueError:
@@ -200,9 +188,9 @@ class _Reader:
             return None
         if code in (401, 403):
             return RbacCheck(verb, resource, namespace, None, how,
-                             f"may not create {how}s: {_status_message(raw, code)}")
+                             f"may not create {how}s: {status_of(code, raw).text}")
         if code not in (200, 201):
-            return RbacCheck(verb, resource, namespace, None, how, _status_message(raw, code))
+            return RbacCheck(verb, resource, namespace, None, how, status_of(code, raw).text)
         try:
             status = json.loads(raw).get("status") or {}
         except (ValueError, AttributeError):
@@ -228,7 +216,7 @@ class _Reader:
         finally:
             resp.close()
         if code in (401, 403):
-            return RbacCheck("watch", what, None, False, "watch call", _status_message(body, code))
+            return RbacCheck("watch", what, None, False, "watch call", status_of(code, body).text)
         return RbacCheck("watch", what, None, code == 200, "watch call", "" if code == 200 else f"HTTP {code}")
 
 
@@ -295,7 +283,7 @@ async def gather(
             if name:
                 code, body = await reader._call(reader.core.read_node, name=name)
                 checks.append(RbacCheck("get", "nodes", None, code == 200 if code != 404 else None,
-                                        "get call", "" if code == 200 else _status_message(body, code)))
+                                        "get call", "" if code == 200 else status_of(code, body).text))
             for what in ("nodes", "pods"):
                 if listed[what].allowed:
                     checks.append(await reader.probe_watch(what))

@@ -54,6 +54,7 @@ from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failu
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
 from gpuspawner.hub.settings import GPUCapacitySettings
 from gpuspawner.hub.templates import render_form, template_dirs
+from gpuspawner.kube.apierrors import rules_text
 
 __all__ = ["GPUCapacitySettings", "GPUSpawner", "applied_in_load_user_options"]
 
@@ -313,10 +314,10 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         self._logged_capacity_problems.add(problem)
         self.log.warning(
             "%s. Static profiles are still offered; GPU profiles show 'capacity unknown'%s. "
-            "If this is a permissions problem, apply deploy/rbac.yaml (ClusterRole rules: "
-            "nodes: get, list, watch; pods: list, watch at the cluster scope).",
+            "If this is a permissions problem, apply deploy/rbac.yaml (ClusterRole rules: %s at the cluster scope).",
             problem,
             " and admit spawns unchecked" if self.gpu_admit_without_capacity else " and refuse GPU spawns",
+            rules_text(),
         )
 
     async def gpu_profile_list(self) -> tuple[list[dict[str, Any]], dict[str, ProfileOffer]]:
