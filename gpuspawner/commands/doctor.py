@@ -100,7 +100,7 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
     from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
     from gpuspawner.cuda.custom import resolve_check  # as the spawner's cuda_check validator does
-    from gpuspawner.doctor.checks import hub_facts_from_values
+    from gpuspawner.doctor.facts import hub_facts_from_values
     from gpuspawner.hub.spawner import GPUCapacitySettings
 
     full = os.path.abspath(path)
@@ -139,7 +139,8 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
 def default_hub(cuda_policy: str | None) -> tuple[Any, Any]:
     """Without ``--config``: gpuspawner's defaults (tolerated taint keys, GPU resources)."""
     from gpuspawner.capacity.config import CapacityConfig
-    from gpuspawner.doctor.checks import DEFAULT_TOLERATED_TAINT_KEYS, HubFacts
+    from gpuspawner.doctor.facts import HubFacts
+    from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
 
     hub = HubFacts(tolerated_taint_keys=DEFAULT_TOLERATED_TAINT_KEYS, cuda_policy=cuda_policy or "minor")
     return hub, CapacityConfig()
@@ -163,6 +164,7 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
               now: float | None = None) -> int:
     """The whole command, for callers that already run an event loop."""
     from gpuspawner.doctor import checks, gather, report
+    from gpuspawner.doctor.findings import exit_code
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -219,7 +221,7 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         print(report.render_json(findings, facts), file=out)
     else:
         print(report.render_text(findings, facts), file=out)
-    return checks.exit_code(findings)
+    return exit_code(findings)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -9,15 +9,11 @@ import pytest
 from gpuspawner.kube.times import parse_duration
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.cuda.image import image_cuda
-from gpuspawner.doctor import checks, report
-from gpuspawner.doctor.checks import (
-    DEFAULT_TOLERATED_TAINT_KEYS,
-    Finding,
-    HubFacts,
-    ProfileImage,
-    RbacCheck,
-    RbacFacts,
-)
+from gpuspawner.doctor import checks, findings, report
+from gpuspawner.doctor.facts import HubFacts, ProfileImage, hub_facts_from_values
+from gpuspawner.doctor.findings import Finding
+from gpuspawner.doctor.rbac import REQUIRED_RBAC, RbacCheck, RbacFacts
+from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
 
 CONFIG = CapacityConfig()
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -429,7 +425,7 @@ def test_rbac_denied_is_an_error_with_the_clusterrole_fix():
 
 
 def test_rbac_all_allowed_says_nothing_and_unknown_is_info():
-    ok = RbacFacts("me", tuple(RbacCheck(v, r, None, True, "list call") for v, r in checks.REQUIRED_RBAC))
+    ok = RbacFacts("me", tuple(RbacCheck(v, r, None, True, "list call") for v, r in REQUIRED_RBAC))
     assert checks.check_rbac(ok) == []
     unknown = RbacFacts("me", (RbacCheck("watch", "pods", None, None, "watch call", "timeout"),))
     assert [(f.id, f.severity) for f in checks.check_rbac(unknown)] == [("checks-skipped", "info")]
@@ -439,7 +435,7 @@ def test_unlisted_nodes_skip_their_checks():
     rbac = RbacFacts("me", (RbacCheck("list", "nodes", None, False, "list call"),))
     found = checks.run_checks(None, [], config=CONFIG, hub=DEFAULT_HUB, rbac=rbac, now=NOW, pending_after=300)
     assert [f.id for f in found] == ["rbac-missing", "checks-skipped", "profile-checks-skipped"]
-    assert checks.exit_code(found) == 1
+    assert findings.exit_code(found) == 1
 
 
 # ---------------------------------------------------------------------------
@@ -468,7 +464,7 @@ def test_hub_facts_profile_and_choice_images():
         }}}},
         {"slug": "plain"},
     ], tolerations=[{"key": "dedicated", "operator": "Exists"}])
-    hub = checks.hub_facts_from_values(v, source="c.py")
+    hub = hub_facts_from_values(v, source="c.py")
     assert hub.cuda_policy == "minor"
     got = [(i.label, i.image, i.cuda.cuda_text) for i in hub.images]
     assert got == [
@@ -499,7 +495,7 @@ def test_hub_facts_profile_and_choice_images():
 )
 def test_hub_facts_errors_name_the_setting(bad, match):
     with pytest.raises(ValueError, match=match):
-        checks.hub_facts_from_values(values(**bad), source="c.py")
+        hub_facts_from_values(values(**bad), source="c.py")
 
 
 # ---------------------------------------------------------------------------
@@ -509,9 +505,9 @@ def test_hub_facts_errors_name_the_setting(bad, match):
 def test_exit_code_and_report_shapes():
     info = Finding("profile-checks-skipped", "info", "s", "f")
     warn = Finding("gpu-node-cordoned", "warning", "node g is cordoned", "kubectl uncordon g",
-                   (checks.ObjectRef("Node", "g"),))
-    assert checks.exit_code([info]) == 0
-    assert checks.exit_code([info, warn]) == 1
+                   (findings.ObjectRef("Node", "g"),))
+    assert findings.exit_code([info]) == 0
+    assert findings.exit_code([info, warn]) == 1
     doc = json.loads(report.render_json([warn, info], {"server": "http://x"}))
     assert doc["summary"] == {"errors": 0, "warnings": 1, "info": 1, "ok": False, "exit_code": 1,
                               "server": "http://x"}
@@ -529,7 +525,7 @@ def test_every_id_is_documented():
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md").read_text()
-    missing = [i for i in checks.FINDING_IDS if f"`{i}`" not in doc]
+    missing = [i for i in findings.FINDING_IDS if f"`{i}`" not in doc]
     assert missing == []
 
 
