@@ -35,9 +35,11 @@ MARKDOWN = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
 
 TRAITS = set(GPUSpawner.class_trait_names(config=True))
 # the mixin whose traits GET /hub/api/gpus reads, found by name (its module may move)
-CAPACITY_CLASS = next(k for k in GPUSpawner.mro() if k.__name__ == "GPUCapacitySettings")
+CAPACITY_CLASS = next(k for k in GPUSpawner.mro() if k.__name__ == "GPUSpawnerSettings")
 CAPACITY_TRAITS = set(CAPACITY_CLASS.class_trait_names(config=True))
-SECTION_TRAITS = {"GPUSpawner": TRAITS, "KubeSpawner": TRAITS, "GPUCapacitySettings": CAPACITY_TRAITS}
+# GPUCapacitySettings: the settings class's former name, still a config section (docs/configuration.md)
+SECTION_TRAITS = {"GPUSpawner": TRAITS, "KubeSpawner": TRAITS, "GPUSpawnerSettings": CAPACITY_TRAITS,
+                  "GPUCapacitySettings": CAPACITY_TRAITS}
 
 
 def load_example() -> Config:
@@ -234,7 +236,7 @@ def test_docs_mention_only_real_traits(path):
     text = path.read_text(encoding="utf-8")
     wrong = sorted(
         f"c.{section}.{name}"
-        for section, name in re.findall(r"c\.(GPUSpawner|GPUCapacitySettings)\.([A-Za-z_]\w*)", text)
+        for section, name in re.findall(r"c\.(GPUSpawner|GPUSpawnerSettings|GPUCapacitySettings)\.([A-Za-z_]\w*)", text)
         if name not in SECTION_TRAITS[section]
     )
     assert not wrong, f"{path.name} names settings that do not exist: {wrong}"

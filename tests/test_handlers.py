@@ -24,7 +24,7 @@ import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, ScaleUp, pool_id
 from gpuspawner.hub.handlers import GPUCapacityHandler
-from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import GPUSpawner
 
 SNIPPET = Path(str(config_snippet()))
@@ -131,7 +131,7 @@ def test_snippet_sets_spawner_and_registers_handler_only():
 async def test_capacity_for_a_plain_user_token(hub, monkeypatch):
     url, token = hub
     fake = FakeCache(A100, SECRET, H100)
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: fake)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     code, body = await get(url, token)
     assert code == 200
     assert list(body) == ["pools", "synced", "age_seconds"]
@@ -148,7 +148,7 @@ async def test_capacity_for_a_plain_user_token(hub, monkeypatch):
 async def test_refused_without_authentication(hub, monkeypatch, token):
     url, _ = hub
     fake = FakeCache(A100)
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: fake)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     code, body = await get(url, token)
     assert code == 403
     assert "API token" in body["message"]
@@ -187,7 +187,7 @@ async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, mo
     code, body = await get(url, token)
     assert code == 200 and body["pools"] == [] and body["synced"] is False
     # the cache the handler started is the one spawners share; it settles as forbidden
-    shared = GPUCapacitySettings.from_hub_config(load_snippet(), GPUSpawner).shared_capacity_cache()
+    shared = GPUSpawnerSettings.from_hub_config(load_snippet(), GPUSpawner).shared_capacity_cache()
     assert await shared.wait_synced(timeout=20) is False
     assert api.calls >= 1
     assert "nodes: list, watch" in shared.snapshot().error
@@ -234,7 +234,7 @@ def gpu_hub_spawner(monkeypatch):
     fake = FakeCache(A100)
     fake.wait_synced = lambda timeout: asyncio.sleep(0, True)
     fake.reserve = lambda *a: pytest.fail("nothing may be reserved for a refused spawn")
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: fake)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     return fake
 
 

@@ -15,7 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 from traitlets.config import Config
 
 from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
-from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import GPUSpawner
 
 
@@ -95,7 +95,7 @@ def spawner_factory(monkeypatch):
     monkeypatch.setattr(kubespawner.spawner, "load_config", lambda **kw: None)
     monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
     cache = FakeCache()
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: cache)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: cache)
 
     class User:
         name = "ada"
@@ -230,7 +230,7 @@ def cuda_spawner(spawner_factory, monkeypatch):
     """A GPU profile whose image declares CUDA 12.4, on a pool mid driver upgrade."""
     cache = FakeCache()
     cache.snapshot = lambda: CapacitySnapshot(pools=(UPGRADING, GKE_A100), synced=True, age_seconds=0.0, generation=1)
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: cache)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: cache)
 
     def make(**traits):
         s = spawner_factory(**traits)

@@ -29,7 +29,7 @@ from gpuspawner.hub.errors import GPUSpawnFailure
 from gpuspawner.hub.metrics import REFUSAL_REASONS
 from gpuspawner.spawn.pending import fatal_verdict, queued_before
 from gpuspawner.spawn.progress import SpawnContext
-from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import GPUSpawner, applied_in_load_user_options
 
 GKE = "cloud.google.com/gke-nodepool"
@@ -117,7 +117,7 @@ def cluster(monkeypatch, registry):
     monkeypatch.setattr(kubespawner.spawner, "load_config", lambda **kw: None)
     monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
     cache = FakeCache(A100, T4, H100)
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: cache)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: cache)
     reflector = FakeReflector()
     events: list[dict] = []
     monkeypatch.setattr(GPUSpawner, "pod_reflector", property(lambda self: reflector))
@@ -517,7 +517,7 @@ async def test_the_first_cache_user_points_the_metrics_at_it(monkeypatch):
     monkeypatch.setattr(metrics, "install",
                         lambda registry=None, snapshot=None: installed.append(snapshot))
     monkeypatch.setattr(cache_module.CapacityCache, "shared", classmethod(lambda cls, config, **kw: caches[0]))
-    settings = GPUCapacitySettings()
+    settings = GPUSpawnerSettings()
     assert settings.shared_capacity_cache() is caches[0]
     settings.shared_capacity_cache()  # the same cache: installed once
     assert installed == [caches[0].snapshot]

@@ -22,7 +22,7 @@ from traitlets.config import Config
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
-from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import GPUSpawner, capacity_settings_class
 from gpuspawner.hub.templates import template_dirs
 
@@ -101,7 +101,7 @@ def no_cluster(monkeypatch):
 @pytest.fixture
 def cache(monkeypatch):
     fake = FakeCache(A100, LAST)
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: fake)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     return fake
 
 
@@ -183,7 +183,7 @@ async def test_user_mistakes_are_http_400_without_reservation(no_cluster, cache,
 
 async def test_capacity_unknown_refuses_gpu_with_503_and_serves_cpu(no_cluster, monkeypatch):
     forbidden = FakeCache(synced=False, error="forbidden: list nodes at the cluster scope needs ClusterRole rule nodes: list, watch")
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: forbidden)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: forbidden)
     s = make_spawner()
     s.user_options = {"profile": "gpu"}
     with pytest.raises(web.HTTPError) as e:
@@ -197,7 +197,7 @@ async def test_capacity_unknown_refuses_gpu_with_503_and_serves_cpu(no_cluster, 
 
 async def test_capacity_unknown_admitted_when_admin_opts_in(no_cluster, monkeypatch):
     stale = FakeCache(A100, synced=True, error="pods: watch failed: connection reset")
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: stale)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: stale)
     s = make_spawner(gpu_admit_without_capacity=True)
     s.user_options = {"profile": "gpu", "gpus": 4}
     await s.load_user_options()
@@ -209,7 +209,7 @@ async def test_no_cache_at_all_still_serves_static_profiles(no_cluster, monkeypa
     def broken(self):
         raise RuntimeError("no kube config found")
 
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", broken)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", broken)
     s = make_spawner()
     form = await s._render_gpu_options_form(s)
     assert "CPU only" in form and "GPU capacity is unknown" in form
@@ -263,7 +263,7 @@ async def test_respawn_does_not_count_its_own_old_reservation(no_cluster, cache)
 async def test_form_renders_cards_escaped_and_limited(no_cluster, monkeypatch):
     evil = dataclasses.replace(make_pool("evil", "<script>alert(1)</script>", free=0, total=2), node_group="g\"><img src=x>")
     fake = FakeCache(A100, evil)
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: fake)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     s = make_spawner(gpu_pool_rules=[{"match": "a100:*", "display_name": "A100 <80 GB>"}])
     form = await s.get_options_form()
     assert "<script>alert(1)</script>" not in form and "<img src=x>" not in form
@@ -331,12 +331,12 @@ def test_capacity_config_from_hub_config_reads_every_section():
         pass
 
     c = Config()
-    c.GPUCapacitySettings.gpu_reservation_ttl = 60.0
+    c.GPUSpawnerSettings.gpu_reservation_ttl = 60.0
     c.GPUSpawner.gpu_resources = ["nvidia.com/gpu"]
     c.SiteSpawner.gpu_node_group_labels = ["example.com/rack"]
     c.GPUSpawner.gpu_pool_rules = [{"match": "x:*", "hide": True}]
     c.GPUSpawner.image = "not-a-capacity-setting"
-    settings = GPUCapacitySettings.from_hub_config(c, SiteSpawner)
+    settings = GPUSpawnerSettings.from_hub_config(c, SiteSpawner)
     config = settings.capacity_config()
     assert isinstance(config, CapacityConfig)
     assert config.gpu_resources == ("nvidia.com/gpu",)
@@ -345,7 +345,7 @@ def test_capacity_config_from_hub_config_reads_every_section():
     assert config.gpu_resource_prefixes == CapacityConfig().gpu_resource_prefixes
     assert [r.match for r in settings.pool_rules()] == ["x:*"]
     # a hub whose spawner is not a GPUSpawner still reads c.GPUSpawner
-    assert GPUCapacitySettings.from_hub_config(c, capacity_settings_class(object)).capacity_config().gpu_resources == ("nvidia.com/gpu",)
+    assert GPUSpawnerSettings.from_hub_config(c, capacity_settings_class(object)).capacity_config().gpu_resources == ("nvidia.com/gpu",)
 
 
 def test_declared_pools_reach_capacity_config():
@@ -355,7 +355,7 @@ def test_declared_pools_reach_capacity_config():
         "node_group_label": GKE, "node_group": "h100",
         "gpus_per_node": 8, "max_nodes": 2, "minutes": 6,
     }]
-    config = GPUCapacitySettings.from_hub_config(c, GPUSpawner).capacity_config()
+    config = GPUSpawnerSettings.from_hub_config(c, GPUSpawner).capacity_config()
     assert [p.id for p in config.declared_pools] == [pool_id("h100", "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu")]
 
 
@@ -415,7 +415,7 @@ CUDA_PROFILES = [{
 @pytest.fixture
 def driver_cache(monkeypatch):
     fake = FakeCache(OLD_POOL, MVC_POOL, NEW_POOL, UNLABELLED)
-    monkeypatch.setattr(GPUCapacitySettings, "shared_capacity_cache", lambda self: fake)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     return fake
 
 

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from gpuspawner import config_snippet
+from gpuspawner.commands.arguments import port
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "data" / "demo" / "jupyterhub_config.py"
 HUB_READY_TIMEOUT = 90.0
@@ -32,10 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="Kubernetes manifests (Nodes, Pods) to load; default: the built-in GPU cluster",
     )
-    parser.add_argument("--port", type=_port, default=8000, help="JupyterHub's public port (default 8000)")
+    parser.add_argument("--port", type=port, default=8000, help="JupyterHub's public port (default 8000)")
     parser.add_argument(
         "--k8s-port",
-        type=_port,
+        type=port,
         default=0,
         metavar="N",
         help="port of the simulated Kubernetes API (default: a free port)",
@@ -50,16 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TOKEN",
         help="register this API token for an admin service (for scripts and the REST API)",
     )
-
-
-def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
-    return port
 
 
 def _free_port() -> int:

@@ -26,8 +26,6 @@ import sys
 import time
 from typing import Any, TextIO
 
-NAME = "doctor"
-HELP = "report what breaks GPU notebooks on a cluster, and how to fix it"
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_CANNOT_RUN = 0, 1, 2
 
@@ -75,8 +73,6 @@ class HubConfigError(Exception):
 def _spawner_sections(config: Any) -> tuple[type, list[str]]:
     """The spawner class whose settings apply, and the config sections to
     merge for it, base classes first (as traitlets resolves them)."""
-    from traitlets.config import Configurable
-
     from gpuspawner.hub.spawner import GPUSpawner
 
     klass: type = GPUSpawner
@@ -86,7 +82,7 @@ def _spawner_sections(config: Any) -> tuple[type, list[str]]:
         klass = chosen
     elif isinstance(chosen, str) and "." in chosen:
         extra.append(chosen.rsplit(".", 1)[1])  # a custom subclass named by import path
-    names = [k.__name__ for k in reversed(klass.mro()) if isinstance(k, type) and issubclass(k, Configurable)]
+    names = klass.section_names()
     return klass, names + [n for n in extra if n not in names]
 
 
@@ -101,7 +97,7 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
 
     from gpuspawner.cuda.custom import resolve_check  # as the spawner's cuda_check validator does
     from gpuspawner.doctor.facts import hub_facts_from_values
-    from gpuspawner.hub.spawner import GPUCapacitySettings
+    from gpuspawner.hub.spawner import GPUSpawnerSettings
 
     full = os.path.abspath(path)
     if not os.path.isfile(full):
@@ -130,7 +126,7 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
             values["profile_list"] = []  # a callable profile_list is resolved per user at spawn time
         hub = hub_facts_from_values(values, source=path, cuda_policy=cuda_policy,
                                     cuda_check=resolve_check(values["cuda_check"]))
-        capacity = GPUCapacitySettings.from_hub_config(config, klass).capacity_config()
+        capacity = GPUSpawnerSettings.from_hub_config(config, klass).capacity_config()
     except Exception as e:  # TraitError, ValueError: the message names the setting
         raise HubConfigError(f"--config {path}: {e}") from None
     return hub, capacity

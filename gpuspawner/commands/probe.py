@@ -33,8 +33,6 @@ from gpuspawner.cuda import rules
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
 from gpuspawner.cuda.require import NVML_BRANDS
 
-NAME = "probe"
-HELP = "check the GPUs and driver from inside a server's pod (init container)"
 
 DEFAULT_REPORT = "/dev/termination-log"
 # Kubernetes keeps at most 4096 bytes of a container's termination message

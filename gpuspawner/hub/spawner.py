@@ -19,7 +19,7 @@ KubeSpawner's ``_start`` polls until the pod runs, ends the wait early when
 the pod can never start.  Spawn outcomes and the wait for a GPU are counted
 in ``gpuspawner.hub.metrics`` (docs/metrics.md).
 
-``GPUCapacitySettings`` is re-exported here: admins import both classes from
+``GPUSpawnerSettings`` is re-exported here: admins import both classes from
 ``gpuspawner.hub.spawner``.
 """
 
@@ -52,11 +52,11 @@ from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, c
 from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_servers
 from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
-from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import render_form, template_dirs
 from gpuspawner.kube.apierrors import rules_text
 
-__all__ = ["GPUCapacitySettings", "GPUSpawner", "applied_in_load_user_options"]
+__all__ = ["GPUSpawnerSettings", "GPUSpawner", "applied_in_load_user_options"]
 
 _clock = time.monotonic  # how long a start ran (a seam for tests)
 
@@ -87,7 +87,7 @@ class GPUSpawnInfo:
     gpus: int
 
 
-class GPUSpawner(KubeSpawner, GPUCapacitySettings):
+class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     """KubeSpawner with GPU profiles whose pools come from live capacity."""
 
     gpu_tolerated_taint_keys = List(
@@ -816,10 +816,10 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         return await super().stop(now=now)
 
 
-def capacity_settings_class(spawner_class: object) -> type[GPUCapacitySettings]:
+def capacity_settings_class(spawner_class: object) -> type[GPUSpawnerSettings]:
     """The class whose config sections hold the hub's GPU capacity settings: the hub's spawner
-    class when it is a ``GPUCapacitySettings`` (``GPUSpawner`` or a subclass), else ``GPUSpawner``,
+    class when it is a ``GPUSpawnerSettings`` (``GPUSpawner`` or a subclass), else ``GPUSpawner``,
     where the docs tell an admin to write them (a hub that runs another spawner)."""
-    if isinstance(spawner_class, type) and issubclass(spawner_class, GPUCapacitySettings):
+    if isinstance(spawner_class, type) and issubclass(spawner_class, GPUSpawnerSettings):
         return spawner_class
     return GPUSpawner
