@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gpuspawner import config_snippet
 from gpuspawner.commands.arguments import port
+from gpuspawner.commands.extras import demo_extra_problem
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "data" / "demo" / "jupyterhub_config.py"
 HUB_READY_TIMEOUT = 90.0
@@ -79,6 +80,10 @@ def _find_proxy() -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = demo_extra_problem("demo")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     problems = []
     if args.cluster and not Path(args.cluster).is_file():
         problems.append(f"--cluster {args.cluster}: no such file")

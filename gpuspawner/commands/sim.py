@@ -15,6 +15,7 @@ import signal
 import sys
 
 from gpuspawner.commands.arguments import loopback, port
+from gpuspawner.commands.extras import demo_extra_problem
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,6 +72,10 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = demo_extra_problem("sim")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     try:
         return asyncio.run(_serve(args))
     except KeyboardInterrupt:
