@@ -114,6 +114,65 @@ def main(args: argparse.Namespace) -> int:
         return 0
 
 
+def _hub_env(args: argparse.Namespace, workdir: Path, kubeconfig: Path, proxy: str, snippet: Path) -> dict[str, str]:
+    """The hub's environment: the demo config reads its settings from these variables."""
+    env = dict(os.environ)
+    env.update(
+        KUBECONFIG=str(kubeconfig),
+        GPUSPAWNER_DEMO_DIR=str(workdir),
+        GPUSPAWNER_DEMO_SNIPPET=str(snippet),
+        GPUSPAWNER_DEMO_PORT=str(args.port),
+        GPUSPAWNER_DEMO_HUB_PORT=str(_free_port()),
+        GPUSPAWNER_DEMO_PROXY_API_PORT=str(_free_port()),
+        GPUSPAWNER_DEMO_PROXY=proxy,
+        GPUSPAWNER_DEMO_ADMIN_TOKEN=args.admin_token or "",
+        GPUSPAWNER_DEMO_EXTRA_CONFIG=str(Path(args.config).resolve()) if args.config else "",
+        CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(32),
+    )
+    # the single-user servers the simulated kubelet starts must find jupyterhub-singleuser
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str, stop: asyncio.Event) -> int:
+    """Wait for the hub to answer, say where everything is, then run until Ctrl-C or the hub exits."""
+    if not await _wait_hub(hub, hub_url, stop):
+        if hub.returncode is not None:
+            print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
+            return 1
+        if stop.is_set():
+            return 0
+        print("gpuspawner demo: JupyterHub did not answer in time", file=sys.stderr)
+        return 1
+    print(
+        "\n"
+        f"gpuspawner demo is ready.\n"
+        f"  JupyterHub:     {hub_url}/  (log in with any user name and any password)\n"
+        f"  Kubernetes API: {k8s_url}  (kubectl --server {k8s_url} get nodes)\n"
+        f"  GPU capacity:   {hub_url}/hub/api/gpus\n"
+        "Press Ctrl-C to stop.\n",
+        flush=True,
+    )
+    hub_exit = asyncio.ensure_future(hub.wait())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({hub_exit, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if hub_exit.done():
+        print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _stop_hub(hub: asyncio.subprocess.Process) -> None:
+    """SIGTERM, then SIGKILL after 30 s: the hub deletes its users' pods while the cluster still runs."""
+    hub.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(hub.wait(), 30)
+    except asyncio.TimeoutError:
+        hub.kill()
+        await hub.wait()
+
+
 async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     from gpuspawner.sim.cluster import SimCluster
     from gpuspawner.sim.loader import LoadError
@@ -134,62 +193,16 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
         _ensure_namespace(cluster, DEMO_NAMESPACE)
         kubeconfig = workdir / "kubeconfig"
         cluster.write_kubeconfig(str(kubeconfig))
-        env = dict(os.environ)
-        env.update(
-            KUBECONFIG=str(kubeconfig),
-            GPUSPAWNER_DEMO_DIR=str(workdir),
-            GPUSPAWNER_DEMO_SNIPPET=str(snippet),
-            GPUSPAWNER_DEMO_PORT=str(args.port),
-            GPUSPAWNER_DEMO_HUB_PORT=str(_free_port()),
-            GPUSPAWNER_DEMO_PROXY_API_PORT=str(_free_port()),
-            GPUSPAWNER_DEMO_PROXY=proxy,
-            GPUSPAWNER_DEMO_ADMIN_TOKEN=args.admin_token or "",
-            GPUSPAWNER_DEMO_EXTRA_CONFIG=str(Path(args.config).resolve()) if args.config else "",
-            CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(32),
-        )
-        # the single-user servers the simulated kubelet starts must find jupyterhub-singleuser
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         # its own session: a terminal's Ctrl-C reaches only this process, which then stops the hub
         # (and the hub its users' pods) before the cluster goes away
         hub = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
-            cwd=str(workdir), env=env, start_new_session=True,
+            cwd=str(workdir), env=_hub_env(args, workdir, kubeconfig, proxy, snippet), start_new_session=True,
         )
-        hub_url = f"http://127.0.0.1:{args.port}"
-        if not await _wait_hub(hub, hub_url, stop):
-            if hub.returncode is not None:
-                print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
-                return 1
-            if stop.is_set():
-                return 0
-            print("gpuspawner demo: JupyterHub did not answer in time", file=sys.stderr)
-            return 1
-        print(
-            "\n"
-            f"gpuspawner demo is ready.\n"
-            f"  JupyterHub:     {hub_url}/  (log in with any user name and any password)\n"
-            f"  Kubernetes API: {k8s_url}  (kubectl --server {k8s_url} get nodes)\n"
-            f"  GPU capacity:   {hub_url}/hub/api/gpus\n"
-            "Press Ctrl-C to stop.\n",
-            flush=True,
-        )
-        hub_exit = asyncio.ensure_future(hub.wait())
-        stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({hub_exit, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if hub_exit.done():
-            print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
-            return 1
-        return 0
+        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop)
     finally:
         if hub is not None and hub.returncode is None:
-            # the hub deletes its users' pods while the cluster still runs
-            hub.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(hub.wait(), 30)
-            except asyncio.TimeoutError:
-                hub.kill()
-                await hub.wait()
+            await _stop_hub(hub)
         await cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 

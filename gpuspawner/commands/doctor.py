@@ -156,6 +156,42 @@ def _fail(reason: str, as_json: bool, out: TextIO, err: TextIO) -> int:
     return EXIT_CANNOT_RUN
 
 
+def _check_flags(args: argparse.Namespace) -> tuple[float, tuple[str, str] | None]:
+    """``--pending-after`` in seconds and ``--hub-service-account``; ValueError says what to fix."""
+    from gpuspawner.doctor.gather import parse_service_account
+    from gpuspawner.kube.times import parse_duration
+
+    pending_after = parse_duration(args.pending_after)
+    service_account = parse_service_account(args.hub_service_account) if args.hub_service_account else None
+    if args.page_size < 1:
+        raise ValueError(f"--page-size must be at least 1, got {args.page_size}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.context and not args.kubeconfig and args.server:
+        raise ValueError("--context needs --kubeconfig when --server is given")
+    return pending_after, service_account
+
+
+def _facts(args: argparse.Namespace, state: Any, hub: Any, capacity: Any, service_account: Any,
+           pending_after: float) -> dict[str, Any]:
+    """What the report says about the run itself: the server, the counts, whose rights."""
+    from gpuspawner.doctor.checks import gpu_evidence
+
+    return {
+        "server": state.server,
+        "nodes": None if state.nodes is None else len(state.nodes),
+        "gpu_nodes": None if state.nodes is None else sum(
+            1 for n in state.nodes if gpu_evidence(n, capacity).is_gpu_node),
+        "pods": None if state.pods is None else len(state.pods),
+        "rbac_subject": state.rbac.subject + (
+            "" if service_account or "service account" in state.rbac.subject
+            else " (pass --hub-service-account NAMESPACE/NAME to check the hub's)"),
+        "config": args.config,
+        "cuda_policy": hub.cuda_policy,
+        "pending_after_seconds": pending_after,
+    }
+
+
 async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None,
               now: float | None = None) -> int:
     """The whole command, for callers that already run an event loop."""
@@ -166,25 +202,12 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
     err = err or sys.stderr
     as_json = bool(getattr(args, "json", False))
     try:
-        from gpuspawner.kube.times import parse_duration
-
-        pending_after = parse_duration(args.pending_after)
-        service_account = (gather.parse_service_account(args.hub_service_account)
-                           if args.hub_service_account else None)
-        if args.page_size < 1:
-            raise ValueError(f"--page-size must be at least 1, got {args.page_size}")
-        if not args.timeout > 0:
-            raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-        if args.context and not args.kubeconfig and args.server:
-            raise ValueError("--context needs --kubeconfig when --server is given")
-    except ValueError as e:
-        return _fail(str(e), as_json, out, err)
-    try:
+        pending_after, service_account = _check_flags(args)
         if args.config:
             hub, capacity = await asyncio.to_thread(load_hub_config, args.config, args.cuda_policy)
         else:
             hub, capacity = default_hub(args.cuda_policy)
-    except HubConfigError as e:
+    except (ValueError, HubConfigError) as e:
         return _fail(str(e), as_json, out, err)
     try:
         state = await gather.gather(
@@ -200,23 +223,9 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         state.nodes, state.pods, config=capacity, hub=hub, rbac=state.rbac,
         now=time.time() if now is None else now, pending_after=pending_after,
     )
-    facts = {
-        "server": state.server,
-        "nodes": None if state.nodes is None else len(state.nodes),
-        "gpu_nodes": None if state.nodes is None else sum(
-            1 for n in state.nodes if checks.gpu_evidence(n, capacity).is_gpu_node),
-        "pods": None if state.pods is None else len(state.pods),
-        "rbac_subject": state.rbac.subject + (
-            "" if service_account or "service account" in state.rbac.subject
-            else " (pass --hub-service-account NAMESPACE/NAME to check the hub's)"),
-        "config": args.config,
-        "cuda_policy": hub.cuda_policy,
-        "pending_after_seconds": pending_after,
-    }
-    if as_json:
-        print(report.render_json(findings, facts), file=out)
-    else:
-        print(report.render_text(findings, facts), file=out)
+    facts = _facts(args, state, hub, capacity, service_account, pending_after)
+    render = report.render_json if as_json else report.render_text
+    print(render(findings, facts), file=out)
     return exit_code(findings)
 
 

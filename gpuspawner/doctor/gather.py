@@ -232,6 +232,63 @@ def _hub_namespace(service_account: tuple[str, str] | None) -> str | None:
     return None
 
 
+async def _list_both(reader: _Reader) -> tuple[dict[str, list[dict] | None], dict[str, RbacCheck]]:
+    """Nodes and pods (None when forbidden), and what each list call says of the rights."""
+    found: dict[str, list[dict] | None] = {}
+    listed: dict[str, RbacCheck] = {}
+    for what in ("nodes", "pods"):
+        try:
+            found[what] = await reader.list_all(what)
+        except _Forbidden as e:
+            found[what] = None
+            listed[what] = RbacCheck("list", what, None, False, "list call", e.message)
+        else:
+            listed[what] = RbacCheck("list", what, None, True, "list call")
+    return found, listed
+
+
+async def _by_trying(reader: _Reader, nodes: list[dict] | None, listed: dict[str, RbacCheck]) -> list[RbacCheck]:
+    """Without an authorization API: the rights the calls themselves show."""
+    checks = [listed["nodes"], listed["pods"]]
+    name = (nodes[0].get("metadata") or {}).get("name") if nodes else None
+    if name:
+        code, body = await reader._call(reader.core.read_node, name=name)
+        checks.append(RbacCheck("get", "nodes", None, code == 200 if code != 404 else None,
+                                "get call", "" if code == 200 else status_of(code, body).text))
+    for what in ("nodes", "pods"):
+        if listed[what].allowed:
+            checks.append(await reader.probe_watch(what))
+    return checks
+
+
+async def _rbac_checks(reader: _Reader, hub_service_account: tuple[str, str] | None,
+                       nodes: list[dict] | None, listed: dict[str, RbacCheck]) -> list[RbacCheck]:
+    """An access review per right the hub needs; the calls themselves when there is no review API."""
+    namespace = _hub_namespace(hub_service_account)
+    wanted: list[tuple[str, str, str | None]] = [(v, r, None) for v, r in REQUIRED_RBAC]
+    if namespace:
+        wanted += [(v, r, namespace) for v, r in REQUIRED_NAMESPACED_RBAC]
+    first = await reader.review(*wanted[0], hub_service_account)
+    if first is not None:
+        rest = await asyncio.gather(*(reader.review(v, r, ns, hub_service_account) for v, r, ns in wanted[1:]))
+        return [first] + [
+            c if c is not None else RbacCheck(v, r, ns, None, first.how, "the access review answered 404")
+            for c, (v, r, ns) in zip(rest, wanted[1:])
+        ]
+    if hub_service_account is not None:
+        return [RbacCheck(v, r, ns, None, "SubjectAccessReview", "the API server has no authorization.k8s.io/v1 API")
+                for v, r, ns in wanted]
+    return await _by_trying(reader, nodes, listed)
+
+
+def _subject(hub_service_account: tuple[str, str] | None, kubeconfig: str | None, server: str | None) -> str:
+    if hub_service_account is not None:
+        return f"the hub's service account system:serviceaccount:{hub_service_account[0]}:{hub_service_account[1]}"
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not (kubeconfig or server):
+        return "this pod's service account"
+    return "the credentials doctor runs with"
+
+
 async def gather(
     *,
     kubeconfig: str | None = None,
@@ -248,49 +305,7 @@ async def gather(
     url = cfg.host
     async with client.ApiClient(configuration=cfg) as api_client:
         reader = _Reader(api_client, url, timeout, page_size)
-        found: dict[str, list[dict] | None] = {}
-        listed: dict[str, RbacCheck] = {}
-        for what in ("nodes", "pods"):
-            try:
-                found[what] = await reader.list_all(what)
-            except _Forbidden as e:
-                found[what] = None
-                listed[what] = RbacCheck("list", what, None, False, "list call", e.message)
-            else:
-                listed[what] = RbacCheck("list", what, None, True, "list call")
-        nodes, pods = found["nodes"], found["pods"]
-
-        namespace = _hub_namespace(hub_service_account)
-        wanted: list[tuple[str, str, str | None]] = [(v, r, None) for v, r in REQUIRED_RBAC]
-        if namespace:
-            wanted += [(v, r, namespace) for v, r in REQUIRED_NAMESPACED_RBAC]
-        checks: list[RbacCheck] = []
-        first = await reader.review(*wanted[0], hub_service_account)
-        if first is not None:
-            rest = await asyncio.gather(*(reader.review(v, r, ns, hub_service_account) for v, r, ns in wanted[1:]))
-            checks = [first] + [
-                c if c is not None else RbacCheck(v, r, ns, None, first.how, "the access review answered 404")
-                for c, (v, r, ns) in zip(rest, wanted[1:])
-            ]
-        elif hub_service_account is not None:
-            checks = [RbacCheck(v, r, ns, None, "SubjectAccessReview",
-                                "the API server has no authorization.k8s.io/v1 API")
-                      for v, r, ns in wanted]
-        else:
-            # no authorization API: try the calls themselves
-            checks = [listed["nodes"], listed["pods"]]
-            name = (nodes[0].get("metadata") or {}).get("name") if nodes else None
-            if name:
-                code, body = await reader._call(reader.core.read_node, name=name)
-                checks.append(RbacCheck("get", "nodes", None, code == 200 if code != 404 else None,
-                                        "get call", "" if code == 200 else status_of(code, body).text))
-            for what in ("nodes", "pods"):
-                if listed[what].allowed:
-                    checks.append(await reader.probe_watch(what))
-        if hub_service_account is not None:
-            subject = f"the hub's service account system:serviceaccount:{hub_service_account[0]}:{hub_service_account[1]}"
-        elif os.environ.get("KUBERNETES_SERVICE_HOST") and not (kubeconfig or server):
-            subject = "this pod's service account"
-        else:
-            subject = "the credentials doctor runs with"
-        return ClusterState(server=url, nodes=nodes, pods=pods, rbac=RbacFacts(subject, tuple(checks)))
+        found, listed = await _list_both(reader)
+        checks = await _rbac_checks(reader, hub_service_account, found["nodes"], listed)
+        rbac = RbacFacts(_subject(hub_service_account, kubeconfig, server), tuple(checks))
+        return ClusterState(server=url, nodes=found["nodes"], pods=found["pods"], rbac=rbac)
