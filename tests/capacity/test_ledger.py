@@ -8,7 +8,7 @@ from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import ScaleUp, Taint, pool_id
 from gpuspawner.capacity.podres import pod_record
 
-from . import GFD_A100, node, pod
+from tests.builders import GFD_A100, node, pod
 
 CFG = CapacityConfig()
 GKE = "cloud.google.com/gke-nodepool"

@@ -7,7 +7,7 @@ import pytest
 from gpuspawner.cli import build_parser
 from gpuspawner.commands import probe
 
-from . import fake_pynvml, require_samples
+from tests.builders import fake_pynvml, require_samples
 
 SAMPLES = {row["cuda_version"]: row["nvidia_require_cuda"] for row in require_samples()}
 

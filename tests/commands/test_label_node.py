@@ -11,7 +11,7 @@ from gpuspawner.commands import nvml
 from gpuspawner.cli import build_parser
 from gpuspawner.commands import label_node
 
-from . import fake_pynvml
+from tests.builders import fake_pynvml
 
 # Kubernetes label values: empty or <= 63 chars, alphanumeric at both ends, [-_.A-Za-z0-9] inside
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

@@ -4,7 +4,7 @@ import pytest
 
 from gpuspawner.commands import nvml
 
-from . import fake_pynvml
+from tests.builders import fake_pynvml
 
 
 def test_new_binding_with_str_results_and_mig():

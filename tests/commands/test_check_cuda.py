@@ -8,7 +8,7 @@ import pytest
 
 from gpuspawner.cli import main
 
-from . import require_samples
+from tests.builders import require_samples
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SAMPLES = {row["cuda_version"]: row["nvidia_require_cuda"] for row in require_samples()}
