@@ -1,8 +1,13 @@
 """The builders and fakes the tests share, in one place.
 
 * Kubernetes objects as the API server sends them (wire-format dicts): :func:`node`,
-  :func:`pod`, :func:`container`, GPU Feature Discovery labels (:data:`GFD_A100`);
-* the capacity layer's views: :func:`node_view`, :func:`pool_view`, :func:`snapshot`;
+  :func:`gpu_node`, :func:`pod`, :func:`container`, GPU Feature Discovery labels
+  (:data:`GFD_A100`, :data:`GFD_A100_40GB`, :data:`GFD_T4_470`); a GPU
+  server's pod and its events as KubeSpawner's reflectors hold them (:func:`server_pod`,
+  :func:`pod_event`);
+* the capacity layer's views: :func:`node_view`, :func:`group_nodes`, :func:`pool_view`, :func:`snapshot`;
+  offers built over them with the default CUDA rules (:func:`gpu_offers`; a pool mid driver
+  upgrade: :func:`steered_pool`, :func:`driver_node`, :data:`STEERED_PROFILE`);
 * :class:`FakeCache`, a stand-in for ``CapacityCache`` with the same reading surface;
 * the hub side: :class:`MockUser` and :func:`make_spawner` (with the ``no_kube_client`` fixture of
   ``tests/conftest.py``, which replaces KubeSpawner's client setup);
@@ -44,7 +49,7 @@ GFD_A100 = {
 
 
 def node(
-    name: str,
+    name: str = "gpu-0",
     allocatable: dict[str, Any] | None = None,
     labels: dict[str, str] | None = None,
     *,
@@ -80,6 +85,30 @@ def node(
         "spec": spec,
         "status": status,
     }
+
+
+#: GPU Feature Discovery labels of a 4 x A100 40 GB node, and of a T4 node on driver 470
+GFD_A100_40GB = {
+    "nvidia.com/cuda.driver-version.full": "570.172.08",
+    "nvidia.com/cuda.runtime-version.full": "12.8",
+    "nvidia.com/gpu.compute.major": "8",
+    "nvidia.com/gpu.compute.minor": "0",
+    "nvidia.com/gpu.count": "4",
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+}
+GFD_T4_470 = {
+    "nvidia.com/cuda.driver-version.full": "470.256.02",
+    "nvidia.com/cuda.runtime-version.full": "11.4",
+    "nvidia.com/gpu.compute.major": "7",
+    "nvidia.com/gpu.compute.minor": "5",
+    "nvidia.com/gpu.count": "1",
+    "nvidia.com/gpu.product": "Tesla-T4",
+}
+
+
+def gpu_node(name: str = "gpu-0", n: int = 4, labels: dict[str, str] | None = None, **kw: Any) -> dict:
+    """A Node whose device plugin advertises ``n`` x ``nvidia.com/gpu``, GFD-labelled (default: A100 40 GB)."""
+    return node(name, {"nvidia.com/gpu": str(n)}, GFD_A100_40GB if labels is None else labels, **kw)
 
 
 def container(name: str = "c", requests: dict | None = None, limits: dict | None = None, **extra) -> dict:
@@ -120,6 +149,47 @@ def pod(
     }
 
 
+def server_pod(name: str, pool: str | None = None, *, namespace: str = "jhub", created: str | None = "2026-11-22T01:00:00Z",
+               phase: str = "Pending", node: str | None = None, priority: int | None = None, uid: str | None = None,
+               deleting: bool = False, conditions: Iterable[dict] = (), **status: Any) -> dict:
+    """A GPU server's pod as KubeSpawner's pod reflector holds it: the pool it was pinned to in
+    its ``gpuspawner.io/pool`` annotation, its scheduling state in ``status`` (extra keyword
+    arguments: ``reason``, ``message``, ``containerStatuses`` ...)."""
+    p: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}", "creationTimestamp": created,
+                     "annotations": {"gpuspawner.io/pool": pool} if pool else {}},
+        "spec": {},
+        "status": {"phase": phase, "conditions": list(conditions), **status},
+    }
+    if node:
+        p["spec"]["nodeName"] = node
+    if priority is not None:
+        p["spec"]["priority"] = priority
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = "2026-11-22T01:00:09Z"
+    return p
+
+
+def pod_event(reason: str, message: str, *, pod_name: str = "jupyter-alice", uid: str = "uid-jupyter-alice",
+              type_: str = "Warning") -> dict:
+    """A core/v1 Event about a server's pod, as KubeSpawner's event reflector holds it."""
+    return {"reason": reason, "message": message, "type": type_,
+            "involvedObject": {"kind": "Pod", "name": pod_name, "uid": uid}, "metadata": {"uid": f"ev-{reason}"}}
+
+
+#: a pool the autoscaler creates from zero nodes, as an admin declares it (c.GPUSpawner.gpu_declared_pools)
+DECLARED_H100 = {
+    "resource": "nvidia.com/gpu",
+    "product": "NVIDIA-H100-80GB-HBM3",
+    "node_group_label": GKE,
+    "node_group": "h100-spot",
+    "taints": ["nvidia.com/gpu=present:NoSchedule"],
+    "gpus_per_node": 8,
+    "max_nodes": 2,
+    "minutes": 6,
+}
+
+
 # ---------------------------------------------------------------------------
 # capacity views
 
@@ -137,6 +207,12 @@ def node_view(
     """One node of a pool; ``free`` defaults to all of it, ``hostname`` adds its hostname label."""
     labels = ((HOSTNAME, hostname),) if hostname else ()
     return NodeView(name, allocatable, allocatable if free is None else free, driver, cuda, cc, labels)
+
+
+def group_nodes(group: str, count: int, gpus: int, driver: str | None = None, cuda: str | None = None,
+                cc: str | None = None) -> tuple[NodeView, ...]:
+    """``count`` nodes ``<group>-0``... of ``gpus`` free GPUs each, named by their hostname label."""
+    return tuple(node_view(f"{group}-{i}", gpus, gpus, driver, cuda, cc, hostname=f"{group}-{i}") for i in range(count))
 
 
 def pool_view(
@@ -195,6 +271,40 @@ def snapshot(*pools: PoolView, synced: bool = True, healthy: bool = True, error:
              age_seconds: float = 0.1, generation: int = 1) -> CapacitySnapshot:
     return CapacitySnapshot(pools=tuple(pools), synced=synced, age_seconds=age_seconds, generation=generation,
                             healthy=healthy, error=error)
+
+
+def gpu_offers(profiles: Iterable[dict], *pools: PoolView, policy: str = "minor", synced: bool = True,
+               **options: Any) -> dict:
+    """``profiles.build_offers`` for GPU profile dicts over ``pools``, each image judged by the
+    default CUDA rules under ``policy`` (``options``: ``admit_without_capacity``...)."""
+    from gpuspawner.cuda import decide
+    from gpuspawner.spawn.cudafit import pool_fit
+    from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers
+
+    specs = [GPUProfileSpec.from_config(d) for d in profiles]
+    return build_offers(specs, snapshot(*pools, synced=synced), fit=lambda img, p: pool_fit(img, p, policy, decide),
+                        **options)
+
+
+#: a profile whose own image needs CUDA 12.4 and whose "cu114" choice runs on any driver since 470
+STEERED_PROFILE = {
+    "slug": "gpu", "cuda": "12.4", "kubespawner_override": {"image": "pt:cu124"},
+    "profile_options": {"image": {"choices": {
+        "cu124": {"display_name": "CUDA 12.4", "default": True},
+        "cu114": {"display_name": "CUDA 11.4", "kubespawner_override": {"image": "pt:cu114"}, "cuda": "11.4"},
+    }}},
+}
+
+
+def steered_pool(*nodes: NodeView, scale_up: ScaleUp | None = None) -> PoolView:
+    """A100 nodes mid driver upgrade: ``driver_node("old", free, "470.82.01", "11.4")``,
+    ``driver_node("new", free, "550.54.15", "12.4")``; the pool reports its lowest driver."""
+    return pool_view(node_views=nodes, driver="470.82.01", cuda="11.4", scale_up=scale_up)
+
+
+def driver_node(name: str, free: int, driver: str, cuda: str) -> NodeView:
+    """An 8-GPU A100 node with a driver, found by its ``<name>.internal`` hostname."""
+    return node_view(name, 8, free, driver, cuda, "8.0", hostname=f"{name}.internal")
 
 
 class FakeCache:
@@ -274,6 +384,11 @@ def make_spawner(name: str = "alice", *, config: Any = None, user: Any = None, s
     if server:
         spawner.server = Server(ip="127.0.0.1", port=8888, base_url=f"/user/{user.name}/")
     return spawner
+
+
+def finding_ids(findings: Iterable[Any]) -> list[str]:
+    """The sorted ids of doctor's findings."""
+    return sorted(f.id for f in findings)
 
 
 # ---------------------------------------------------------------------------

@@ -9,7 +9,8 @@
 * the values.yaml blocks of docs/zero-to-jupyterhub.md are valid YAML whose Python and settings
   load the way the chart loads them.
 
-No cluster and no network: KubeSpawner's client setup is replaced where a spawner is built.
+No cluster and no network: KubeSpawner's client setup is replaced where a spawner is built
+(the ``no_kube_client`` fixture).
 """
 
 from __future__ import annotations
@@ -47,22 +48,12 @@ def load_example() -> Config:
 
 
 @pytest.fixture
-def make_spawner(monkeypatch):
-    """A GPUSpawner built from a Config, with KubeSpawner's Kubernetes client setup stubbed out."""
-    import kubespawner.spawner
-    from jupyterhub.objects import Hub
-
-    monkeypatch.setattr(kubespawner.spawner, "load_config", lambda *a, **kw: None)
-    monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
-
-    class User:
-        name = "ada"
-        id = 1
-        url = "/user/ada/"
-        escaped_name = "ada"
+def make_spawner(no_kube_client):
+    """A GPUSpawner built from a Config (``builders.make_spawner``; no cluster)."""
+    from tests.builders import make_spawner as build_spawner
 
     def make(config: Config) -> GPUSpawner:
-        return GPUSpawner(config=config, user=User(), hub=Hub(), _mock=True)
+        return build_spawner("ada", config=config, server=False)
 
     return make
 

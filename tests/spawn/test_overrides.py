@@ -4,43 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.capacity.model import NodeView, PoolView, Taint
-from gpuspawner.spawn.overrides import PoolNotPinnable, build_overrides
-from gpuspawner.spawn.taints import taint_key_allowed, toleration_for, untolerated_taints
+from gpuspawner.capacity.model import Taint
+from gpuspawner.spawn.overrides import PoolNotPinnable, build_overrides, pool_tolerations
+from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS as DEFAULT_KEYS
+from tests.builders import node_view, pool_view
 
-DEFAULT_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority")
 GKE = "cloud.google.com/gke-nodepool"
 PRODUCT = "nvidia.com/gpu.product"
 
 
-def pool(
-    *,
-    resource="nvidia.com/gpu",
-    labels=((GKE, "a100"), (PRODUCT, "NVIDIA-A100-SXM4-80GB")),
-    taints=(),
-    nodes=(),
-):
-    return PoolView(
-        id="a100:nvidia-a100-sxm4-80gb:" + resource,
-        resource=resource,
-        product="NVIDIA-A100-SXM4-80GB",
-        memory_mib=81920,
-        node_group_label=GKE,
-        node_group="a100",
-        nodes=len(nodes) or 1,
-        total=8,
-        free=8,
-        max_free_per_node=8,
-        driver_version="535.183.01",
-        cuda_version="12.2",
-        scale_up=None,
-        defining_labels=tuple(labels),
-        taints=tuple(taints),
-        node_views=tuple(
-            NodeView(name=n, allocatable=8, free=8, driver_version=None, cuda_version=None, compute_capability=None)
-            for n in nodes
-        ),
-    )
+def pool(*, resource="nvidia.com/gpu", labels=((GKE, "a100"), (PRODUCT, "NVIDIA-A100-SXM4-80GB")), taints=(),
+         nodes=()):
+    """An A100 pool defined by ``labels``, with nodes named ``nodes`` (8 GPUs counted in all)."""
+    return pool_view("a100", "NVIDIA-A100-SXM4-80GB", resource, defining=labels, taints=taints,
+                     node_views=[node_view(n) for n in nodes], nodes=len(nodes) or 1, total=8, free=8, per_node=8,
+                     memory_mib=81920, driver="535.183.01", cuda="12.2")
 
 
 GKE_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
@@ -174,26 +152,14 @@ def test_count_must_be_positive_int(gpus):
         build_overrides(pool(), gpus, allowed_taint_keys=())
 
 
-@pytest.mark.parametrize(
-    "key, allowed, verdict",
-    [
-        ("nvidia.com/gpu", DEFAULT_KEYS, True),
-        ("node.kubernetes.io/unreachable", ("*",), False),
-        ("node.kubernetes.io/unreachable", ("node.kubernetes.io/unreachable",), False),
-        ("", ("*",), False),
-        ("example.com/a", ("example.com/*",), True),
-        ("example.com/a", (), False),
-    ],
-    ids=["default", "lifecycle-glob", "lifecycle-exact", "empty-key", "glob", "nothing-allowed"],
-)
-def test_taint_key_allowed(key, allowed, verdict):
-    assert taint_key_allowed(key, allowed) is verdict
-
-
-def test_toleration_for_valueless_taint_uses_exists_with_key():
-    assert toleration_for(EKS_TAINT) == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-def test_untolerated_hard_taints_are_reported_but_not_kubernetes_own():
-    p = pool(taints=(GKE_TAINT, SITE, CORDON, Taint("example.com/soft", None, "PreferNoSchedule")))
-    assert untolerated_taints(p, DEFAULT_KEYS) == (SITE,)
+def test_pool_tolerations_are_the_admins_then_one_per_allowed_taint():
+    admin = [{"key": "example.com/team", "operator": "Exists"}]
+    tols = pool_tolerations((SITE, GKE_TAINT, AKS_TAINT, CORDON), DEFAULT_KEYS, admin)
+    assert tols == admin + [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+        {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+    ]
+    # build_overrides gives a server exactly these
+    o = build_overrides(pool(taints=(SITE, GKE_TAINT, AKS_TAINT, CORDON)), 1, allowed_taint_keys=DEFAULT_KEYS,
+                        tolerations=admin)
+    assert o.tolerations == tols

@@ -367,3 +367,17 @@ async def test_command_line(sim, tmp_path):
     assert "gpu-node-no-allocatable" in found(doc)
     rc, out, err = await _cli("--pending-after", "later")
     assert rc == 2 and "not a duration" in err
+
+
+def test_the_settings_former_section_name_is_read(tmp_path):
+    """``c.GPUCapacitySettings.*`` (the settings class's former name) still configures the hub,
+    so doctor reads it as the spawner does."""
+    path = tmp_path / "jupyterhub_config.py"
+    path.write_text(textwrap.dedent("""
+        c = get_config()
+        c.GPUCapacitySettings.gpu_profiles = [{"slug": "legacy", "cuda": "12.4"}]
+        c.GPUCapacitySettings.gpu_resources = ["example.com/gpu"]
+    """))
+    hub, capacity = doctor.load_hub_config(str(path), None)
+    assert hub.profiles == ("legacy",)
+    assert capacity.gpu_resources == ("example.com/gpu",)

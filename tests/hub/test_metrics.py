@@ -9,22 +9,21 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_lat
 from prometheus_client.parser import text_string_to_metric_families
 
 import gpuspawner.hub.metrics as metrics
-from gpuspawner.capacity.model import CapacitySnapshot, PoolView, ScaleUp
+from gpuspawner.capacity.model import ScaleUp
+from tests.builders import pool_view
+from tests.builders import snapshot as build_snapshot
 
 A100 = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
 T4 = "t4:tesla-t4:nvidia.com/gpu"
 
 
-def pool(pid, total, free, nodes=1, product="NVIDIA-A100-SXM4-80GB", resource="nvidia.com/gpu"):
-    return PoolView(
-        id=pid, resource=resource, product=product, memory_mib=None, node_group_label=None, node_group=None,
-        nodes=nodes, total=total, free=free, max_free_per_node=free, driver_version=None, cuda_version=None,
-        scale_up=ScaleUp(4, 8, 6), defining_labels=(), taints=(),
-    )
+def pool(pid, total, free, nodes=1, product="NVIDIA-A100-SXM4-80GB"):
+    """A pool as the metrics read it: its id, counts and product (no node group), able to scale up."""
+    return pool_view(None, product, id=pid, nodes=nodes, total=total, free=free, scale_up=ScaleUp(4, 8, 6))
 
 
 def snapshot(*pools, synced=True, healthy=True, age=2.5):
-    return CapacitySnapshot(pools=tuple(pools), synced=synced, age_seconds=age, generation=1, healthy=healthy)
+    return build_snapshot(*pools, synced=synced, healthy=healthy, age_seconds=age)
 
 
 def samples(registry):

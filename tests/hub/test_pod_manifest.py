@@ -2,21 +2,17 @@
 Kubernetes OpenAPI schema of the oldest and newest versions kubernetes-validate
 bundles (strict: unknown fields are errors), and for what the pool needs.
 
-No cluster: KubeSpawner's client setup is replaced, the capacity cache faked.
+No cluster: KubeSpawner's client setup is replaced (``no_kube_client``), the capacity cache faked.
 """
 
 from __future__ import annotations
 
-import pytest
 import kubernetes_validate
-import kubespawner.spawner
-from jupyterhub.objects import Hub, Server
+import pytest
 from kubernetes_asyncio.client import ApiClient
-from traitlets.config import Config
 
-from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
-from gpuspawner.hub.settings import GPUSpawnerSettings
-from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.capacity.model import ScaleUp, Taint
+from tests.builders import FakeCache, MockUser, make_spawner, node_view, pool_view
 
 
 def _versions() -> tuple[str, str]:
@@ -34,28 +30,13 @@ OLDEST, NEWEST = _versions()
 
 
 def node(name, n=8):
-    return NodeView(name=name, allocatable=n, free=n, driver_version="535.183.01", cuda_version="12.2", compute_capability="8.0")
+    return node_view(name, n, n, "535.183.01", "12.2", "8.0")
 
 
 def pool(group, product, resource="nvidia.com/gpu", *, labels=None, taints=(), nodes=(), scale_up=None, free=4):
-    return PoolView(
-        id=pool_id(group, product, resource),
-        resource=resource,
-        product=product,
-        memory_mib=None,
-        node_group_label="cloud.google.com/gke-nodepool" if group else None,
-        node_group=group,
-        nodes=len(nodes),
-        total=free,
-        free=free,
-        max_free_per_node=free,
-        driver_version=None,
-        cuda_version=None,
-        scale_up=scale_up,
-        defining_labels=tuple(labels if labels is not None else (("cloud.google.com/gke-nodepool", group),)),
-        taints=tuple(taints),
-        node_views=tuple(nodes),
-    )
+    """A pool with ``free`` of ``free`` GPUs, whatever its nodes hold, pinned by ``labels``."""
+    return pool_view(group, product, resource, node_views=nodes, nodes=len(nodes), total=free, free=free,
+                     per_node=free, taints=taints, scale_up=scale_up, defining=labels)
 
 
 GKE_A100 = pool("a100", "NVIDIA-A100-SXM4-80GB",
@@ -73,45 +54,13 @@ H100_FROM_ZERO = pool("h100", "NVIDIA-H100-80GB-HBM3", taints=(Taint("nvidia.com
 POOLS = (GKE_A100, MIG, AKS_SPOT, AMD_UNLABELLED, H100_FROM_ZERO)
 
 
-class FakeCache:
-    def __init__(self):
-        self.reserved = {}
-
-    async def wait_synced(self, timeout):
-        return True
-
-    def snapshot(self):
-        return CapacitySnapshot(pools=POOLS, synced=True, age_seconds=0.0, generation=1)
-
-    def reserve(self, owner, pool_id, count):
-        self.reserved[owner] = (pool_id, count)
-
-    def release(self, owner):
-        self.reserved.pop(owner, None)
-
-
 @pytest.fixture
-def spawner_factory(monkeypatch):
-    monkeypatch.setattr(kubespawner.spawner, "load_config", lambda **kw: None)
-    monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
-    cache = FakeCache()
-    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: cache)
-
-    class User:
-        name = "ada"
-        id = 7
-        url = "/user/ada/"
-        escaped_name = "ada"
+def spawner_factory(no_kube_client, install_cache):
+    install_cache(FakeCache(*POOLS, age_seconds=0.0, reservations_count=False))
 
     def make(**traits):
-        c = Config()
-        c.GPUSpawner.gpu_profiles = [{"slug": "gpu", "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-latest"}}]
-        c.GPUSpawner.namespace = "jhub"
-        for k, v in traits.items():
-            c.GPUSpawner[k] = v
-        s = GPUSpawner(config=c, user=User(), hub=Hub(), _mock=True)
-        s.server = Server(ip="0.0.0.0", port=8888, base_url="/user/ada/")
-        return s
+        profiles = [{"slug": "gpu", "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-latest"}}]
+        return make_spawner(user=MockUser("ada", id=7), **{"gpu_profiles": profiles, "namespace": "jhub", **traits})
 
     return make
 
@@ -161,12 +110,12 @@ CASES = [
 
 @pytest.mark.parametrize("version", [OLDEST, NEWEST], ids=["oldest-k8s", "newest-k8s"])
 @pytest.mark.parametrize(
-    "pool_view, gpus, resources, expressions, tolerations",
+    "the_pool, gpus, resources, expressions, tolerations",
     CASES,
     ids=["gke-a100-tainted", "mig-slice", "aks-spot-two-taints", "amd-pinned-by-hostname", "scale-from-zero"],
 )
-async def test_manifest_valid_and_pinned(spawner_factory, version, pool_view, gpus, resources, expressions, tolerations):
-    m = await manifest_for(spawner_factory(), {"profile": "gpu", "gpu_pool": pool_view.id, "gpus": gpus})
+async def test_manifest_valid_and_pinned(spawner_factory, version, the_pool, gpus, resources, expressions, tolerations):
+    m = await manifest_for(spawner_factory(), {"profile": "gpu", "gpu_pool": the_pool.id, "gpus": gpus})
     kubernetes_validate.validate(m, version, strict=True)
     container = m["spec"]["containers"][0]
     assert container["image"] == "quay.io/jupyter/pytorch-notebook:cuda12-latest"
@@ -175,7 +124,7 @@ async def test_manifest_valid_and_pinned(spawner_factory, version, pool_view, gp
         assert container["resources"]["requests"][res] == count
     assert required_terms(m) == [{"matchExpressions": expressions}]
     assert (m["spec"].get("tolerations") or []) == tolerations
-    assert m["metadata"]["annotations"]["gpuspawner.io/pool"] == pool_view.id
+    assert m["metadata"]["annotations"]["gpuspawner.io/pool"] == the_pool.id
 
 
 @pytest.mark.parametrize("version", [OLDEST, NEWEST], ids=["oldest-k8s", "newest-k8s"])
@@ -216,8 +165,7 @@ async def test_untolerated_taint_never_added(spawner_factory):
 # --- the CUDA check: steering off nodes whose driver does not fit, and the probe
 
 def gfd_node(name, driver, cuda, hostname=None):
-    return NodeView(name=name, allocatable=8, free=8, driver_version=driver, cuda_version=cuda, compute_capability="8.0",
-                    labels=(("kubernetes.io/hostname", hostname or name),))
+    return node_view(name, 8, 8, driver, cuda, "8.0", hostname=hostname or name)
 
 
 UPGRADING = pool("upgrade", "NVIDIA-A100-SXM4-80GB",
@@ -226,11 +174,9 @@ UPGRADING = pool("upgrade", "NVIDIA-A100-SXM4-80GB",
 
 
 @pytest.fixture
-def cuda_spawner(spawner_factory, monkeypatch):
+def cuda_spawner(spawner_factory, install_cache):
     """A GPU profile whose image declares CUDA 12.4, on a pool mid driver upgrade."""
-    cache = FakeCache()
-    cache.snapshot = lambda: CapacitySnapshot(pools=(UPGRADING, GKE_A100), synced=True, age_seconds=0.0, generation=1)
-    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: cache)
+    install_cache(FakeCache(UPGRADING, GKE_A100, age_seconds=0.0, reservations_count=False))
 
     def make(**traits):
         s = spawner_factory(**traits)

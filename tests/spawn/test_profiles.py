@@ -2,41 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
+from functools import partial
+
 import pytest
 
-from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
+from gpuspawner.capacity.model import ScaleUp, Taint
 from gpuspawner.spawn.profiles import (
     GPUProfileSpec,
     PoolRule,
     build_offers,
     capacity_problem,
+    describe_pool,
     gpu_profile_entry,
     merge_profiles,
     present_pools,
 )
+from tests.builders import STEERED_PROFILE, driver_node, gpu_offers, node_view, pool_view, snapshot, steered_pool
 
 GKE = "cloud.google.com/gke-nodepool"
 
 
-def pool(group, product, *, resource="nvidia.com/gpu", nodes=1, total=8, free=8, per_node=None, scale_up=None, labels=True):
-    return PoolView(
-        id=pool_id(group, product, resource),
-        resource=resource,
-        product=product,
-        memory_mib=81920,
-        node_group_label=GKE,
-        node_group=group,
-        nodes=nodes,
-        total=total,
-        free=free,
-        max_free_per_node=free if per_node is None else per_node,
-        driver_version="535.183.01",
-        cuda_version="12.2",
-        scale_up=scale_up,
-        defining_labels=((GKE, group),) if labels else (),
-        taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),),
-        node_views=(),
-    )
+# the pools of these tests: 80 GB cards, driver 535 (CUDA 12.2), the usual GPU taint
+pool = partial(pool_view, memory_mib=81920, driver="535.183.01", cuda="12.2",
+               taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),))
 
 
 A100 = pool("a100", "NVIDIA-A100-SXM4-80GB", nodes=2, total=16, free=5, per_node=3)
@@ -46,11 +35,10 @@ MIG = pool("a100", "NVIDIA-A100-SXM4-80GB", resource="nvidia.com/mig-1g.10gb", t
 SCALE_FROM_ZERO = pool("h200", "NVIDIA-H200", nodes=0, total=0, free=0, scale_up=ScaleUp(max_nodes=2, gpus_per_node=8, minutes=7))
 SCALE_MAXED = pool("l4", "NVIDIA-L4", nodes=2, total=2, free=0, scale_up=ScaleUp(max_nodes=2, gpus_per_node=1, minutes=4))
 SCALE_PARTIAL = pool("l40", "NVIDIA-L40S", nodes=1, total=4, free=1, per_node=1, scale_up=ScaleUp(max_nodes=3, gpus_per_node=4, minutes=5))
-UNLABELLED = pool("x", "X", labels=False)
+UNLABELLED = pool("x", "X", defining=())
 
 
-def snap(*pools, synced=True, healthy=True, error=None):
-    return CapacitySnapshot(pools=pools, synced=synced, age_seconds=0.5, generation=1, healthy=healthy, error=error)
+snap = partial(snapshot, age_seconds=0.5)
 
 
 def spec(**kw):
@@ -126,10 +114,7 @@ def test_capacity_unknown_offers_nothing_unless_admin_admits(snapshot, problem_t
 
 
 def test_unchecked_pool_bounded_by_biggest_node():
-    p = PoolView(**{**{f: getattr(A100, f) for f in A100.__slots__}, "node_views": (
-        NodeView("n1", allocatable=4, free=0, driver_version=None, cuda_version=None, compute_capability=None),
-        NodeView("n2", allocatable=8, free=0, driver_version=None, cuda_version=None, compute_capability=None),
-    )})
+    p = dataclasses.replace(A100, node_views=(node_view("n1", 4, 0), node_view("n2", 8, 0)))
     offer = build_offers([spec()], snap(p, synced=False), admit_without_capacity=True)["gpu"]
     assert offer.pools[0].max_gpus == 8
 
@@ -269,3 +254,75 @@ def test_preferred_pool_takes_the_best_fitting_pool_with_room():
     assert strict["gpu"].preferred_pool(1, "").pool.id == A100.id
     assert strict["gpu"].preferred_pool(3, "").pool.id == A100.id
     assert strict["gpu"].preferred_pool(4, "") is None  # no pool has room for 4
+
+
+# ---------------------------------------------------------------------------
+# counts on the nodes an image may land on (a pool mid driver upgrade)
+#
+# The pod of an image whose CUDA fails some nodes is kept off them (``kubernetes.io/hostname
+# NotIn``), so what is offered counts only the other nodes.
+
+POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
+
+
+def old(free=4):  # CUDA 12.4 does not fit a 470 driver (CUDA 11.4) under any policy
+    return driver_node("old", free, "470.82.01", "11.4")
+
+
+def new(free=1):
+    return driver_node("new", free, "550.54.15", "12.4")
+
+
+def offers_for(the_pool, **profile):
+    return gpu_offers([{**STEERED_PROFILE, **profile}], the_pool)
+
+
+def counts(offer):
+    return offer.max_gpus, offer.now, offer.cuda_free, offer.scale_up_minutes, offer.reason
+
+
+@pytest.mark.parametrize(
+    "the_pool, profile, image_key, expected",
+    [
+        # 4 free on the old node, 1 on the new: the 12.4 image may get 1
+        (steered_pool(old(), new()), {}, "cu124", (1, 1, 1, None, None)),
+        # the 11.4 image fits both nodes: counted as today
+        (steered_pool(old(), new()), {}, "cu114", (4, 4, None, None, None)),
+        # every fitting GPU in use: nothing now, and the reason says why (not "all in use")
+        (steered_pool(old(), new(free=0)), {}, "cu124",
+         (0, 0, 0, None, "no GPU is free on the nodes whose driver fits this image")),
+        # a new node from a scale-up is not excluded, so it still counts
+        (steered_pool(old(), new(), scale_up=ScaleUp(max_nodes=3, gpus_per_node=8, minutes=6)), {}, "cu124",
+         (8, 1, 1, 6, None)),
+        # the profile's max_gpus still caps
+        (steered_pool(old(), new(free=3)), {"max_gpus": 2}, "cu124", (2, 2, 3, None, None)),
+        # no failing node: the offer is the very same
+        (steered_pool(new(free=5)), {}, "cu124", (5, 5, None, None, None)),
+        # every node fails: refused elsewhere, counts untouched
+        (steered_pool(old()), {}, "cu124", (4, 4, None, None, None)),
+    ],
+    ids=["narrowed", "image-fits-all", "fitting-full", "scale-up-counts", "cap", "no-failing-node", "all-fail"],
+)
+def test_pool_offer_counts_only_nodes_the_image_may_land_on(the_pool, profile, image_key, expected):
+    offer = offers_for(the_pool, **profile)["gpu"].pools[0]
+    narrowed = offer.for_image(image_key)
+    assert counts(narrowed) == expected
+    assert narrowed.narrowed is (expected[2] is not None)
+    if not narrowed.narrowed:
+        assert narrowed is offer
+    assert narrowed.fit(image_key) is offer.fit(image_key)  # the CUDA verdicts stay
+    assert narrowed.for_image(image_key) is narrowed  # counting twice changes nothing
+
+
+def test_offer_without_free_counts_is_not_narrowed():
+    offer = gpu_offers([STEERED_PROFILE], steered_pool(old(), new()), synced=False, admit_without_capacity=True)["gpu"]
+    assert offer.for_image("cu124") is offer
+
+
+def test_stock_profile_entry_counts_for_the_default_image():
+    offer = offers_for(steered_pool(old(), new()))["gpu"]
+    entry = gpu_profile_entry(offer)
+    assert list(entry["profile_options"]["gpus"]["choices"]) == ["1"]
+    line = entry["profile_options"]["gpu_pool"]["choices"][POOL_ID]["display_name"]
+    assert "5 of 16 GPUs free (1 on nodes whose driver fits this image), up to 1 per server" in line
+    assert "(1 on nodes" not in describe_pool(offer.pools[0])  # the raw offer is not narrowed

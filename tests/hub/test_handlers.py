@@ -7,7 +7,6 @@ a loopback port; it is not started, so no configurable-http-proxy runs.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from pathlib import Path
@@ -22,23 +21,21 @@ from traitlets.config import Config
 from gpuspawner import config_snippet
 import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
-from gpuspawner.capacity.model import CapacitySnapshot, PoolView, ScaleUp, pool_id
+from gpuspawner.capacity.model import ScaleUp
 from gpuspawner.hub.handlers import GPUCapacityHandler
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import GPUSpawner
+from tests.builders import FakeCache, make_spawner, pool_view
 
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
         "driver_version", "cuda_version", "scale_up"]
 
 
+# two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
 def pool(group, product, *, free, total, scale_up=None):
-    return PoolView(
-        id=pool_id(group, product, "nvidia.com/gpu"), resource="nvidia.com/gpu", product=product,
-        memory_mib=81920, node_group_label="cloud.google.com/gke-nodepool", node_group=group,
-        nodes=2, total=total, free=free, max_free_per_node=min(free, 8), driver_version="535.183.01",
-        cuda_version="12.2", scale_up=scale_up, defining_labels=(("cloud.google.com/gke-nodepool", group),), taints=(),
-    )
+    return pool_view(group, product, nodes=2, total=total, free=free, per_node=min(free, 8), memory_mib=81920,
+                     driver="535.183.01", cuda="12.2", scale_up=scale_up)
 
 
 A100 = pool("a100", "NVIDIA-A100-SXM4-80GB", free=5, total=16)
@@ -46,14 +43,8 @@ H100 = pool("h100", "NVIDIA-H100-80GB-HBM3", free=0, total=0, scale_up=ScaleUp(m
 SECRET = pool("secret", "NVIDIA-B200", free=8, total=8)
 
 
-class FakeCache:
-    def __init__(self, *pools):
-        self.pools = pools
-        self.snapshots = 0
-
-    def snapshot(self):
-        self.snapshots += 1
-        return CapacitySnapshot(pools=self.pools, synced=True, age_seconds=1.23456, generation=4)
+def fake_cache(*pools):
+    return FakeCache(*pools, age_seconds=1.23456, generation=4)
 
 
 def load_snippet() -> Config:
@@ -128,10 +119,9 @@ def test_snippet_sets_spawner_and_registers_handler_only():
     assert set(c.JupyterHub) == {"spawner_class", "extra_handlers"}
 
 
-async def test_capacity_for_a_plain_user_token(hub, monkeypatch):
+async def test_capacity_for_a_plain_user_token(hub, install_cache):
     url, token = hub
-    fake = FakeCache(A100, SECRET, H100)
-    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
+    fake = install_cache(fake_cache(A100, SECRET, H100))
     code, body = await get(url, token)
     assert code == 200
     assert list(body) == ["pools", "synced", "age_seconds"]
@@ -145,10 +135,9 @@ async def test_capacity_for_a_plain_user_token(hub, monkeypatch):
 
 
 @pytest.mark.parametrize("token", [None, "not-a-token"], ids=["anonymous", "bad-token"])
-async def test_refused_without_authentication(hub, monkeypatch, token):
+async def test_refused_without_authentication(hub, install_cache, token):
     url, _ = hub
-    fake = FakeCache(A100)
-    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
+    fake = install_cache(fake_cache(A100))
     code, body = await get(url, token)
     assert code == 403
     assert "API token" in body["message"]
@@ -180,7 +169,7 @@ class ForbiddenApi:
     list_pod_for_all_namespaces = _forbidden
 
 
-async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, monkeypatch, caplog):
+async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, no_kube_client, monkeypatch, caplog):
     url, token = hub
     api = ForbiddenApi()
     monkeypatch.setattr(cache_module, "_default_api", lambda: api)
@@ -193,21 +182,9 @@ async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, mo
     assert "nodes: list, watch" in shared.snapshot().error
 
     # a spawner in the same process keeps serving static profiles and says why GPUs are unknown
-    import kubespawner.spawner
-    from jupyterhub.objects import Hub
-
-    monkeypatch.setattr(kubespawner.spawner, "load_config", lambda **kw: None)
-    monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
     monkeypatch.setattr(GPUSpawner, "_logged_capacity_problems", set())
-
-    class User:
-        name, id, url, escaped_name = "ada", 1, "/user/ada/", "ada"
-
-    c = Config()
-    c.GPUSpawner.profile_list = [{"display_name": "CPU", "slug": "cpu"}]
-    c.GPUSpawner.gpu_profiles = [{"slug": "gpu"}]
-    c.GPUSpawner.gpu_capacity_sync_timeout = 1.0
-    spawner = GPUSpawner(config=c, user=User(), hub=Hub(), _mock=True)
+    spawner = make_spawner("ada", server=False, profile_list=[{"display_name": "CPU", "slug": "cpu"}],
+                           gpu_profiles=[{"slug": "gpu"}], gpu_capacity_sync_timeout=1.0)
     with caplog.at_level(logging.WARNING):
         form = await spawner.get_options_form()
     assert "profile-item-cpu" in form and "GPU capacity is unknown" in form
@@ -215,12 +192,9 @@ async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, mo
 
 
 @pytest.fixture
-def gpu_hub_spawner(monkeypatch):
+def gpu_hub_spawner(no_kube_client, install_cache, monkeypatch):
     """What a POST /users/{name}/server needs without a cluster."""
     import kubespawner.spawner
-
-    monkeypatch.setattr(kubespawner.spawner, "load_config", lambda **kw: None)
-    monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
 
     async def no_delete(self, now=False):
         return None
@@ -231,10 +205,8 @@ def gpu_hub_spawner(monkeypatch):
         raise AssertionError("a pod would have been created")
 
     monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "_make_create_pod_request", no_pod)
-    fake = FakeCache(A100)
-    fake.wait_synced = lambda timeout: asyncio.sleep(0, True)
+    fake = install_cache(fake_cache(A100))
     fake.reserve = lambda *a: pytest.fail("nothing may be reserved for a refused spawn")
-    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     return fake
 
 

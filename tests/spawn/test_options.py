@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
-from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
-from gpuspawner.spawn.options import OptionError, parse_gpu_count, validate_user_options
+from gpuspawner.capacity.model import CapacitySnapshot, Taint
+from gpuspawner.spawn.options import TOO_MANY_GPUS, OptionError, parse_gpu_count, validate_user_options
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule, build_offers, merge_profiles
+from tests.builders import STEERED_PROFILE, driver_node, gpu_offers, pool_view, steered_pool
 
 GKE = "cloud.google.com/gke-nodepool"
 
 
-def pool(group, product, *, total, free, per_node):
-    return PoolView(
-        id=pool_id(group, product, "nvidia.com/gpu"),
-        resource="nvidia.com/gpu",
-        product=product,
-        memory_mib=None,
-        node_group_label=GKE,
-        node_group=group,
-        nodes=2,
-        total=total,
-        free=free,
-        max_free_per_node=per_node,
-        driver_version=None,
-        cuda_version=None,
-        scale_up=None,
-        defining_labels=((GKE, group),),
-        taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),),
-    )
+# two-node pools with the usual GPU taint; no driver known
+pool = partial(pool_view, nodes=2, taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),))
 
 
 A100 = pool("a100", "NVIDIA-A100-SXM4-80GB", total=16, free=5, per_node=3)
@@ -359,3 +345,61 @@ def test_pool_whose_drivers_do_not_fit_is_refused_with_the_reason():
     assert e.value.status == 400 and e.value.reason == "cuda_mismatch"
     assert str(e.value).startswith("The image pt:cu124 (CUDA 12.4) does not fit any node of GPU pool")
     assert str(e.value).endswith(f"GPU pools whose drivers fit this image: {new.id}.")
+
+
+# --- counts on the nodes an image may land on (a pool mid driver upgrade)
+#
+# validation admits only what a node the chosen image may land on holds
+
+POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
+
+
+def old(free=4):  # CUDA 12.4 does not fit a 470 driver (CUDA 11.4) under any policy
+    return driver_node("old", free, "470.82.01", "11.4")
+
+
+def new(free=1):
+    return driver_node("new", free, "550.54.15", "12.4")
+
+
+def offers_for(the_pool, **profile):
+    return gpu_offers([{**STEERED_PROFILE, **profile}], the_pool)
+
+
+def validate(options, the_pool):
+    offers = offers_for(the_pool)
+    profiles, _ = merge_profiles([], offers)
+    return validate_user_options({"profile": "gpu", **options}, profiles, offers)
+
+
+@pytest.mark.parametrize(
+    "options, gpus",
+    [
+        ({"gpus": "1"}, 1),
+        ({"gpus": "4", "image": "cu114"}, 4),  # the chosen image fits the old node too
+        ({"gpus": "1", "gpu_pool": POOL_ID}, 1),
+    ],
+    ids=["fits-on-new", "other-image-fits-old", "pool-named"],
+)
+def test_validation_admits_what_a_fitting_node_holds(options, gpus):
+    sel = validate(options, steered_pool(old(), new()))
+    assert sel.gpus == gpus and sel.pool.pool.id == POOL_ID
+
+
+@pytest.mark.parametrize(
+    "options, the_pool, message",
+    [
+        ({"gpus": "4"}, steered_pool(old(), new()),
+         "choose between 1 and 1 GPUs in pool 'a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu' on the nodes whose "
+         "driver fits this image (asked for 4)"),
+        ({"gpus": "2", "image": "cu124", "gpu_pool": POOL_ID}, steered_pool(old(), new()), "on the nodes whose driver fits"),
+        ({"gpus": "1", "gpu_pool": POOL_ID}, steered_pool(old(), new(free=0)),
+         "cannot give any GPU now: no GPU is free on the nodes whose driver fits this image"),
+    ],
+    ids=["default-image", "chosen-image", "fitting-nodes-full"],
+)
+def test_validation_refuses_counts_only_an_excluded_node_holds(options, the_pool, message):
+    with pytest.raises(OptionError) as e:
+        validate(options, the_pool)
+    assert message in str(e.value)
+    assert e.value.reason == TOO_MANY_GPUS

@@ -1,30 +1,15 @@
-"""Spawn progress in GPU words: parsing real scheduler/autoscaler/kubelet
-messages, and when a spawn can never succeed.
+"""Spawn progress in GPU words (gpuspawner.spawn.progress): what real scheduler, autoscaler
+and kubelet messages mean for someone waiting for a GPU, and when a spawn can never succeed.
 
-The messages are the real formats (sources in gpuspawner/progress.py's
-docstring); the sim's scheduler, which words FailedScheduling like
-kube-scheduler, is used as a second source at the end.
+The messages are the real formats (sources in gpuspawner/spawn/schedmsg.py's docstring;
+their parsing is tested in test_schedmsg.py).
 """
 
 import pytest
 
-from gpuspawner.capacity.model import NodeView, PoolView, ScaleUp, Taint
-from gpuspawner.spawn.pending import gpu_wait_seconds
+from gpuspawner.capacity.model import ScaleUp, Taint
 from gpuspawner.spawn.progress import FATAL_KINDS, SpawnContext, rewrite_progress_event, translate, translate_pod
-from gpuspawner.spawn.schedmsg import (
-    AFFINITY,
-    CONDITION_TAINT,
-    INSUFFICIENT,
-    TAINT,
-    UNKNOWN,
-    UNSCHEDULABLE,
-    VOLUME,
-    VOLUME_ZONE,
-    parse_no_scale_up,
-    parse_scale_up,
-    parse_scheduling_message,
-)
-from gpuspawner.sim.plugins import MessageStyle, Status, fit_error_message
+from tests.builders import node_view, pool_view
 
 POOL = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
 SCALE = ScaleUp(max_nodes=4, gpus_per_node=8, minutes=6)
@@ -63,171 +48,6 @@ def ev(reason, message, type_="Normal"):
         "involvedObject": {"kind": "Pod", "name": "jupyter-ada", "namespace": "hub"},
         "lastTimestamp": "2026-11-22T00:00:00Z",
     }
-
-
-# ---------------------------------------------------------------------------
-# parsing the kube-scheduler's FailedScheduling message
-# ---------------------------------------------------------------------------
-
-PARSE_CASES = [
-    pytest.param(
-        "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3 node(s) had untolerated taint {sku: gpu}. "
-        + PRE_V,
-        4,
-        [(1, INSUFFICIENT, "nvidia.com/gpu"), (3, TAINT, "sku")],
-        True,
-        id="issue-example-1.34",
-    ),
-    pytest.param(
-        "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3 node(s) had untolerated taint(s). "
-        "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.",
-        4,
-        [(1, INSUFFICIENT, "nvidia.com/gpu"), (3, TAINT, None)],
-        True,
-        id="taint-without-key-1.35",
-    ),
-    pytest.param(
-        "0/3 nodes are available: 3 node(s) had taint {sku: gpu}, that the pod didn't tolerate.",
-        3,
-        [(3, TAINT, "sku")],
-        False,
-        id="taint-pre-1.25-comma-inside-reason",
-    ),
-    pytest.param(
-        "0/1 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }. "
-        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
-        1,
-        [(1, TAINT, "node-role.kubernetes.io/control-plane")],
-        True,
-        id="taint-empty-value",
-    ),
-    pytest.param(
-        "0/2 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/not-ready: }.",
-        2,
-        [(2, CONDITION_TAINT, "node.kubernetes.io/not-ready")],
-        False,
-        id="not-ready-is-a-condition-taint",
-    ),
-    pytest.param(
-        "0/6 nodes are available: 2 Insufficient cpu, 2 Insufficient nvidia.com/gpu, "
-        "4 node(s) didn't match Pod's node affinity/selector. "
-        "no new claims to deallocate, preemption: 0/6 nodes are available: 2 No preemption victims found "
-        "for incoming pod, 4 Preemption is not helpful for scheduling.",
-        6,
-        [(2, INSUFFICIENT, "cpu"), (2, INSUFFICIENT, "nvidia.com/gpu"), (4, AFFINITY, None)],
-        True,
-        id="two-resources-one-node-and-dra-postfilter",
-    ),
-    pytest.param(
-        "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
-        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
-        3,
-        [(None, VOLUME, None)],
-        True,
-        id="prefilter-message-without-count",
-    ),
-    pytest.param(
-        "0/5 nodes are available: 5 node(s) were unschedulable.",
-        5,
-        [(5, UNSCHEDULABLE, None)],
-        False,
-        id="cordoned",
-    ),
-    pytest.param(
-        "0/6 nodes are available: 6 node(s) had volume node affinity conflict.",
-        6,
-        [(6, VOLUME_ZONE, None)],
-        False,
-        id="volume-zone",
-    ),
-    pytest.param(
-        "0/3 nodes are available: 1 Too many pods, 2 node(s) didn't match node selector.",
-        3,
-        [(1, INSUFFICIENT, "pods"), (2, AFFINITY, None)],
-        False,
-        id="too-many-pods-and-old-selector-wording",
-    ),
-    pytest.param(
-        "0/2 nodes are available: 2 Insufficient nvidia.com/mig-1g.10gb.",
-        2,
-        [(2, INSUFFICIENT, "nvidia.com/mig-1g.10gb")],
-        False,
-        id="mig-resource-with-dots",
-    ),
-    pytest.param(
-        "0/3 nodes are available: 3 node(s) were frobnicated by a custom plugin.",
-        3,
-        [(3, UNKNOWN, None)],
-        False,
-        id="unknown-reason-passes-through",
-    ),
-    pytest.param("no nodes available to schedule pods", 0, [], False, id="empty-cluster"),
-]
-
-
-@pytest.mark.parametrize("message, total, reasons, has_post", PARSE_CASES)
-def test_parse_scheduling_message(message, total, reasons, has_post):
-    got = parse_scheduling_message(message)
-    assert got is not None
-    assert got.total_nodes == total
-    assert [(r.count, r.kind, r.detail) for r in got.reasons] == reasons
-    assert (got.post_filter is not None) == has_post
-
-
-def test_unknown_reason_keeps_its_text():
-    got = parse_scheduling_message("0/3 nodes are available: 3 node(s) were frobnicated by a custom plugin.")
-    assert got.reasons[0].text == "node(s) were frobnicated by a custom plugin"
-
-
-@pytest.mark.parametrize(
-    "message",
-    [None, 42, "", "Failed to schedule pod, incompatible with nodepool", "0/ nodes are avail",
-     "0/x nodes are available"],
-    ids=["none", "int", "empty", "karpenter", "truncated", "bad-count"],
-)
-def test_parse_scheduling_message_rejects_other_formats(message):
-    assert parse_scheduling_message(message) is None
-
-
-# ---------------------------------------------------------------------------
-# cluster autoscaler messages
-# ---------------------------------------------------------------------------
-
-
-def test_parse_scale_up_groups():
-    steps = parse_scale_up(
-        "pod triggered scale-up: [{https://www.googleapis.com/compute/v1/projects/p/zones/z/instanceGroups/gke-a100 "
-        "0->1 (max: 4)} {eks-gpu-2 2->3 (max: 5)}]"
-    )
-    assert [(s.group.rsplit("/", 1)[-1], s.current, s.new, s.max) for s in steps] == [
-        ("gke-a100", 0, 1, 4),
-        ("eks-gpu-2", 2, 3, 5),
-    ]
-
-
-@pytest.mark.parametrize(
-    "message, texts",
-    [
-        pytest.param(
-            "pod didn't trigger scale-up: 1 max node group size reached, 3 node(s) didn't match Pod's node "
-            "affinity/selector",
-            ["max node group size reached", "node(s) didn't match Pod's node affinity/selector"],
-            id="current",
-        ),
-        pytest.param(
-            "pod didn't trigger scale-up (it wouldn't fit if a new node is added): 2 Insufficient nvidia.com/gpu",
-            ["Insufficient nvidia.com/gpu"],
-            id="older-wording",
-        ),
-        pytest.param(
-            "pod didn't trigger scale-up: 1 max cluster cpu, memory limit reached",
-            ["max cluster cpu, memory limit reached"],
-            id="comma-inside-reason",
-        ),
-    ],
-)
-def test_parse_no_scale_up(message, texts):
-    assert [r.text for r in parse_no_scale_up(message)] == texts
 
 
 # ---------------------------------------------------------------------------
@@ -859,7 +679,6 @@ def test_translate_pod_says_nothing_new(pod):
 )
 def test_malformed_pods_never_raise(pod):
     translate_pod(pod, ctx())
-    assert gpu_wait_seconds(pod) is None
 
 
 # ---------------------------------------------------------------------------
@@ -868,13 +687,9 @@ def test_malformed_pods_never_raise(pod):
 
 
 def test_context_from_pool_view():
-    pool = PoolView(
-        id=POOL, resource="nvidia.com/gpu", product="NVIDIA-A100-SXM4-80GB", memory_mib=81920,
-        node_group_label="cloud.google.com/gke-nodepool", node_group="a100", nodes=2, total=12, free=3,
-        max_free_per_node=2, driver_version=None, cuda_version=None, scale_up=SCALE,
-        defining_labels=(), taints=(SKU,),
-        node_views=(NodeView("n1", 8, 2, None, None, None), NodeView("n2", 4, 1, None, None, None)),
-    )
+    pool = pool_view(id=POOL, node_views=(node_view("n1", 8, 2), node_view("n2", 4, 1)), memory_mib=81920,
+                     scale_up=SCALE, taints=(SKU,), defining=())
+    assert (pool.nodes, pool.total, pool.free, pool.max_free_per_node) == (2, 12, 3, 2)
     c = SpawnContext.from_pool(pool, pool_id=POOL, gpus=2, queued_before=1, tolerated_taint_keys=["nvidia.com/*"])
     assert (c.free, c.total, c.max_free_per_node, c.max_node_allocatable, c.nodes) == (3, 12, 2, 8, 2)
     assert c.scale_up == SCALE and c.label == POOL
@@ -908,45 +723,3 @@ def test_context_rejects_bad_values_with_a_clear_error(overrides, fragment):
 # ---------------------------------------------------------------------------
 # time waiting for a GPU
 # ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "pod, seconds",
-    [
-        pytest.param({"metadata": {"creationTimestamp": "2026-11-22T00:00:00Z"}, "status": {"conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-22T00:06:30Z"}]}},
-            390.0, id="scheduled-after-a-scale-up"),
-        pytest.param({"metadata": {"creationTimestamp": "2026-11-22T00:00:00Z"}, "status": {"conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}, None, id="still-pending"),
-        pytest.param({"metadata": {}, "status": {"conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-22T00:06:30Z"}]}},
-            None, id="no-creation-time"),
-        pytest.param({"metadata": {"creationTimestamp": "yesterday"}, "status": {}}, None, id="bad-time"),
-        pytest.param(None, None, id="not-a-pod"),
-    ],
-)
-def test_gpu_wait_seconds(pod, seconds):
-    assert gpu_wait_seconds(pod) == seconds
-
-
-# ---------------------------------------------------------------------------
-# a second source: the simulated scheduler words messages like kube-scheduler
-# ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("style", [MessageStyle(), MessageStyle(taint_details=False, dra_postfilter=True)],
-                         ids=["1.34", "1.35-dra"])
-def test_messages_of_the_simulated_scheduler_parse_back(style):
-    taint = ("node(s) had untolerated taint {sku: gpu}" if style.taint_details
-             else "node(s) had untolerated taint(s)")
-    statuses = {
-        "gpu-1": Status("NodeResourcesFit", ("Insufficient cpu", "Insufficient nvidia.com/gpu"), False),
-        "gpu-2": Status("NodeResourcesFit", ("Insufficient nvidia.com/gpu",), False),
-        "other-1": Status("TaintToleration", (taint,), True),
-        "cpu-1": Status("NodeAffinity", ("node(s) didn't match Pod's node affinity/selector",), True),
-    }
-    got = parse_scheduling_message(fit_error_message(4, statuses, style=style))
-    assert got.total_nodes == 4
-    assert got.insufficient("nvidia.com/gpu") == 2
-    assert got.count(TAINT) == 1 and got.count(AFFINITY) == 1
-    assert got.post_filter.endswith("Preemption is not helpful for scheduling.")
