@@ -1,9 +1,10 @@
 """The ``gpuspawner`` command.
 
 Each subcommand lives in its own module under ``gpuspawner.commands`` and
-exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``main(args) -> int``.
-Modules are imported only when their subcommand runs, so ``gpuspawner
-check-cuda`` does not pay for JupyterHub's import time.
+exposes ``add_arguments(parser)`` and ``main(args) -> int``; its name and
+one-line help are in :data:`COMMANDS`, so ``gpuspawner --help`` lists them
+without importing any.  Modules are imported only when their subcommand
+runs, so ``gpuspawner check-cuda`` does not pay for JupyterHub's import time.
 """
 
 from __future__ import annotations
@@ -12,25 +13,15 @@ import argparse
 import importlib
 import sys
 
-# subcommand name -> module under gpuspawner.commands
+# subcommand name -> (module under gpuspawner.commands, one-line help)
 COMMANDS = {
-    "sim": "sim",
-    "demo": "demo",
-    "check-cuda": "check_cuda",
-    "probe": "probe",
-    "label-node": "label_node",
-    "doctor": "doctor",
-    "cull": "cull",
-}
-
-_HELP = {
-    "sim": "run the simulated Kubernetes GPU cluster alone",
-    "demo": "run the simulated GPU cluster with a real JupyterHub",
-    "check-cuda": "decide whether an image's CUDA fits a node's NVIDIA driver",
-    "probe": "check the GPUs and driver from inside a server's pod (init container)",
-    "label-node": "label a node with GPU Feature Discovery labels read through NVML",
-    "doctor": "report what breaks GPU notebooks on a cluster, and how to fix it",
-    "cull": "stop GPU servers whose GPUs and notebooks have both been idle",
+    "sim": ("sim", "run the simulated Kubernetes GPU cluster alone"),
+    "demo": ("demo", "run the simulated GPU cluster with a real JupyterHub"),
+    "check-cuda": ("check_cuda", "decide whether an image's CUDA fits a node's NVIDIA driver"),
+    "probe": ("probe", "check the GPUs and driver from inside a server's pod (init container)"),
+    "label-node": ("label_node", "label a node with GPU Feature Discovery labels read through NVML"),
+    "doctor": ("doctor", "report what breaks GPU notebooks on a cluster, and how to fix it"),
+    "cull": ("cull", "stop GPU servers whose GPUs and notebooks have both been idle"),
 }
 
 
@@ -40,8 +31,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="gpuspawner: JupyterHub on GPU clusters",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module_name in COMMANDS.items():
-        p = sub.add_parser(name, help=_HELP[name], description=_HELP[name])
+    for name, (module_name, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or only == name:
             module = importlib.import_module(f"gpuspawner.commands.{module_name}")
             module.add_arguments(p)

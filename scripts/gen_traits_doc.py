@@ -7,7 +7,7 @@ The traits are read from the class an admin configures (``from gpuspawner import
 not from module paths, so moving a trait between gpuspawner's modules changes nothing here.
 A trait is listed when it is ``config=True`` and either
 
-* GPUSpawner (or a gpuspawner mixin such as ``GPUCapacitySettings``) defines it, or redefines a
+* GPUSpawner (or a gpuspawner mixin such as ``GPUSpawnerSettings``) defines it, or redefines a
   KubeSpawner trait with another trait object, or
 * a gpuspawner class gives a KubeSpawner trait a new dynamic default (traitlets' ``@default``).
 
@@ -261,7 +261,7 @@ def render(docs: list[TraitDoc]) -> str:
         "",
         "Settings marked *capacity* are also read by `GET /hub/api/gpus`, which has no spawner: it",
         "reads them from `c.GPUSpawner` (or the spawner class you configured) and from",
-        "`c.GPUCapacitySettings`.",
+        "`c.GPUSpawnerSettings` (formerly `c.GPUCapacitySettings`, which still works).",
         "",
         "| setting | type | default | topic |",
         "|---|---|---|---|",
@@ -276,8 +276,8 @@ def render(docs: list[TraitDoc]) -> str:
         out += ["", f"## {title}", "", intro]
         for doc in grouped[title]:
             where = f"`c.GPUSpawner.{doc.name}`"
-            if doc.defined_in == "GPUCapacitySettings":
-                where += f" (*capacity*; also `c.GPUCapacitySettings.{doc.name}`)"
+            if doc.defined_in == "GPUSpawnerSettings":
+                where += f" (*capacity*; also `c.GPUSpawnerSettings.{doc.name}`)"
             out += [
                 "",
                 f"### {doc.name}",

@@ -1,4 +1,4 @@
-"""Shared test setup.
+"""Shared test setup and fixtures (the builders themselves are in ``tests/builders/``).
 
 The end-to-end tests run JupyterHub with a real configurable-http-proxy; make the copy that
 scripts/setup.sh installs (node_modules/.bin) findable when pytest is started by hand.
@@ -7,7 +7,34 @@ scripts/setup.sh installs (node_modules/.bin) findable when pytest is started by
 import os
 import pathlib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _node_bin = ROOT / "node_modules" / ".bin"
 if _node_bin.is_dir() and str(_node_bin) not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = f"{_node_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+@pytest.fixture
+def no_kube_client(monkeypatch):
+    """A spawner without a cluster: KubeSpawner's ``__init__`` loads a kube config and makes its
+    API client through ``kubespawner.spawner.load_config`` and ``shared_client``
+    (kubespawner/spawner.py); they are replaced by stand-ins, and nothing else is.  The test
+    gives the spawner its ``user`` and ``hub`` itself (``builders.make_spawner``)."""
+    import kubespawner.spawner
+
+    monkeypatch.setattr(kubespawner.spawner, "load_config", lambda *a, **kw: None)
+    monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
+
+
+@pytest.fixture
+def install_cache(monkeypatch):
+    """``install_cache(cache)``: every spawner and ``GET /hub/api/gpus`` of the test read
+    ``cache`` (a ``builders.FakeCache``) instead of starting the shared ``CapacityCache``."""
+    from gpuspawner.hub.settings import GPUSpawnerSettings
+
+    def install(cache):
+        monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: cache)
+        return cache
+
+    return install

@@ -9,7 +9,8 @@
 * the values.yaml blocks of docs/zero-to-jupyterhub.md are valid YAML whose Python and settings
   load the way the chart loads them.
 
-No cluster and no network: KubeSpawner's client setup is replaced where a spawner is built.
+No cluster and no network: KubeSpawner's client setup is replaced where a spawner is built
+(the ``no_kube_client`` fixture).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ MARKDOWN = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
 
 TRAITS = set(GPUSpawner.class_trait_names(config=True))
 # the mixin whose traits GET /hub/api/gpus reads, found by name (its module may move)
-CAPACITY_CLASS = next(k for k in GPUSpawner.mro() if k.__name__ == "GPUCapacitySettings")
+CAPACITY_CLASS = next(k for k in GPUSpawner.mro() if k.__name__ == "GPUSpawnerSettings")
 CAPACITY_TRAITS = set(CAPACITY_CLASS.class_trait_names(config=True))
-SECTION_TRAITS = {"GPUSpawner": TRAITS, "KubeSpawner": TRAITS, "GPUCapacitySettings": CAPACITY_TRAITS}
+# GPUCapacitySettings: the settings class's former name, still a config section (docs/configuration.md)
+SECTION_TRAITS = {"GPUSpawner": TRAITS, "KubeSpawner": TRAITS, "GPUSpawnerSettings": CAPACITY_TRAITS,
+                  "GPUCapacitySettings": CAPACITY_TRAITS}
 
 
 def load_example() -> Config:
@@ -45,22 +48,12 @@ def load_example() -> Config:
 
 
 @pytest.fixture
-def make_spawner(monkeypatch):
-    """A GPUSpawner built from a Config, with KubeSpawner's Kubernetes client setup stubbed out."""
-    import kubespawner.spawner
-    from jupyterhub.objects import Hub
-
-    monkeypatch.setattr(kubespawner.spawner, "load_config", lambda *a, **kw: None)
-    monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
-
-    class User:
-        name = "ada"
-        id = 1
-        url = "/user/ada/"
-        escaped_name = "ada"
+def make_spawner(no_kube_client):
+    """A GPUSpawner built from a Config (``builders.make_spawner``; no cluster)."""
+    from tests.builders import make_spawner as build_spawner
 
     def make(config: Config) -> GPUSpawner:
-        return GPUSpawner(config=config, user=User(), hub=Hub(), _mock=True)
+        return build_spawner("ada", config=config, server=False)
 
     return make
 
@@ -234,7 +227,7 @@ def test_docs_mention_only_real_traits(path):
     text = path.read_text(encoding="utf-8")
     wrong = sorted(
         f"c.{section}.{name}"
-        for section, name in re.findall(r"c\.(GPUSpawner|GPUCapacitySettings)\.([A-Za-z_]\w*)", text)
+        for section, name in re.findall(r"c\.(GPUSpawner|GPUSpawnerSettings|GPUCapacitySettings)\.([A-Za-z_]\w*)", text)
         if name not in SECTION_TRAITS[section]
     )
     assert not wrong, f"{path.name} names settings that do not exist: {wrong}"

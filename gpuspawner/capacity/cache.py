@@ -47,26 +47,13 @@ from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.capacity.podres import pod_key, pod_record
+from gpuspawner.kube.apierrors import missing_rules_message, status_of
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CapacityCache", "missing_rules_message"]
 
 ApiFactory = Callable[[], Any]
-
-# what each kind needs at the cluster scope, for the 403 message
-_RULES = {"nodes": "nodes: list, watch", "pods": "pods: list, watch"}
-
-
-def missing_rules_message(kinds: list[str]) -> str:
-    """The 403 explanation: which ClusterRole rules the hub lacks."""
-    rules = "; ".join(_RULES[k] for k in kinds)
-    return (
-        f"forbidden: the hub cannot {' and '.join('list/watch ' + k for k in kinds)} at the cluster scope, "
-        f"so live GPU capacity is unknown. Bind the hub's service account to a ClusterRole with the rules "
-        f'[{rules}] (apiGroups: [""]); the Zero to JupyterHub hub Role is namespaced and does not grant them.'
-    )
-
 
 _SHORT_WATCH = 1.0  # seconds; client-go reflector's "very short watch" threshold
 _SLICE_SECONDS = 0.005  # synchronous work between two yields while applying a list page
@@ -102,22 +89,12 @@ def _retry_after(resp: Any) -> float | None:
     return value if value >= 0 else None
 
 
-def _status_message(body: bytes) -> str:
-    try:
-        doc = json.loads(body)
-        if isinstance(doc, dict) and doc.get("message"):
-            return str(doc["message"])
-    except ValueError:
-        pass
-    return body[:200].decode("utf-8", "replace")
-
-
 async def _raise_for_status(resp: Any) -> None:
     if resp.status == 200:
         return
     body = await resp.read()
     resp.release()
-    msg = _status_message(body)
+    msg = status_of(resp.status, body).message
     if resp.status == 410:
         raise _Gone(msg)
     if resp.status == 403:

@@ -132,38 +132,14 @@ class DeclaredPool:
             raise ValueError(f"a declared GPU pool must be a dict, got {type(d).__name__}: {d!r}")
         name = d.get("node_group") or d.get("product") or d.get("resource") or "?"
         where = f"declared GPU pool {name!r}"
-        allowed = {f for f in cls.__dataclass_fields__}
-        unknown = set(d) - allowed
-        if unknown:
-            raise _err(where, f"unknown field(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
-        for req in ("resource", "gpus_per_node", "max_nodes", "minutes"):
-            if req not in d:
-                raise _err(where, f"'{req}' is required")
+        _check_fields(where, d, set(cls.__dataclass_fields__))
         resource = _check_name(where, "'resource'", d["resource"])
         product = d.get("product")
         if product is not None and (not isinstance(product, str) or not product):
             raise _err(where, f"'product' must be a non-empty string such as 'NVIDIA-A100-SXM4-80GB', got {product!r}")
-        group_label = d.get("node_group_label")
-        group = d.get("node_group")
-        if (group_label is None) != (group is None):
-            raise _err(where, "'node_group_label' and 'node_group' must be given together")
-        if group_label is not None:
-            _check_name(where, "'node_group_label'", group_label)
-            _check_label_value(where, group_label, group)
-        raw_labels = d.get("labels") or {}
-        if not isinstance(raw_labels, dict):
-            raise _err(where, f"'labels' must be a dict of label -> value, got {raw_labels!r}")
-        labels: dict[str, str] = {}
-        for k, v in raw_labels.items():
-            labels[_check_name(where, "label key", k)] = _check_label_value(where, k, v)
-        if group_label is not None:
-            if labels.setdefault(group_label, group) != group:
-                raise _err(where, f"labels[{group_label!r}] = {labels[group_label]!r} contradicts node_group {group!r}")
-        product_label = _labels.product_label_for(resource)
-        if product is not None and product_label is not None:
-            if labels.setdefault(product_label, product) != product:
-                raise _err(where, f"labels[{product_label!r}] = {labels[product_label]!r} contradicts product {product!r}")
+        group_label, group = _node_group(where, d)
         raw_taints = d.get("taints") or ()
+        labels = _declared_labels(where, d.get("labels"), resource, product, group_label, group)
         if not isinstance(raw_taints, (list, tuple)):
             raise _err(where, f"'taints' must be a list, got {raw_taints!r}")
         taints = tuple(_parse_taint(where, t) for t in raw_taints)
@@ -175,12 +151,6 @@ class DeclaredPool:
         memory = d.get("memory_mib")
         if memory is not None:
             memory = _positive_int(where, "memory_mib", memory)
-        versions = {}
-        for key in ("driver_version", "cuda_version"):
-            v = d.get(key)
-            if v is not None and (not isinstance(v, str) or not re.fullmatch(r"\d+(\.\d+)*", v)):
-                raise _err(where, f"'{key}' must be a dotted version string such as '535.183.01', got {v!r}")
-            versions[key] = v
         return cls(
             resource=resource,
             product=product,
@@ -192,8 +162,58 @@ class DeclaredPool:
             max_nodes=max_nodes,
             minutes=float(minutes),
             memory_mib=memory,
-            **versions,
+            **_versions(where, d),
         )
+
+
+def _check_fields(where: str, d: dict, allowed: set[str]) -> None:
+    unknown = set(d) - allowed
+    if unknown:
+        raise _err(where, f"unknown field(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    for req in ("resource", "gpus_per_node", "max_nodes", "minutes"):
+        if req not in d:
+            raise _err(where, f"'{req}' is required")
+
+
+def _node_group(where: str, d: dict) -> tuple[str | None, str | None]:
+    group_label = d.get("node_group_label")
+    group = d.get("node_group")
+    if (group_label is None) != (group is None):
+        raise _err(where, "'node_group_label' and 'node_group' must be given together")
+    if group_label is not None:
+        _check_name(where, "'node_group_label'", group_label)
+        _check_label_value(where, group_label, group)
+    return group_label, group
+
+
+def _declared_labels(where: str, raw: Any, resource: str, product: str | None, group_label: str | None,
+                     group: str | None) -> dict[str, str]:
+    """The labels a declared pool's nodes will carry: the admin's, plus the node-group and
+    product labels its node_group and product imply (which the admin's must agree with)."""
+    raw_labels = raw or {}
+    if not isinstance(raw_labels, dict):
+        raise _err(where, f"'labels' must be a dict of label -> value, got {raw_labels!r}")
+    labels: dict[str, str] = {}
+    for k, v in raw_labels.items():
+        labels[_check_name(where, "label key", k)] = _check_label_value(where, k, v)
+    if group_label is not None:
+        if labels.setdefault(group_label, group) != group:
+            raise _err(where, f"labels[{group_label!r}] = {labels[group_label]!r} contradicts node_group {group!r}")
+    product_label = _labels.product_label_for(resource)
+    if product is not None and product_label is not None:
+        if labels.setdefault(product_label, product) != product:
+            raise _err(where, f"labels[{product_label!r}] = {labels[product_label]!r} contradicts product {product!r}")
+    return labels
+
+
+def _versions(where: str, d: dict) -> dict[str, str | None]:
+    versions = {}
+    for key in ("driver_version", "cuda_version"):
+        v = d.get(key)
+        if v is not None and (not isinstance(v, str) or not re.fullmatch(r"\d+(\.\d+)*", v)):
+            raise _err(where, f"'{key}' must be a dotted version string such as '535.183.01', got {v!r}")
+        versions[key] = v
+    return versions
 
 
 @dataclass(frozen=True)

@@ -323,21 +323,8 @@ def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
     return tuple(out)
 
 
-def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
-    """The compact record of a Node object, or None when it is not a GPU node.
-
-    A GPU node has a positive allocatable amount of a GPU resource (issue #2).
-    Quantities that do not parse count as 0 and are logged, never raised: a
-    single odd node must not stop the informer.
-    """
-    meta = obj.get("metadata") or {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    status = obj.get("status") or {}
-    allocatable = status.get("allocatable") or {}
-    if not isinstance(allocatable, dict):
-        return None
+def _gpu_allocatable(name: str, allocatable: Mapping[str, Any], config: NodeRules) -> list[tuple[str, int]]:
+    """``(resource, count)`` of each GPU resource the node advertises a positive amount of."""
     found: list[tuple[str, int]] = []
     for resource, raw in allocatable.items():
         if not config.is_gpu_resource(resource):
@@ -349,13 +336,12 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
             continue
         if n > 0:
             found.append((resource, n))
-    if not found:
-        return None
-    labels = meta.get("labels") or {}
-    if not isinstance(labels, dict):
-        labels = {}
-    spec = obj.get("spec") or {}
-    group_label, group = node_group(labels, config.node_group_labels)
+    return found
+
+
+def _node_gpus(found: list[tuple[str, int]], labels: Mapping[str, Any], group_label: str | None,
+               group: str | None) -> tuple[NodeGpu, ...]:
+    """One record per GPU resource, each with the pool it belongs to and the labels defining it."""
     gpus = []
     for resource, n in sorted(found):
         facts = gpu_facts(resource, labels)
@@ -374,12 +360,38 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
                 defining_labels=tuple(defining),
             )
         )
+    return tuple(gpus)
+
+
+def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
+    """The compact record of a Node object, or None when it is not a GPU node.
+
+    A GPU node has a positive allocatable amount of a GPU resource (issue #2).
+    Quantities that do not parse count as 0 and are logged, never raised: a
+    single odd node must not stop the informer.
+    """
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    status = obj.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    if not isinstance(allocatable, dict):
+        return None
+    found = _gpu_allocatable(name, allocatable, config)
+    if not found:
+        return None
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        labels = {}
+    spec = obj.get("spec") or {}
+    group_label, group = node_group(labels, config.node_group_labels)
     driver, cuda, cc = driver_versions(labels)
     return NodeRecord(
         name=name,
         ready=_is_ready(status),
         schedulable=not spec.get("unschedulable", False),
-        gpus=tuple(gpus),
+        gpus=_node_gpus(found, labels, group_label, group),
         node_group_label=group_label,
         node_group=group,
         driver_version=driver,

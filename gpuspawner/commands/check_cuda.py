@@ -38,8 +38,6 @@ from gpuspawner.cuda import rules, table
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.cuda.versions import VersionError, fmt_cuda, parse_arch, parse_cuda, parse_driver
 
-NAME = "check-cuda"
-HELP = "decide whether an image's CUDA fits a node's NVIDIA driver"
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_INVALID = 0, 1, 2
 

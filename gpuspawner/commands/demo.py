@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 from gpuspawner import config_snippet
+from gpuspawner.commands.arguments import port
+from gpuspawner.commands.extras import demo_extra_problem
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "data" / "demo" / "jupyterhub_config.py"
 HUB_READY_TIMEOUT = 90.0
@@ -32,10 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="Kubernetes manifests (Nodes, Pods) to load; default: the built-in GPU cluster",
     )
-    parser.add_argument("--port", type=_port, default=8000, help="JupyterHub's public port (default 8000)")
+    parser.add_argument("--port", type=port, default=8000, help="JupyterHub's public port (default 8000)")
     parser.add_argument(
         "--k8s-port",
-        type=_port,
+        type=port,
         default=0,
         metavar="N",
         help="port of the simulated Kubernetes API (default: a free port)",
@@ -50,16 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TOKEN",
         help="register this API token for an admin service (for scripts and the REST API)",
     )
-
-
-def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
-    return port
 
 
 def _free_port() -> int:
@@ -88,6 +80,10 @@ def _find_proxy() -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = demo_extra_problem("demo")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     problems = []
     if args.cluster and not Path(args.cluster).is_file():
         problems.append(f"--cluster {args.cluster}: no such file")
@@ -118,6 +114,65 @@ def main(args: argparse.Namespace) -> int:
         return 0
 
 
+def _hub_env(args: argparse.Namespace, workdir: Path, kubeconfig: Path, proxy: str, snippet: Path) -> dict[str, str]:
+    """The hub's environment: the demo config reads its settings from these variables."""
+    env = dict(os.environ)
+    env.update(
+        KUBECONFIG=str(kubeconfig),
+        GPUSPAWNER_DEMO_DIR=str(workdir),
+        GPUSPAWNER_DEMO_SNIPPET=str(snippet),
+        GPUSPAWNER_DEMO_PORT=str(args.port),
+        GPUSPAWNER_DEMO_HUB_PORT=str(_free_port()),
+        GPUSPAWNER_DEMO_PROXY_API_PORT=str(_free_port()),
+        GPUSPAWNER_DEMO_PROXY=proxy,
+        GPUSPAWNER_DEMO_ADMIN_TOKEN=args.admin_token or "",
+        GPUSPAWNER_DEMO_EXTRA_CONFIG=str(Path(args.config).resolve()) if args.config else "",
+        CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(32),
+    )
+    # the single-user servers the simulated kubelet starts must find jupyterhub-singleuser
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str, stop: asyncio.Event) -> int:
+    """Wait for the hub to answer, say where everything is, then run until Ctrl-C or the hub exits."""
+    if not await _wait_hub(hub, hub_url, stop):
+        if hub.returncode is not None:
+            print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
+            return 1
+        if stop.is_set():
+            return 0
+        print("gpuspawner demo: JupyterHub did not answer in time", file=sys.stderr)
+        return 1
+    print(
+        "\n"
+        f"gpuspawner demo is ready.\n"
+        f"  JupyterHub:     {hub_url}/  (log in with any user name and any password)\n"
+        f"  Kubernetes API: {k8s_url}  (kubectl --server {k8s_url} get nodes)\n"
+        f"  GPU capacity:   {hub_url}/hub/api/gpus\n"
+        "Press Ctrl-C to stop.\n",
+        flush=True,
+    )
+    hub_exit = asyncio.ensure_future(hub.wait())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({hub_exit, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if hub_exit.done():
+        print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _stop_hub(hub: asyncio.subprocess.Process) -> None:
+    """SIGTERM, then SIGKILL after 30 s: the hub deletes its users' pods while the cluster still runs."""
+    hub.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(hub.wait(), 30)
+    except asyncio.TimeoutError:
+        hub.kill()
+        await hub.wait()
+
+
 async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     from gpuspawner.sim.cluster import SimCluster
     from gpuspawner.sim.loader import LoadError
@@ -138,62 +193,16 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
         _ensure_namespace(cluster, DEMO_NAMESPACE)
         kubeconfig = workdir / "kubeconfig"
         cluster.write_kubeconfig(str(kubeconfig))
-        env = dict(os.environ)
-        env.update(
-            KUBECONFIG=str(kubeconfig),
-            GPUSPAWNER_DEMO_DIR=str(workdir),
-            GPUSPAWNER_DEMO_SNIPPET=str(snippet),
-            GPUSPAWNER_DEMO_PORT=str(args.port),
-            GPUSPAWNER_DEMO_HUB_PORT=str(_free_port()),
-            GPUSPAWNER_DEMO_PROXY_API_PORT=str(_free_port()),
-            GPUSPAWNER_DEMO_PROXY=proxy,
-            GPUSPAWNER_DEMO_ADMIN_TOKEN=args.admin_token or "",
-            GPUSPAWNER_DEMO_EXTRA_CONFIG=str(Path(args.config).resolve()) if args.config else "",
-            CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(32),
-        )
-        # the single-user servers the simulated kubelet starts must find jupyterhub-singleuser
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         # its own session: a terminal's Ctrl-C reaches only this process, which then stops the hub
         # (and the hub its users' pods) before the cluster goes away
         hub = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
-            cwd=str(workdir), env=env, start_new_session=True,
+            cwd=str(workdir), env=_hub_env(args, workdir, kubeconfig, proxy, snippet), start_new_session=True,
         )
-        hub_url = f"http://127.0.0.1:{args.port}"
-        if not await _wait_hub(hub, hub_url, stop):
-            if hub.returncode is not None:
-                print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
-                return 1
-            if stop.is_set():
-                return 0
-            print("gpuspawner demo: JupyterHub did not answer in time", file=sys.stderr)
-            return 1
-        print(
-            "\n"
-            f"gpuspawner demo is ready.\n"
-            f"  JupyterHub:     {hub_url}/  (log in with any user name and any password)\n"
-            f"  Kubernetes API: {k8s_url}  (kubectl --server {k8s_url} get nodes)\n"
-            f"  GPU capacity:   {hub_url}/hub/api/gpus\n"
-            "Press Ctrl-C to stop.\n",
-            flush=True,
-        )
-        hub_exit = asyncio.ensure_future(hub.wait())
-        stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({hub_exit, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if hub_exit.done():
-            print(f"gpuspawner demo: JupyterHub exited with code {hub.returncode}", file=sys.stderr)
-            return 1
-        return 0
+        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop)
     finally:
         if hub is not None and hub.returncode is None:
-            # the hub deletes its users' pods while the cluster still runs
-            hub.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(hub.wait(), 30)
-            except asyncio.TimeoutError:
-                hub.kill()
-                await hub.wait()
+            await _stop_hub(hub)
         await cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 

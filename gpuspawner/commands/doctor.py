@@ -26,8 +26,6 @@ import sys
 import time
 from typing import Any, TextIO
 
-NAME = "doctor"
-HELP = "report what breaks GPU notebooks on a cluster, and how to fix it"
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_CANNOT_RUN = 0, 1, 2
 
@@ -75,8 +73,6 @@ class HubConfigError(Exception):
 def _spawner_sections(config: Any) -> tuple[type, list[str]]:
     """The spawner class whose settings apply, and the config sections to
     merge for it, base classes first (as traitlets resolves them)."""
-    from traitlets.config import Configurable
-
     from gpuspawner.hub.spawner import GPUSpawner
 
     klass: type = GPUSpawner
@@ -86,15 +82,8 @@ def _spawner_sections(config: Any) -> tuple[type, list[str]]:
         klass = chosen
     elif isinstance(chosen, str) and "." in chosen:
         extra.append(chosen.rsplit(".", 1)[1])  # a custom subclass named by import path
-    names = [k.__name__ for k in reversed(klass.mro()) if isinstance(k, type) and issubclass(k, Configurable)]
+    names = klass.section_names()
     return klass, names + [n for n in extra if n not in names]
-
-
-def _resolve_check(value: Any) -> Any:
-    """``c.GPUSpawner.cuda_check`` as the spawner's validator resolves it."""
-    from gpuspawner.spawn.cudafit import resolve_check
-
-    return resolve_check(value)
 
 
 def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
@@ -106,8 +95,9 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
     from traitlets.config import LazyConfigValue
     from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
-    from gpuspawner.doctor.checks import hub_facts_from_values
-    from gpuspawner.hub.spawner import GPUCapacitySettings
+    from gpuspawner.cuda.custom import resolve_check  # as the spawner's cuda_check validator does
+    from gpuspawner.doctor.facts import hub_facts_from_values
+    from gpuspawner.hub.spawner import GPUSpawnerSettings
 
     full = os.path.abspath(path)
     if not os.path.isfile(full):
@@ -135,8 +125,8 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
         if callable(values["profile_list"]):
             values["profile_list"] = []  # a callable profile_list is resolved per user at spawn time
         hub = hub_facts_from_values(values, source=path, cuda_policy=cuda_policy,
-                                    cuda_check=_resolve_check(values["cuda_check"]))
-        capacity = GPUCapacitySettings.from_hub_config(config, klass).capacity_config()
+                                    cuda_check=resolve_check(values["cuda_check"]))
+        capacity = GPUSpawnerSettings.from_hub_config(config, klass).capacity_config()
     except Exception as e:  # TraitError, ValueError: the message names the setting
         raise HubConfigError(f"--config {path}: {e}") from None
     return hub, capacity
@@ -145,7 +135,8 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
 def default_hub(cuda_policy: str | None) -> tuple[Any, Any]:
     """Without ``--config``: gpuspawner's defaults (tolerated taint keys, GPU resources)."""
     from gpuspawner.capacity.config import CapacityConfig
-    from gpuspawner.doctor.checks import DEFAULT_TOLERATED_TAINT_KEYS, HubFacts
+    from gpuspawner.doctor.facts import HubFacts
+    from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
 
     hub = HubFacts(tolerated_taint_keys=DEFAULT_TOLERATED_TAINT_KEYS, cuda_policy=cuda_policy or "minor")
     return hub, CapacityConfig()
@@ -165,34 +156,58 @@ def _fail(reason: str, as_json: bool, out: TextIO, err: TextIO) -> int:
     return EXIT_CANNOT_RUN
 
 
+def _check_flags(args: argparse.Namespace) -> tuple[float, tuple[str, str] | None]:
+    """``--pending-after`` in seconds and ``--hub-service-account``; ValueError says what to fix."""
+    from gpuspawner.doctor.gather import parse_service_account
+    from gpuspawner.kube.times import parse_duration
+
+    pending_after = parse_duration(args.pending_after)
+    service_account = parse_service_account(args.hub_service_account) if args.hub_service_account else None
+    if args.page_size < 1:
+        raise ValueError(f"--page-size must be at least 1, got {args.page_size}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.context and not args.kubeconfig and args.server:
+        raise ValueError("--context needs --kubeconfig when --server is given")
+    return pending_after, service_account
+
+
+def _facts(args: argparse.Namespace, state: Any, hub: Any, capacity: Any, service_account: Any,
+           pending_after: float) -> dict[str, Any]:
+    """What the report says about the run itself: the server, the counts, whose rights."""
+    from gpuspawner.doctor.checks import gpu_evidence
+
+    return {
+        "server": state.server,
+        "nodes": None if state.nodes is None else len(state.nodes),
+        "gpu_nodes": None if state.nodes is None else sum(
+            1 for n in state.nodes if gpu_evidence(n, capacity).is_gpu_node),
+        "pods": None if state.pods is None else len(state.pods),
+        "rbac_subject": state.rbac.subject + (
+            "" if service_account or "service account" in state.rbac.subject
+            else " (pass --hub-service-account NAMESPACE/NAME to check the hub's)"),
+        "config": args.config,
+        "cuda_policy": hub.cuda_policy,
+        "pending_after_seconds": pending_after,
+    }
+
+
 async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None,
               now: float | None = None) -> int:
     """The whole command, for callers that already run an event loop."""
     from gpuspawner.doctor import checks, gather, report
+    from gpuspawner.doctor.findings import exit_code
 
     out = out or sys.stdout
     err = err or sys.stderr
     as_json = bool(getattr(args, "json", False))
     try:
-        from gpuspawner.kube.times import parse_duration
-
-        pending_after = parse_duration(args.pending_after)
-        service_account = (gather.parse_service_account(args.hub_service_account)
-                           if args.hub_service_account else None)
-        if args.page_size < 1:
-            raise ValueError(f"--page-size must be at least 1, got {args.page_size}")
-        if not args.timeout > 0:
-            raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-        if args.context and not args.kubeconfig and args.server:
-            raise ValueError("--context needs --kubeconfig when --server is given")
-    except ValueError as e:
-        return _fail(str(e), as_json, out, err)
-    try:
+        pending_after, service_account = _check_flags(args)
         if args.config:
             hub, capacity = await asyncio.to_thread(load_hub_config, args.config, args.cuda_policy)
         else:
             hub, capacity = default_hub(args.cuda_policy)
-    except HubConfigError as e:
+    except (ValueError, HubConfigError) as e:
         return _fail(str(e), as_json, out, err)
     try:
         state = await gather.gather(
@@ -208,24 +223,10 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         state.nodes, state.pods, config=capacity, hub=hub, rbac=state.rbac,
         now=time.time() if now is None else now, pending_after=pending_after,
     )
-    facts = {
-        "server": state.server,
-        "nodes": None if state.nodes is None else len(state.nodes),
-        "gpu_nodes": None if state.nodes is None else sum(
-            1 for n in state.nodes if checks.gpu_evidence(n, capacity).is_gpu_node),
-        "pods": None if state.pods is None else len(state.pods),
-        "rbac_subject": state.rbac.subject + (
-            "" if service_account or "service account" in state.rbac.subject
-            else " (pass --hub-service-account NAMESPACE/NAME to check the hub's)"),
-        "config": args.config,
-        "cuda_policy": hub.cuda_policy,
-        "pending_after_seconds": pending_after,
-    }
-    if as_json:
-        print(report.render_json(findings, facts), file=out)
-    else:
-        print(report.render_text(findings, facts), file=out)
-    return checks.exit_code(findings)
+    facts = _facts(args, state, hub, capacity, service_account, pending_after)
+    render = report.render_json if as_json else report.render_text
+    print(render(findings, facts), file=out)
+    return exit_code(findings)
 
 
 def main(args: argparse.Namespace) -> int:

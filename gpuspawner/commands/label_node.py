@@ -34,8 +34,6 @@ from typing import Any
 
 from gpuspawner.commands import nvml
 
-NAME = "label-node"
-HELP = "label a node with GPU Feature Discovery labels read through NVML"
 
 EXIT_OK, EXIT_FAIL, EXIT_INVALID = 0, 1, 2
 P = "nvidia.com/"

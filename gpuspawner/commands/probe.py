@@ -33,8 +33,6 @@ from gpuspawner.cuda import rules
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
 from gpuspawner.cuda.require import NVML_BRANDS
 
-NAME = "probe"
-HELP = "check the GPUs and driver from inside a server's pod (init container)"
 
 DEFAULT_REPORT = "/dev/termination-log"
 # Kubernetes keeps at most 4096 bytes of a container's termination message
@@ -146,6 +144,25 @@ def _image(args: argparse.Namespace) -> ImageCuda:
     return image_cuda(decl or None)
 
 
+def _worst_verdict(image: ImageCuda, found: Any, node: str | None, args: argparse.Namespace) -> rules.Verdict:
+    """The image's CUDA on each kind of GPU the container sees (architecture, brand, model): the
+    worst verdict, since the server may use any of them."""
+    facts = rules.Facts(enforce_require=True) if args.enforce_require else rules.DEFAULT_FACTS
+    verdicts = []
+    kinds = {(g.arch, g.brand, g.name) for g in found.gpus} or {(None, None, None)}
+    for arch, brand, name in sorted(kinds, key=str):
+        node_cuda = rules.NodeCuda(
+            name=node,
+            driver=found.driver,
+            driver_cuda=found.cuda,
+            arch=arch,
+            brand=NVML_BRANDS.get(brand) if brand is not None else None,
+            product=name,
+        )
+        verdicts.append(rules.decide(image, node_cuda, args.policy, facts))
+    return rules.worst(verdicts) or verdicts[0]
+
+
 def probe(args: argparse.Namespace, pynvml: Any | None = None) -> tuple[int, dict[str, Any]]:
     """Run the checks; returns the exit status and the report."""
     node = args.node or None
@@ -197,22 +214,7 @@ def probe(args: argparse.Namespace, pynvml: Any | None = None) -> tuple[int, dic
             "the image declares no CUDA to check",
         )
 
-    facts = rules.DEFAULT_FACTS
-    if args.enforce_require:
-        facts = rules.Facts(enforce_require=True)
-    verdicts = []
-    kinds = {(g.arch, g.brand, g.name) for g in found.gpus} or {(None, None, None)}
-    for arch, brand, name in sorted(kinds, key=str):
-        node_cuda = rules.NodeCuda(
-            name=node,
-            driver=found.driver,
-            driver_cuda=found.cuda,
-            arch=arch,
-            brand=NVML_BRANDS.get(brand) if brand is not None else None,
-            product=name,
-        )
-        verdicts.append(rules.decide(image, node_cuda, args.policy, facts))
-    verdict = rules.worst(verdicts) or verdicts[0]
+    verdict = _worst_verdict(image, found, node, args)
     report["verdict"] = verdict.to_json()
     if verdict.level == "fail":
         return done(EXIT_FAIL, "fail", "cuda", verdict.message)

@@ -11,41 +11,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import signal
 import sys
 
-NAME = "sim"
-HELP = "run the simulated Kubernetes GPU cluster alone"
-
-
-def _loopback(value: str) -> str:
-    try:
-        ok = ipaddress.ip_address(value).is_loopback
-    except ValueError:
-        ok = value == "localhost"
-    if not ok:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a loopback address: use 127.0.0.1 (or another 127.x.y.z)")
-    return value
-
-
-def _port(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
-    if not 0 <= n <= 65535:
-        raise argparse.ArgumentTypeError(f"port {n} is out of range: use 1-65535, or 0 for any free port")
-    return n
+from gpuspawner.commands.arguments import loopback, port
+from gpuspawner.commands.extras import demo_extra_problem
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", metavar="FILE",
                         help="manifests to load (multi-document YAML, kind: List, or JSON as "
                              "`kubectl get nodes,pods -A -o yaml|json` prints); default: the packaged demo cluster")
-    parser.add_argument("--host", type=_loopback, default="127.0.0.1",
+    parser.add_argument("--host", type=loopback, default="127.0.0.1",
                         help="loopback address the API server listens on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=0, help="API server port (default: any free port)")
+    parser.add_argument("--port", type=port, default=0, help="API server port (default: any free port)")
     parser.add_argument("--kubeconfig", metavar="PATH", help="also write a kubeconfig for the cluster here")
     parser.add_argument("--stand-in", action="store_true",
                         help="answer HTTP on each pod's IP and ports with a tiny stand-in instead of running "
@@ -102,6 +81,10 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    problem = demo_extra_problem("sim")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     try:
         return asyncio.run(_serve(args))
     except KeyboardInterrupt:

@@ -12,6 +12,7 @@ The spawner calls :func:`decide` (or the admin's replacement, a
 See ``docs/cuda-compatibility.md`` for the rules and their sources.
 """
 
+from gpuspawner.cuda.custom import resolve_check, safe_verdict
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
 from gpuspawner.cuda.require import Properties, RequireError, check, evaluate, lnc_brand, requirements_from_env
 from gpuspawner.cuda.rules import (
@@ -45,4 +46,6 @@ __all__ = [
     "image_cuda",
     "lnc_brand",
     "requirements_from_env",
+    "resolve_check",
+    "safe_verdict",
 ]

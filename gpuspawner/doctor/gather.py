@@ -31,7 +31,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.doctor.checks import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
+from gpuspawner.doctor.rbac import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
+from gpuspawner.kube.apierrors import explain, status_of
 
 __all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
 
@@ -100,16 +101,6 @@ async def _configure(kubeconfig: str | None, context: str | None, server: str | 
     return cfg
 
 
-def _status_message(body: bytes, code: int) -> str:
-    try:
-        doc = json.loads(body)
-        if isinstance(doc, dict) and doc.get("message"):
-            return str(doc["message"])
-    except ValueError:
-        pass
-    return f"HTTP {code}"
-
-
 class _Reader:
     def __init__(self, api_client: Any, server: str, timeout: float, page_size: int):
         from kubernetes_asyncio import client
@@ -154,16 +145,13 @@ class _Reader:
                     break  # the continue token expired: list again from the start
                 if code == 401:
                     raise GatherError(
-                        f"the API server at {self.server} rejected the credentials (401 Unauthorized: "
-                        f"{_status_message(body, code)}); refresh them (e.g. re-run your cloud's "
-                        "get-credentials command) or pass --kubeconfig"
+                        f"listing {what} at {self.server}: {explain(status_of(code, body))}; refresh the "
+                        "credentials (e.g. re-run your cloud's get-credentials command) or pass --kubeconfig"
                     )
                 if code == 403:
-                    raise _Forbidden(_status_message(body, code))
+                    raise _Forbidden(status_of(code, body).text)
                 if code != 200:
-                    raise GatherError(
-                        f"listing {what} at {self.server} failed: {_status_message(body, code)} (HTTP {code})"
-                    )
+                    raise GatherError(f"listing {what} at {self.server} failed: {explain(status_of(code, body))}")
                 try:
                     doc = json.loads(body)
                 except ValueError:
@@ -200,9 +188,9 @@ class _Reader:
             return None
         if code in (401, 403):
             return RbacCheck(verb, resource, namespace, None, how,
-                             f"may not create {how}s: {_status_message(raw, code)}")
+                             f"may not create {how}s: {status_of(code, raw).text}")
         if code not in (200, 201):
-            return RbacCheck(verb, resource, namespace, None, how, _status_message(raw, code))
+            return RbacCheck(verb, resource, namespace, None, how, status_of(code, raw).text)
         try:
             status = json.loads(raw).get("status") or {}
         except (ValueError, AttributeError):
@@ -228,7 +216,7 @@ class _Reader:
         finally:
             resp.close()
         if code in (401, 403):
-            return RbacCheck("watch", what, None, False, "watch call", _status_message(body, code))
+            return RbacCheck("watch", what, None, False, "watch call", status_of(code, body).text)
         return RbacCheck("watch", what, None, code == 200, "watch call", "" if code == 200 else f"HTTP {code}")
 
 
@@ -242,6 +230,63 @@ def _hub_namespace(service_account: tuple[str, str] | None) -> str | None:
         except OSError:
             return None
     return None
+
+
+async def _list_both(reader: _Reader) -> tuple[dict[str, list[dict] | None], dict[str, RbacCheck]]:
+    """Nodes and pods (None when forbidden), and what each list call says of the rights."""
+    found: dict[str, list[dict] | None] = {}
+    listed: dict[str, RbacCheck] = {}
+    for what in ("nodes", "pods"):
+        try:
+            found[what] = await reader.list_all(what)
+        except _Forbidden as e:
+            found[what] = None
+            listed[what] = RbacCheck("list", what, None, False, "list call", e.message)
+        else:
+            listed[what] = RbacCheck("list", what, None, True, "list call")
+    return found, listed
+
+
+async def _by_trying(reader: _Reader, nodes: list[dict] | None, listed: dict[str, RbacCheck]) -> list[RbacCheck]:
+    """Without an authorization API: the rights the calls themselves show."""
+    checks = [listed["nodes"], listed["pods"]]
+    name = (nodes[0].get("metadata") or {}).get("name") if nodes else None
+    if name:
+        code, body = await reader._call(reader.core.read_node, name=name)
+        checks.append(RbacCheck("get", "nodes", None, code == 200 if code != 404 else None,
+                                "get call", "" if code == 200 else status_of(code, body).text))
+    for what in ("nodes", "pods"):
+        if listed[what].allowed:
+            checks.append(await reader.probe_watch(what))
+    return checks
+
+
+async def _rbac_checks(reader: _Reader, hub_service_account: tuple[str, str] | None,
+                       nodes: list[dict] | None, listed: dict[str, RbacCheck]) -> list[RbacCheck]:
+    """An access review per right the hub needs; the calls themselves when there is no review API."""
+    namespace = _hub_namespace(hub_service_account)
+    wanted: list[tuple[str, str, str | None]] = [(v, r, None) for v, r in REQUIRED_RBAC]
+    if namespace:
+        wanted += [(v, r, namespace) for v, r in REQUIRED_NAMESPACED_RBAC]
+    first = await reader.review(*wanted[0], hub_service_account)
+    if first is not None:
+        rest = await asyncio.gather(*(reader.review(v, r, ns, hub_service_account) for v, r, ns in wanted[1:]))
+        return [first] + [
+            c if c is not None else RbacCheck(v, r, ns, None, first.how, "the access review answered 404")
+            for c, (v, r, ns) in zip(rest, wanted[1:])
+        ]
+    if hub_service_account is not None:
+        return [RbacCheck(v, r, ns, None, "SubjectAccessReview", "the API server has no authorization.k8s.io/v1 API")
+                for v, r, ns in wanted]
+    return await _by_trying(reader, nodes, listed)
+
+
+def _subject(hub_service_account: tuple[str, str] | None, kubeconfig: str | None, server: str | None) -> str:
+    if hub_service_account is not None:
+        return f"the hub's service account system:serviceaccount:{hub_service_account[0]}:{hub_service_account[1]}"
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not (kubeconfig or server):
+        return "this pod's service account"
+    return "the credentials doctor runs with"
 
 
 async def gather(
@@ -260,49 +305,7 @@ async def gather(
     url = cfg.host
     async with client.ApiClient(configuration=cfg) as api_client:
         reader = _Reader(api_client, url, timeout, page_size)
-        found: dict[str, list[dict] | None] = {}
-        listed: dict[str, RbacCheck] = {}
-        for what in ("nodes", "pods"):
-            try:
-                found[what] = await reader.list_all(what)
-            except _Forbidden as e:
-                found[what] = None
-                listed[what] = RbacCheck("list", what, None, False, "list call", e.message)
-            else:
-                listed[what] = RbacCheck("list", what, None, True, "list call")
-        nodes, pods = found["nodes"], found["pods"]
-
-        namespace = _hub_namespace(hub_service_account)
-        wanted: list[tuple[str, str, str | None]] = [(v, r, None) for v, r in REQUIRED_RBAC]
-        if namespace:
-            wanted += [(v, r, namespace) for v, r in REQUIRED_NAMESPACED_RBAC]
-        checks: list[RbacCheck] = []
-        first = await reader.review(*wanted[0], hub_service_account)
-        if first is not None:
-            rest = await asyncio.gather(*(reader.review(v, r, ns, hub_service_account) for v, r, ns in wanted[1:]))
-            checks = [first] + [
-                c if c is not None else RbacCheck(v, r, ns, None, first.how, "the access review answered 404")
-                for c, (v, r, ns) in zip(rest, wanted[1:])
-            ]
-        elif hub_service_account is not None:
-            checks = [RbacCheck(v, r, ns, None, "SubjectAccessReview",
-                                "the API server has no authorization.k8s.io/v1 API")
-                      for v, r, ns in wanted]
-        else:
-            # no authorization API: try the calls themselves
-            checks = [listed["nodes"], listed["pods"]]
-            name = (nodes[0].get("metadata") or {}).get("name") if nodes else None
-            if name:
-                code, body = await reader._call(reader.core.read_node, name=name)
-                checks.append(RbacCheck("get", "nodes", None, code == 200 if code != 404 else None,
-                                        "get call", "" if code == 200 else _status_message(body, code)))
-            for what in ("nodes", "pods"):
-                if listed[what].allowed:
-                    checks.append(await reader.probe_watch(what))
-        if hub_service_account is not None:
-            subject = f"the hub's service account system:serviceaccount:{hub_service_account[0]}:{hub_service_account[1]}"
-        elif os.environ.get("KUBERNETES_SERVICE_HOST") and not (kubeconfig or server):
-            subject = "this pod's service account"
-        else:
-            subject = "the credentials doctor runs with"
-        return ClusterState(server=url, nodes=nodes, pods=pods, rbac=RbacFacts(subject, tuple(checks)))
+        found, listed = await _list_both(reader)
+        checks = await _rbac_checks(reader, hub_service_account, found["nodes"], listed)
+        rbac = RbacFacts(_subject(hub_service_account, kubeconfig, server), tuple(checks))
+        return ClusterState(server=url, nodes=found["nodes"], pods=found["pods"], rbac=rbac)

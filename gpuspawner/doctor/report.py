@@ -17,7 +17,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuspawner.doctor.checks import SEVERITIES, Finding, exit_code, group_by_severity
+from gpuspawner.doctor.findings import SEVERITIES, Finding, exit_code, group_by_severity
 
 __all__ = ["summary", "to_json", "render_json", "render_text"]
 

@@ -22,7 +22,7 @@ from tornado import web
 from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
-from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import capacity_settings_class
 
 API_PATH = r"/api/gpus"
@@ -33,18 +33,18 @@ class GPUCapacityHandler(APIHandler):
 
     # the hub's config does not change while it runs: build its settings once, not per request
     # (the memo holds the config it was built from, so another hub's config is never mistaken for it)
-    _settings_memo: tuple[object, object, GPUCapacitySettings] | None = None
+    _settings_memo: tuple[object, object, GPUSpawnerSettings] | None = None
 
-    def capacity_settings(self) -> GPUCapacitySettings:
+    def capacity_settings(self) -> GPUSpawnerSettings:
         spawner_class = self.settings.get("spawner_class")
         memo = GPUCapacityHandler._settings_memo
         if memo is not None and memo[0] is self.config and memo[1] is spawner_class:
             return memo[2]
-        settings = GPUCapacitySettings.from_hub_config(self.config, capacity_settings_class(spawner_class))
+        settings = GPUSpawnerSettings.from_hub_config(self.config, capacity_settings_class(spawner_class))
         GPUCapacityHandler._settings_memo = (self.config, spawner_class, settings)
         return settings
 
-    def capacity_snapshot(self, settings: GPUCapacitySettings) -> CapacitySnapshot:
+    def capacity_snapshot(self, settings: GPUSpawnerSettings) -> CapacitySnapshot:
         try:
             return settings.shared_capacity_cache().snapshot()
         except Exception as e:

@@ -37,7 +37,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpuspawner.capacity.model import CapacitySnapshot
-from gpuspawner.spawn.progress import FATAL_KINDS, gpu_wait_seconds
+from gpuspawner.spawn.pending import gpu_wait_seconds
+from gpuspawner.spawn.progress import FATAL_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ class GPUMetrics(Collector):
         self._spawns.labels(_pool_label(pool), FAILED, reason).inc()
 
     def observe_gpu_wait(self, pool: str | None, seconds: float) -> None:
-        """Record how long a pod waited for its GPUs (see :func:`progress.gpu_wait_seconds`)."""
+        """Record how long a pod waited for its GPUs (see :func:`pending.gpu_wait_seconds`)."""
         number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
         if not number or not math.isfinite(seconds) or seconds < 0:
             self._warn_once(f"wait:{seconds!r}", "gpuspawner metrics: ignoring GPU wait of %r seconds", seconds)

@@ -1,11 +1,16 @@
-"""``GPUCapacitySettings``: the capacity knobs the spawner and ``GET /hub/api/gpus`` share.
+"""``GPUSpawnerSettings``: the GPUSpawner settings that ``GET /hub/api/gpus`` reads too.
 
 ``GPUSpawner`` inherits these traits (an admin writes ``c.GPUSpawner.<knob>``);
 the REST handler, which has no spawner instance, rebuilds them from the hub's
-config with :meth:`GPUCapacitySettings.from_hub_config`.  No JupyterHub import:
-traitlets, the pure rule layers, and ``metrics`` for ``/hub/metrics``'
-capacity series; the capacity cache (kubernetes_asyncio) is imported only
-when :meth:`GPUCapacitySettings.shared_capacity_cache` first runs.
+config with :meth:`GPUSpawnerSettings.from_hub_config`.  They are traits, not the
+capacity layer's ``CapacityConfig``, which :meth:`GPUSpawnerSettings.capacity_config`
+builds from them.  No JupyterHub import: traitlets, the pure rule layers, and
+``metrics`` for ``/hub/metrics``' capacity series; the capacity cache
+(kubernetes_asyncio) is imported only when
+:meth:`GPUSpawnerSettings.shared_capacity_cache` first runs.
+
+The class was formerly named ``GPUCapacitySettings``; a config section of that
+name (``c.GPUCapacitySettings.<knob>``) still applies (:data:`LEGACY_SECTION`).
 """
 
 from __future__ import annotations
@@ -48,13 +53,25 @@ def _names_or_default(help: str) -> List:
     return List(Unicode(), default_value=None, allow_none=True, config=True, help=help)
 
 
-class GPUCapacitySettings(Configurable):
-    """The capacity knobs both the spawner and ``GET /hub/api/gpus`` read.
+#: the class's former name: ``c.GPUCapacitySettings.<knob>`` in a config keeps working
+LEGACY_SECTION = "GPUCapacitySettings"
+
+
+class GPUSpawnerSettings(Configurable):
+    """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;
     the REST handler, which has no spawner, rebuilds them from the hub's
     config with :meth:`from_hub_config`.
     """
+
+    @classmethod
+    def section_names(cls) -> list[str]:
+        """traitlets' config sections of the class (its MRO, base first), with
+        :data:`LEGACY_SECTION` right before this class's own, as it stood when it bore the name."""
+        names = super().section_names()
+        i = names.index("GPUSpawnerSettings")
+        return names[:i] + [LEGACY_SECTION] + names[i:]
 
     gpu_resources = _names_or_default(
         """
@@ -208,21 +225,20 @@ class GPUCapacitySettings(Configurable):
         return proposal.value
 
     @classmethod
-    def from_hub_config(cls, config: Config, spawner_class: type) -> GPUCapacitySettings:
-        """The settings an admin gave ``c.<spawner class>`` (or any class in
-        its MRO, base first, as traitlets resolves sections) in ``config``.
+    def from_hub_config(cls, config: Config, spawner_class: type[GPUSpawnerSettings]) -> GPUSpawnerSettings:
+        """The settings an admin gave ``c.<spawner class>`` (or any section of
+        its class, base first, as traitlets resolves them) in ``config``.
 
-        ``spawner_class`` is the hub's spawner class when it is a ``GPUCapacitySettings``
+        ``spawner_class`` is the hub's spawner class when it is a ``GPUSpawnerSettings``
         subclass, else ``GPUSpawner`` (whose sections the docs tell an admin to write):
         :func:`gpuspawner.hub.spawner.capacity_settings_class` picks it."""
-        names = set(GPUCapacitySettings.class_trait_names(config=True))
+        names = set(GPUSpawnerSettings.class_trait_names(config=True))
         merged = Config()
-        for klass in reversed(spawner_class.mro()):
-            name = klass.__name__
-            if issubclass(klass, Configurable) and config is not None and name in config:
+        for name in spawner_class.section_names():
+            if config is not None and name in config:
                 section = config[name]
                 merged.merge(Config({k: v for k, v in section.items() if k in names}))
-        return GPUCapacitySettings(config=Config({"GPUCapacitySettings": merged}))
+        return GPUSpawnerSettings(config=Config({"GPUSpawnerSettings": merged}))
 
     def pool_rules(self) -> tuple[PoolRule, ...]:
         return tuple(PoolRule.from_config(r) for r in self.gpu_pool_rules)

@@ -19,7 +19,7 @@ KubeSpawner's ``_start`` polls until the pod runs, ends the wait early when
 the pod can never start.  Spawn outcomes and the wait for a GPU are counted
 in ``gpuspawner.hub.metrics`` (docs/metrics.md).
 
-``GPUCapacitySettings`` is re-exported here: admins import both classes from
+``GPUSpawnerSettings`` is re-exported here: admins import both classes from
 ``gpuspawner.hub.spawner``.
 """
 
@@ -37,20 +37,11 @@ from kubespawner import KubeSpawner
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 
-from gpuspawner.spawn import cudafit as cudacheck
+from gpuspawner.spawn import cudafit
 from gpuspawner.hub import metrics
-from gpuspawner.spawn.access import (
-    AccessError,
-    OtherServer,
-    QuotaPolicy,
-    UserOffers,
-    check_access,
-    check_quota,
-    held_servers,
-    offers_for,
-    principal_of,
-)
+from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
+from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub.errors import GPUSpawnFailure, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import CudaRefusal, OptionError, Selection, validate_user_options
@@ -58,11 +49,14 @@ from gpuspawner.spawn.overrides import build_overrides
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, NEVER_TOLERATED_PREFIXES, untolerated_taints
 from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION, fatal_verdict, queued_before
 from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
+from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_servers
+from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
-from gpuspawner.hub.settings import GPUCapacitySettings
+from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import render_form, template_dirs
+from gpuspawner.kube.apierrors import rules_text
 
-__all__ = ["GPUCapacitySettings", "GPUSpawner", "applied_in_load_user_options"]
+__all__ = ["GPUSpawnerSettings", "GPUSpawner", "applied_in_load_user_options"]
 
 _clock = time.monotonic  # how long a start ran (a seam for tests)
 
@@ -93,7 +87,7 @@ class GPUSpawnInfo:
     gpus: int
 
 
-class GPUSpawner(KubeSpawner, GPUCapacitySettings):
+class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     """KubeSpawner with GPU profiles whose pools come from live capacity."""
 
     gpu_tolerated_taint_keys = List(
@@ -258,7 +252,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
     @validate("cuda_check")
     def _validate_cuda_check(self, proposal):
         try:
-            return cudacheck.resolve_check(proposal.value)
+            return resolve_check(proposal.value)
         except ValueError as e:
             raise TraitError(str(e)) from None
 
@@ -320,10 +314,10 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         self._logged_capacity_problems.add(problem)
         self.log.warning(
             "%s. Static profiles are still offered; GPU profiles show 'capacity unknown'%s. "
-            "If this is a permissions problem, apply deploy/rbac.yaml (ClusterRole rules: "
-            "nodes: get, list, watch; pods: list, watch at the cluster scope).",
+            "If this is a permissions problem, apply deploy/rbac.yaml (ClusterRole rules: %s at the cluster scope).",
             problem,
             " and admit spawns unchecked" if self.gpu_admit_without_capacity else " and refuse GPU spawns",
+            rules_text(),
         )
 
     async def gpu_profile_list(self) -> tuple[list[dict[str, Any]], dict[str, ProfileOffer]]:
@@ -357,11 +351,11 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     _logged_check_errors: set[str] = set()
 
-    def _cuda_fit(self, image, pool) -> cudacheck.PoolFit:
+    def _cuda_fit(self, image, pool) -> cudafit.PoolFit:
         """How ``image`` fits ``pool`` under this hub's policy and check. A
         broken ``cuda_check`` gives "unknown" (never a refusal) and is logged
         once per distinct error (the page is rendered often)."""
-        fit = cudacheck.pool_fit(image, pool, self.cuda_policy, self.cuda_check)
+        fit = cudafit.pool_fit(image, pool, self.cuda_policy, self.cuda_check)
         for n in fit.nodes:
             if n.verdict.rule == "check-error" and n.verdict.reason not in self._logged_check_errors:
                 self._logged_check_errors.add(n.verdict.reason)
@@ -578,7 +572,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
     def _apply_gpu_selection(self, selection: Selection) -> None:
         pool, gpus = selection.pool.pool, selection.gpus
         fit = selection.cuda
-        steer = cudacheck.steering_expression(fit)
+        steer = cudafit.steering_expression(fit)
         try:
             overrides = build_overrides(
                 pool,
@@ -657,12 +651,12 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         if self.cuda_probe:
             image = selection.offer.spec.images.image(selection.image_key)
             self._probe_image = self.cuda_probe_image or self.image
-            probe = cudacheck.probe_container(
+            probe = probe_container(
                 image, gpus, pool.resource, self.cuda_policy, self._probe_image, product=pool.product
             )
             existing = [
                 c for c in self._sorted_dict_values(self.init_containers)
-                if not (isinstance(c, dict) and c.get("name") == cudacheck.PROBE_CONTAINER)
+                if not (isinstance(c, dict) and c.get("name") == PROBE_CONTAINER)
             ]
             # the admin's init containers first: the probe runs last, right
             # before the server, on what they prepared
@@ -790,7 +784,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         the start timeout (the probe's init container would otherwise restart
         in CrashLoopBackOff until then)."""
         if self._watch_probe and pod is not None:
-            failure = cudacheck.probe_failure(pod, self._probe_image)
+            failure = probe_failure(pod, self._probe_image)
             if failure:
                 self.log.warning("GPU probe failed for %s: %s", self._log_name, failure)
                 raise spawn_error(failure, reason="gpu-probe", status_code=500)
@@ -822,10 +816,10 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         return await super().stop(now=now)
 
 
-def capacity_settings_class(spawner_class: object) -> type[GPUCapacitySettings]:
+def capacity_settings_class(spawner_class: object) -> type[GPUSpawnerSettings]:
     """The class whose config sections hold the hub's GPU capacity settings: the hub's spawner
-    class when it is a ``GPUCapacitySettings`` (``GPUSpawner`` or a subclass), else ``GPUSpawner``,
+    class when it is a ``GPUSpawnerSettings`` (``GPUSpawner`` or a subclass), else ``GPUSpawner``,
     where the docs tell an admin to write them (a hub that runs another spawner)."""
-    if isinstance(spawner_class, type) and issubclass(spawner_class, GPUCapacitySettings):
+    if isinstance(spawner_class, type) and issubclass(spawner_class, GPUSpawnerSettings):
         return spawner_class
     return GPUSpawner

@@ -27,11 +27,11 @@ Kubernetes rules this follows:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.capacity.model import PoolView
+from gpuspawner.capacity.model import PoolView, Taint
 from gpuspawner.spawn.taints import taint_key_allowed, toleration_for
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -102,13 +102,35 @@ def _merge_affinity(
     return merged
 
 
-def _tol_key(tol: dict[str, Any]) -> tuple:
+def _tol_key(tol: Mapping[str, Any]) -> tuple:
     return (
         tol.get("key"),
         tol.get("operator", "Equal"),
         tol.get("value"),
         tol.get("effect"),
     )
+
+
+def pool_tolerations(
+    taints: Iterable[Taint],
+    allowed_taint_keys: Iterable[str],
+    tolerations: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The tolerations a server in a pool with ``taints`` gets: the admin's own
+    (``tolerations``), then the narrowest toleration of each taint whose key the admin allows
+    (``taints.taint_key_allowed``), each once.  ``doctor`` asks the same question of a node's
+    taints."""
+    allowed = tuple(allowed_taint_keys)
+    tols = [dict(t) for t in tolerations]
+    seen = {_tol_key(t) for t in tols}
+    for taint in sorted(taints, key=lambda t: (t.key, t.value or "", t.effect)):
+        if not taint_key_allowed(taint.key, allowed):
+            continue
+        tol = toleration_for(taint)
+        if _tol_key(tol) not in seen:
+            seen.add(_tol_key(tol))
+            tols.append(tol)
+    return tols
 
 
 def build_overrides(
@@ -155,20 +177,9 @@ def build_overrides(
         affinity_required, pool_match_expressions(pool) + [dict(e) for e in extra_expressions]
     )
 
-    allowed = tuple(allowed_taint_keys)
-    tols = [dict(t) for t in tolerations]
-    seen = {_tol_key(t) for t in tols}
-    for taint in sorted(pool.taints, key=lambda t: (t.key, t.value or "", t.effect)):
-        if not taint_key_allowed(taint.key, allowed):
-            continue
-        tol = toleration_for(taint)
-        if _tol_key(tol) not in seen:
-            seen.add(_tol_key(tol))
-            tols.append(tol)
-
     return PodOverrides(
         extra_resource_limits=new_limits,
         extra_resource_guarantees=new_guarantees,
         node_affinity_required=affinity,
-        tolerations=tols,
+        tolerations=pool_tolerations(pool.taints, allowed_taint_keys, tolerations),
     )

@@ -1,10 +1,11 @@
 """A GPU server's pod while it is Pending: its place in the scheduler's queue,
-and whether it can ever start.
+whether it can ever start, and how long it waited for its GPUs.
 
-Pure (stdlib and ``progress``): no JupyterHub, no Kubernetes client.  The
-pods and events are the core/v1 dicts KubeSpawner's pod and event reflectors
-keep; ``GPUSpawner`` passes them in and raises ``errors.GPUSpawnFailure`` on a
-fatal verdict.
+Pure (stdlib, ``kube.objects`` to read the pod, ``progress`` for its words):
+no JupyterHub, no Kubernetes client.  The pods and events are the core/v1
+dicts KubeSpawner's pod and event reflectors keep; ``GPUSpawner`` passes them
+in and raises ``errors.GPUSpawnFailure`` on a fatal verdict;
+``metrics`` records :func:`gpu_wait_seconds`.
 """
 
 from __future__ import annotations
@@ -12,23 +13,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-# RFC 3339 (metav1.Time) parsing, shared with the GPU-wait metric
+from gpuspawner.kube import objects
 from gpuspawner.spawn.progress import SpawnContext, Translation, translate, translate_pod
-from gpuspawner.kube.times import parse_time
+
+__all__ = ["POOL_ANNOTATION", "GPUS_ANNOTATION", "queued_before", "fatal_verdict", "gpu_wait_seconds"]
 
 # what GPUSpawner writes on a GPU server's pod; queued_before reads the pool back
 POOL_ANNOTATION = "gpuspawner.io/pool"
 GPUS_ANNOTATION = "gpuspawner.io/gpus"
 
 
-def _priority(pod: Mapping[str, Any]) -> int:
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _pool_of(pod: Any) -> Any:
+    return objects.section(objects.section(pod, "metadata"), "annotations").get(POOL_ANNOTATION)
 
 
-def _waiting_unscheduled(pod: Mapping[str, Any]) -> bool:
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-    return status.get("phase") == "Pending" and not spec.get("nodeName") and not meta.get("deletionTimestamp")
+def _key(pod: Any) -> tuple[Any, Any]:
+    meta = objects.section(pod, "metadata")
+    return meta.get("namespace"), meta.get("name")
 
 
 def queued_before(pods: Iterable[Any], me: Any, pool_id: str) -> int:
@@ -45,25 +46,21 @@ def queued_before(pods: Iterable[Any], me: Any, pool_id: str) -> int:
     """
     if not isinstance(me, Mapping):
         return 0
-    my_meta = me.get("metadata") or {}
-    mine = parse_time(my_meta.get("creationTimestamp"))
+    mine = objects.created(me)
     if mine is None:
         return 0
-    my_priority = _priority(me)
-    me_key = (my_meta.get("namespace"), my_meta.get("name"))
+    my_priority = objects.pod_priority(me)
+    me_key = _key(me)
     n = 0
     for pod in pods:
-        if not isinstance(pod, Mapping):
+        if not isinstance(pod, Mapping) or _key(pod) == me_key:
             continue
-        meta = pod.get("metadata") or {}
-        if (meta.get("namespace"), meta.get("name")) == me_key:
+        if _pool_of(pod) != pool_id or not objects.pod_waits_for_scheduler(pod):
             continue
-        if (meta.get("annotations") or {}).get(POOL_ANNOTATION) != pool_id or not _waiting_unscheduled(pod):
-            continue
-        created = parse_time(meta.get("creationTimestamp"))
+        created = objects.created(pod)
         if created is None or created.tzinfo is None or mine.tzinfo is None:
             continue
-        priority = _priority(pod)
+        priority = objects.pod_priority(pod)
         if priority > my_priority or (priority == my_priority and created < mine):
             n += 1
     return n
@@ -85,13 +82,13 @@ def fatal_verdict(pod: Any, events: Iterable[Any], ctx: SpawnContext) -> Transla
     t = translate_pod(pod, ctx)
     if t is not None and t.fatal:
         return t
-    uid = (pod.get("metadata") or {}).get("uid")
-    bound = bool((pod.get("spec") or {}).get("nodeName"))
+    uid = objects.section(pod, "metadata").get("uid")
+    bound = bool(objects.section(pod, "spec").get("nodeName"))
     last_scheduling = None
     for event in events:
         if not isinstance(event, Mapping):
             continue
-        involved = event.get("involvedObject") or {}
+        involved = objects.section(event, "involvedObject")
         if uid and involved.get("uid") and involved.get("uid") != uid:
             continue
         if event.get("reason") == "FailedScheduling":
@@ -105,3 +102,19 @@ def fatal_verdict(pod: Any, events: Iterable[Any], ctx: SpawnContext) -> Transla
         if t is not None and t.fatal:
             return t
     return None
+
+
+def gpu_wait_seconds(pod: Any) -> float | None:
+    """Seconds from the pod's creation to its ``PodScheduled=True`` condition
+    (when the scheduler bound it to a node with free GPUs); None while it is
+    not scheduled or the timestamps are missing.  Both are RFC 3339 seconds
+    (``metav1.Time``), so the result is whole seconds."""
+    if not isinstance(pod, Mapping):
+        return None
+    created = objects.created(pod)
+    if created is None:
+        return None
+    scheduled = objects.scheduled_at(pod)
+    if scheduled is None or scheduled.tzinfo is None or created.tzinfo is None:
+        return None
+    return max(0.0, (scheduled - created).total_seconds())

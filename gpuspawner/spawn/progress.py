@@ -1,6 +1,6 @@
 """Spawn progress in GPU words.
 
-Pure (stdlib and the pure ``capacity.model`` / ``overrides`` layers only): no
+Pure (stdlib, ``capacity.model``, ``kube`` and this layer's ``schedmsg`` / ``taints``): no
 JupyterHub, no Kubernetes client, no clock.  ``GPUSpawner.progress`` hands each
 core/v1 Event of its pod (the dicts KubeSpawner's event reflector keeps) to
 :func:`translate` together with a :class:`SpawnContext` (what the spawner knows
@@ -33,62 +33,45 @@ say so when sure:
   gives the same answer.
 * The pod was preempted.
 
-Message formats parsed here (sources):
-
-* kube-scheduler ``FitError.Error()`` (``pkg/scheduler/framework/types.go``):
-  ``0/<N> nodes are available: <histogram>.`` then, when a PostFilter plugin
-  ran, `` <post-filter message>`` (DefaultPreemption: ``preemption: 0/<N>
-  nodes are available: ...``; with DRA, ``no new claims to deallocate, ``
-  first).  The histogram is ``"<count> <reason>"`` entries sorted as strings
-  and joined with ``", "``.  A PreFilter rejection has no count
-  (``0/3 nodes are available: pod has unbound immediate
-  PersistentVolumeClaims.``).  ``no nodes available to schedule pods``
-  (``ErrNoNodesAvailable``) when the cluster has no node at all.
-* Filter reasons: ``Insufficient <resource>`` and ``Too many pods``
-  (noderesources/fit.go); ``node(s) had untolerated taint {<key>: <value>}``
-  (tainttoleration, up to 1.34.1) and ``node(s) had untolerated taint(s)``
-  (kubernetes PR #134740, 1.35 and 1.34.2+), before 1.25 ``node(s) had taint
-  {k: v}, that the pod didn't tolerate`` / ``node(s) had taints that the pod
-  didn't tolerate``; ``node(s) didn't match Pod's node affinity/selector``
-  (nodeaffinity; older ``node(s) didn't match node selector``);
-  ``node(s) were unschedulable`` (nodeunschedulable); ``node(s) didn't match
-  the requested node name`` (nodename); ``node(s) had volume node affinity
-  conflict`` and ``node(s) didn't find available persistent volumes to bind``
-  (volumebinding); ``node(s) had no available volume zone`` (volumezone);
-  ``node(s) didn't match pod (anti-)affinity rules`` (interpodaffinity);
-  ``node(s) didn't match pod topology spread constraints``
-  (podtopologyspread); ``node(s) didn't have free ports for the requested pod
-  ports`` (nodeports).  Any other reason is kept verbatim as ``unknown``.
-* cluster-autoscaler ``processors/status/eventing_scale_up_processor.go``:
-  ``TriggeredScaleUp`` ``pod triggered scale-up: [{<group> <cur>-><new> (max:
-  <max>)}]`` (``ScaleUpInfo.String``) and ``NotTriggerScaleUp`` ``pod didn't
-  trigger scale-up: <count> <reason>, ...`` with the reasons of
-  ``core/scaleup/orchestrator/skippedreasons.go`` (``max node group size
-  reached``, ``in backoff after failed scale-up``, ``not ready for
-  scale-up``, ``max cluster <resources> limit reached``) or the scheduler
-  filter reasons above, or ``max total nodes in cluster reached``.
-* Karpenter: ``FailedScheduling`` ``Failed to schedule pod, <error>`` and
-  ``Nominated`` ``Pod should schedule on: <nodeclaim>``.
-* kubelet: ``Pulling image "<image>"``, ``Successfully pulled image "<image>"
-  in <d> ...``, ``Container image "<image>" already present on machine``,
-  ``Failed to pull image "<image>": <error>``, ``Error: ErrImagePull``,
-  ``Back-off pulling image "<image>"``, ``Created container[:] <name>``,
-  ``Started container <name>``; device manager admission ``Allocate failed
-  due to <error>, which is unexpected`` (``UnexpectedAdmissionError``) and
-  ``Node didn't have enough resource: <r>, requested: ...``
-  (``OutOf<resource>``, ``pkg/kubelet/lifecycle/predicate.go``).
+The messages are read with ``schedmsg`` (the grammar, and where each format comes from);
+this module decides what they mean for someone waiting for a GPU.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
-from gpuspawner.kube.times import parse_time
-from gpuspawner.spawn.taints import NEVER_TOLERATED_PREFIXES, taint_key_allowed
+from gpuspawner.kube import objects
+from gpuspawner.spawn.schedmsg import (
+    AFFINITY,
+    CONDITION_TAINT,
+    INSUFFICIENT,
+    KARPENTER_FAILED,
+    NODE_NAME,
+    PERMANENT_KINDS,
+    TAINT,
+    UNSCHEDULABLE,
+    VOLUME,
+    VOLUME_ZONE,
+    ReasonCount,
+    SchedulingFailure,
+    cuda_refusal,
+    image_in,
+    image_not_found,
+    is_admission_failure,
+    is_condition_taint,
+    parse_no_scale_up,
+    parse_scale_up,
+    parse_scheduling_message,
+    pull_duration,
+    scheduled_node,
+    taint_in,
+)
+from gpuspawner.spawn.taints import taint_key_allowed
 
 # Progress hints (percent) for the spawn page's bar.  KubeSpawner moves the bar
 # a third of the way to 90 on every event whatever it says; these let the
@@ -100,23 +83,6 @@ PROGRESS_PULLING = 50
 PROGRESS_PULLED = 70
 PROGRESS_CREATED = 80
 PROGRESS_STARTED = 90
-
-# Kinds of scheduler reasons (ReasonCount.kind).  "Permanent" ones are not
-# fixed by waiting: only an admin (or a new node from an autoscaler) changes them.
-INSUFFICIENT = "insufficient"
-TAINT = "taint"
-CONDITION_TAINT = "condition_taint"
-AFFINITY = "affinity"
-NODE_NAME = "node_name"
-UNSCHEDULABLE = "unschedulable"
-VOLUME_ZONE = "volume_zone"
-VOLUME = "volume"
-POD_AFFINITY = "pod_affinity"
-TOPOLOGY_SPREAD = "topology_spread"
-PORTS = "ports"
-DRA = "dra"
-UNKNOWN = "unknown"
-PERMANENT_KINDS = frozenset({TAINT, AFFINITY, NODE_NAME, VOLUME_ZONE})
 
 # Every Translation.kind that comes with fatal=True: a bounded set, so the
 # spawner may use it as the ``reason`` label of failed spawns (metrics.py).
@@ -137,56 +103,6 @@ FATAL_KINDS = frozenset(
         "pod_failed",
     }
 )
-
-# Taints that come and go with a node's health or life cycle, so a node that
-# has one now may take the pod later: the node lifecycle controller's and the
-# kubelet's (kubernetes.io "Taints and Tolerations", "Taint based Evictions";
-# the cloud node controller's ``uninitialized``), the cluster autoscaler's
-# ``ToBeDeletedByClusterAutoscaler`` (utils/taints/taints.go) and Karpenter's
-# ``karpenter.sh/disrupted`` / ``karpenter.sh/unregistered``.
-_CONDITION_TAINT_KEYS = frozenset(
-    {
-        "ToBeDeletedByClusterAutoscaler",
-        "karpenter.sh/disrupted",
-        "karpenter.sh/unregistered",
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ReasonCount:
-    """One entry of the scheduler's (or autoscaler's) reason histogram."""
-
-    count: int | None  # None: a PreFilter message, which speaks for every node
-    text: str  # verbatim
-    kind: str  # one of the kinds above
-    detail: str | None = None  # the resource of "Insufficient X"; the taint key of a taint
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulingFailure:
-    """A parsed ``FailedScheduling`` message of the kube-scheduler."""
-
-    total_nodes: int
-    reasons: tuple[ReasonCount, ...]
-    post_filter: str | None = None  # "preemption: ..." verbatim
-
-    def count(self, *kinds: str) -> int:
-        return sum(r.count if r.count is not None else self.total_nodes for r in self.reasons if r.kind in kinds)
-
-    def insufficient(self, resource: str) -> int:
-        return sum(r.count or 0 for r in self.reasons if r.kind == INSUFFICIENT and r.detail == resource)
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleUpStep:
-    """One node group a cluster autoscaler grows (``ScaleUpInfo``)."""
-
-    group: str
-    current: int
-    new: int
-    max: int
-
 
 @dataclass(frozen=True, slots=True)
 class SpawnContext:
@@ -279,12 +195,12 @@ class SpawnContext:
     def hard_taints(self) -> tuple[Taint, ...]:
         """The pool's taints that keep this pod off its nodes for good: hard
         effects, not a node-condition taint, key not among the tolerated ones
-        (the same rule as ``overrides.untolerated_taints``)."""
+        (the same rule as ``taints.untolerated_taints``)."""
         return tuple(
             t
             for t in self.taints
             if t.effect in ("NoSchedule", "NoExecute")
-            and not _is_condition_taint(t.key)
+            and not is_condition_taint(t.key)
             and not taint_key_allowed(t.key, self.tolerated_taint_keys)
         )
 
@@ -311,119 +227,6 @@ class Translation:
     progress: int | None = None
     fatal: bool = False
     reason: str | None = None
-
-
-# ---------------------------------------------------------------------------
-# parsing
-# ---------------------------------------------------------------------------
-
-NO_NODES_MESSAGE = "no nodes available to schedule pods"
-_FIT_HEADER = re.compile(r"^\s*0/(\d+) nodes are available:\s*")
-_ENTRY_SPLIT = re.compile(r", (?=\d+ )")
-_COUNTED = re.compile(r"^(\d+) (.+)$", re.S)
-_INSUFFICIENT = re.compile(r"^Insufficient (\S+)$")
-_TAINT_DETAIL = re.compile(r"^node\(s\) had (?:untolerated )?taint \{([^{}:]*):\s?([^{}]*)\}")
-
-
-def _is_condition_taint(key: str) -> bool:
-    return key.startswith(NEVER_TOLERATED_PREFIXES) or key in _CONDITION_TAINT_KEYS
-
-
-def classify_reason(text: str) -> tuple[str, str | None]:
-    """The kind of one scheduler filter reason, and its detail (resource, taint key)."""
-    m = _INSUFFICIENT.match(text)
-    if m:
-        return INSUFFICIENT, m.group(1)
-    if text == "Too many pods":
-        return INSUFFICIENT, "pods"
-    m = _TAINT_DETAIL.match(text)
-    if m:
-        key = m.group(1).strip()
-        return (CONDITION_TAINT if _is_condition_taint(key) else TAINT), key
-    if text.startswith(("node(s) had untolerated taint", "node(s) had taint")):
-        return TAINT, None  # 1.35 wording (and pre-1.25 "taints that the pod didn't tolerate"): no key
-    if text in ("node(s) were not ready", "node(s) were out of disk space", "node(s) had memory pressure",
-                "node(s) had disk pressure", "node(s) had pid pressure"):
-        return CONDITION_TAINT, None  # the old CheckNodeCondition predicates
-    if text.startswith(("node(s) didn't match Pod's node affinity", "node(s) didn't match node selector")):
-        return AFFINITY, None
-    if text.startswith("node(s) didn't match the requested node name") or text.startswith(
-        "node(s) didn't match the requested hostname"
-    ):
-        return NODE_NAME, None
-    if text == "node(s) were unschedulable":
-        return UNSCHEDULABLE, None
-    if text in ("node(s) had volume node affinity conflict", "node(s) had no available volume zone"):
-        return VOLUME_ZONE, None
-    if "PersistentVolumeClaim" in text or "persistentvolumeclaim" in text or "volume" in text or "storage" in text:
-        return VOLUME, None
-    if "pod affinity" in text or "anti-affinity" in text:
-        return POD_AFFINITY, None
-    if "topology spread" in text:
-        return TOPOLOGY_SPREAD, None
-    if "free ports" in text:
-        return PORTS, None
-    if "claim" in text or "resourceslice" in text.lower() or "device class" in text:
-        return DRA, None  # dynamicresources plugin: "cannot allocate all claims", ...
-    return UNKNOWN, None
-
-
-def _histogram(text: str) -> tuple[ReasonCount, ...]:
-    out = []
-    for entry in _ENTRY_SPLIT.split(text.strip()):
-        entry = entry.strip()
-        if not entry:
-            continue
-        m = _COUNTED.match(entry)
-        count, reason = (int(m.group(1)), m.group(2).strip()) if m else (None, entry)
-        kind, detail = classify_reason(reason)
-        out.append(ReasonCount(count, reason, kind, detail))
-    return tuple(out)
-
-
-def parse_scheduling_message(message: Any) -> SchedulingFailure | None:
-    """Parse the kube-scheduler's ``FailedScheduling`` message (also the
-    ``PodScheduled`` condition's message); None when it is not in that format.
-
-    The histogram ends at the first ``". "`` (or the final ``"."``): no known
-    reason contains one, while taint keys and resource names contain bare dots.
-    """
-    if not isinstance(message, str):
-        return None
-    if message.strip().rstrip(".") == NO_NODES_MESSAGE:
-        return SchedulingFailure(total_nodes=0, reasons=())
-    m = _FIT_HEADER.match(message)
-    if not m:
-        return None
-    rest = message[m.end():]
-    cut = re.search(r"\.(?:\s|$)", rest)
-    hist, post = (rest[: cut.start()], rest[cut.end():].strip()) if cut else (rest, "")
-    return SchedulingFailure(total_nodes=int(m.group(1)), reasons=_histogram(hist), post_filter=post or None)
-
-
-_SCALE_UP_STEP = re.compile(r"\{(\S+) (\d+)->(\d+) \(max: (\d+)\)\}")
-
-
-def parse_scale_up(message: Any) -> tuple[ScaleUpStep, ...]:
-    """The node groups of a ``TriggeredScaleUp`` message (empty when none parse)."""
-    if not isinstance(message, str):
-        return ()
-    return tuple(
-        ScaleUpStep(group=g, current=int(c), new=int(n), max=int(mx)) for g, c, n, mx in _SCALE_UP_STEP.findall(message)
-    )
-
-
-_NO_SCALE_UP = re.compile(r"^pod didn't trigger scale-up(?: \([^)]*\))?:\s*")
-
-
-def parse_no_scale_up(message: Any) -> tuple[ReasonCount, ...] | None:
-    """The reasons of a ``NotTriggerScaleUp`` message; None when not in that format."""
-    if not isinstance(message, str):
-        return None
-    m = _NO_SCALE_UP.match(message)
-    if not m:
-        return None
-    return _histogram(message[m.end():].rstrip("."))
 
 
 # ---------------------------------------------------------------------------
@@ -480,10 +283,9 @@ def _message_taint_text(key: str | None, reasons: Iterable[ReasonCount]) -> str:
     if key is None:
         return "a taint"
     for r in reasons:
-        m = _TAINT_DETAIL.match(r.text)
-        if m and m.group(1).strip() == key:
-            value = m.group(2).strip()
-            return f"{key}={value}" if value else key
+        taint = taint_in(r.text)
+        if taint is not None and taint[0] == key:
+            return f"{key}={taint[1]}" if taint[1] else key
     return key
 
 
@@ -686,8 +488,16 @@ def _no_scale_up(message: str, ctx: SpawnContext) -> Translation:
     return Translation(_waiting_for_gpu(ctx, extra=why), "no_scale_up", PROGRESS_SCHEDULING)
 
 
+def _scale_up_failed(message: str, ctx: SpawnContext) -> Translation:
+    return Translation(
+        _waiting_for_gpu(ctx, extra=f"the autoscaler could not add a node ({message})"),
+        "scale_up_failed",
+        PROGRESS_SCHEDULING,
+    )
+
+
 def _karpenter_failed(message: str, ctx: SpawnContext) -> Translation:
-    detail = message[len("Failed to schedule pod, "):].strip()
+    detail = message[len(KARPENTER_FAILED):].strip()
     return Translation(
         f"Waiting for pool {ctx.label}: the node autoscaler (Karpenter) cannot create a node for this "
         f"server yet: {detail}",
@@ -696,25 +506,76 @@ def _karpenter_failed(message: str, ctx: SpawnContext) -> Translation:
     )
 
 
+def _nominated(message: str, ctx: SpawnContext) -> Translation:
+    target = message.split(":", 1)[1].strip() if ":" in message else ""
+    return Translation(
+        f"A new GPU node{f' ({target})' if target else ''} is starting for your server in pool {ctx.label}.",
+        "scale_up",
+        PROGRESS_SCALE_UP,
+    )
+
+
+# ---------------------------------------------------------------------------
+# the scheduler's verdict
+# ---------------------------------------------------------------------------
+
+
+def _on_failed_scheduling(message: str, ctx: SpawnContext) -> Translation:
+    failure = parse_scheduling_message(message)
+    if failure is not None:
+        return _failed_scheduling(failure, ctx)
+    if message.startswith(KARPENTER_FAILED):
+        return _karpenter_failed(message, ctx)
+    return Translation(f"Waiting for a node in pool {ctx.label}: {message}", "waiting_for_node",
+                       PROGRESS_SCHEDULING)
+
+
+def _scheduled(message: str, ctx: SpawnContext) -> Translation:
+    node = scheduled_node(message)
+    where = f" on node {node}" if node else ""
+    return Translation(
+        f"Got {_n(ctx.gpus, 'GPU')} in pool {ctx.label}{where}; preparing your server.",
+        "scheduled",
+        PROGRESS_SCHEDULED,
+    )
+
+
+def _preempted(message: str, ctx: SpawnContext) -> Translation:
+    why = "a higher-priority workload took this server's place on the node (preemption); start it again"
+    return Translation(f"Cannot start: {why}.", "preempted", fatal=True, reason=why)
+
+
 # ---------------------------------------------------------------------------
 # kubelet
 # ---------------------------------------------------------------------------
 
-_IMAGE = re.compile(r'image "([^"]*)"')
-_PULL_TIME = re.compile(r'" in (\S+?)(?: \(|\.?$| )')
-_CUDA_REFUSED = re.compile(r"unsatisfied condition: ([^,\s:]+)")
+
+def _image(message: str) -> str:
+    """The image an event names, or how to speak of it when it names none."""
+    return image_in(message) or "the server image"
 
 
-def _image_not_found(message: str) -> bool:
-    # containerd/CRI: "rpc error: code = NotFound desc = failed to pull and unpack image ...: not found";
-    # registries: "manifest unknown"
-    return "code = NotFound" in message or "manifest unknown" in message
+def _pulling(message: str, ctx: SpawnContext) -> Translation:
+    return Translation(
+        f"Downloading the image {_image(message)}. GPU images are large: the first start on a node can take "
+        "several minutes.",
+        "image_pull",
+        PROGRESS_PULLING,
+    )
+
+
+def _pulled(message: str, ctx: SpawnContext) -> Translation:
+    image = _image(message)
+    if "already present" in message:
+        return Translation(f"The image {image} is already on the node.", "image_ready", PROGRESS_PULLED)
+    took = pull_duration(message)
+    return Translation(f"Downloaded the image {image}{f' in {took}' if took else ''}.", "image_ready",
+                       PROGRESS_PULLED)
 
 
 def _pull_failed(message: str, ctx: SpawnContext) -> Translation:
-    m = _IMAGE.search(message)
-    image = m.group(1) if m else "the server image"
-    if _image_not_found(message):
+    image = _image(message)
+    if image_not_found(message):
         reason = f"the image {image} does not exist; check its name and tag (or ask your administrator)"
         return Translation(f"Cannot start: {reason}.", "image_not_found", fatal=True, reason=reason)
     if "authoriz" in message or "denied" in message or "401" in message or "403" in message:
@@ -734,9 +595,8 @@ def _container_failed(message: str, ctx: SpawnContext) -> Translation | None:
     if message in ("Error: ErrImagePull", "Error: ImagePullBackOff"):
         return Translation("Downloading the server image failed; Kubernetes is retrying.", "image_pull_failed",
                            PROGRESS_PULLING)
-    m = _CUDA_REFUSED.search(message)
-    if m and "nvidia-container-cli" in message:
-        cond = m.group(1)
+    cond = cuda_refusal(message)
+    if cond is not None:
         reason = (
             f"the image requires {cond.replace('>=', ' >= ')}, newer than the NVIDIA driver on the nodes of pool "
             f"{ctx.label} supports (nvidia-container-cli refused it); choose an image built for an older "
@@ -750,6 +610,64 @@ def _container_failed(message: str, ctx: SpawnContext) -> Translation | None:
             PROGRESS_CREATED,
         )
     return None
+
+
+def _image_unusable(message: str, ctx: SpawnContext) -> Translation:
+    # kubelet images/image_manager.go: an image reference that does not parse, or
+    # imagePullPolicy: Never with the image absent from the node: retrying cannot help
+    why = f"the node cannot use the server image ({message}); ask your administrator to fix the image"
+    return Translation(f"Cannot start: {why}.", "image_invalid", fatal=True, reason=why)
+
+
+def _back_off(message: str, ctx: SpawnContext) -> Translation:
+    if message.startswith("Back-off pulling image"):
+        return Translation(
+            f"Downloading the image {_image(message)} failed; Kubernetes will retry shortly.",
+            "image_pull_failed",
+            PROGRESS_PULLING,
+        )
+    return Translation(
+        "The server keeps exiting right after it starts; Kubernetes is restarting it. "
+        "Check the image's start command (the server log has details).",
+        "crash_loop",
+        PROGRESS_STARTED,
+    )
+
+
+def _created(message: str, ctx: SpawnContext) -> Translation:
+    return Translation("Creating your server's container.", "container_created", PROGRESS_CREATED)
+
+
+def _started(message: str, ctx: SpawnContext) -> Translation:
+    return Translation(
+        "Your server's container started; waiting for Jupyter to answer.", "container_started", PROGRESS_STARTED
+    )
+
+
+def _waiting_for_storage(message: str, ctx: SpawnContext) -> Translation:
+    m = re.search(r'volume "([^"]*)"', message) or re.search(r"unmounted volumes=\[([^\]]*)\]", message)
+    vol = f" {m.group(1)}" if m else ""
+    return Translation(
+        f"Waiting for the storage volume{vol} to be attached to the node; Kubernetes is retrying.",
+        "waiting_for_storage",
+        PROGRESS_SCHEDULED,
+    )
+
+
+def _sandbox_failed(message: str, ctx: SpawnContext) -> Translation:
+    if re.search(r'no runtime for "?nvidia"? is configured', message):
+        return Translation(
+            "The node has no NVIDIA container runtime configured yet (the GPU Operator may still be "
+            "installing it); Kubernetes is retrying.",
+            "gpu_runtime_missing",
+            PROGRESS_SCHEDULED,
+        )
+    return Translation(
+        f"The node could not set up the server's sandbox (network or runtime); Kubernetes is retrying "
+        f"({message}).",
+        "sandbox_failed",
+        PROGRESS_SCHEDULED,
+    )
 
 
 def _admission(reason: str, message: str, ctx: SpawnContext) -> Translation:
@@ -773,6 +691,36 @@ def _admission(reason: str, message: str, ctx: SpawnContext) -> Translation:
 # entry points
 # ---------------------------------------------------------------------------
 
+Handler = Callable[[str, SpawnContext], "Translation | None"]
+
+#: Event reason -> what it means for the spawn.  The kubelet's admission refusals
+#: (``OutOf<resource>`` is open-ended) are found by :func:`schedmsg.is_admission_failure`.
+_HANDLERS: dict[str, Handler] = {
+    # kube-scheduler (and Karpenter's FailedScheduling)
+    "FailedScheduling": _on_failed_scheduling,
+    "Scheduled": _scheduled,
+    "Preempted": _preempted,
+    # cluster autoscaler and Karpenter
+    "TriggeredScaleUp": _triggered_scale_up,
+    "NotTriggerScaleUp": _no_scale_up,
+    "FailedScaling": _scale_up_failed,
+    "FailedScaleUp": _scale_up_failed,
+    "FailedToScaleUpGroup": _scale_up_failed,
+    "Nominated": _nominated,
+    # kubelet
+    "Pulling": _pulling,
+    "Pulled": _pulled,
+    "Failed": _container_failed,
+    "InspectFailed": _image_unusable,
+    "ErrImageNeverPull": _image_unusable,
+    "BackOff": _back_off,
+    "Created": _created,
+    "Started": _started,
+    "FailedMount": _waiting_for_storage,
+    "FailedAttachVolume": _waiting_for_storage,
+    "FailedCreatePodSandBox": _sandbox_failed,
+}
+
 
 def translate(event: Any, ctx: SpawnContext) -> Translation | None:
     """Translate one core/v1 Event of the spawning pod.
@@ -788,112 +736,11 @@ def translate(event: Any, ctx: SpawnContext) -> Translation | None:
     if not isinstance(reason, str) or not isinstance(message, str):
         return None
     message = message.strip()
-
-    if reason == "FailedScheduling":
-        failure = parse_scheduling_message(message)
-        if failure is not None:
-            return _failed_scheduling(failure, ctx)
-        if message.startswith("Failed to schedule pod, "):
-            return _karpenter_failed(message, ctx)
-        return Translation(f"Waiting for a node in pool {ctx.label}: {message}", "waiting_for_node",
-                           PROGRESS_SCHEDULING)
-    if reason == "TriggeredScaleUp":
-        return _triggered_scale_up(message, ctx)
-    if reason == "NotTriggerScaleUp":
-        return _no_scale_up(message, ctx)
-    if reason in ("FailedScaling", "FailedScaleUp", "FailedToScaleUpGroup"):
-        return Translation(
-            _waiting_for_gpu(ctx, extra=f"the autoscaler could not add a node ({message})"),
-            "scale_up_failed",
-            PROGRESS_SCHEDULING,
-        )
-    if reason == "Nominated":
-        target = message.split(":", 1)[1].strip() if ":" in message else ""
-        return Translation(
-            f"A new GPU node{f' ({target})' if target else ''} is starting for your server in pool {ctx.label}.",
-            "scale_up",
-            PROGRESS_SCALE_UP,
-        )
-    if reason == "Scheduled":
-        m = re.search(r" to (\S+)$", message)
-        node = f" on node {m.group(1)}" if m else ""
-        return Translation(
-            f"Got {_n(ctx.gpus, 'GPU')} in pool {ctx.label}{node}; preparing your server.",
-            "scheduled",
-            PROGRESS_SCHEDULED,
-        )
-    if reason == "Pulling":
-        m = _IMAGE.search(message)
-        image = m.group(1) if m else "the server image"
-        return Translation(
-            f"Downloading the image {image}. GPU images are large: the first start on a node can take "
-            "several minutes.",
-            "image_pull",
-            PROGRESS_PULLING,
-        )
-    if reason == "Pulled":
-        m = _IMAGE.search(message)
-        image = m.group(1) if m else "the server image"
-        if "already present" in message:
-            return Translation(f"The image {image} is already on the node.", "image_ready", PROGRESS_PULLED)
-        t = _PULL_TIME.search(message)
-        took = f" in {t.group(1)}" if t else ""
-        return Translation(f"Downloaded the image {image}{took}.", "image_ready", PROGRESS_PULLED)
-    if reason == "Failed":
-        return _container_failed(message, ctx)
-    if reason in ("InspectFailed", "ErrImageNeverPull"):
-        # kubelet images/image_manager.go: an image reference that does not parse, or
-        # imagePullPolicy: Never with the image absent from the node: retrying cannot help
-        why = f"the node cannot use the server image ({message}); ask your administrator to fix the image"
-        return Translation(f"Cannot start: {why}.", "image_invalid", fatal=True, reason=why)
-    if reason == "BackOff":
-        if message.startswith("Back-off pulling image"):
-            m = _IMAGE.search(message)
-            image = m.group(1) if m else "the server image"
-            return Translation(
-                f"Downloading the image {image} failed; Kubernetes will retry shortly.",
-                "image_pull_failed",
-                PROGRESS_PULLING,
-            )
-        return Translation(
-            "The server keeps exiting right after it starts; Kubernetes is restarting it. "
-            "Check the image's start command (the server log has details).",
-            "crash_loop",
-            PROGRESS_STARTED,
-        )
-    if reason == "Created":
-        return Translation("Creating your server's container.", "container_created", PROGRESS_CREATED)
-    if reason == "Started":
-        return Translation(
-            "Your server's container started; waiting for Jupyter to answer.", "container_started", PROGRESS_STARTED
-        )
-    if reason in ("FailedMount", "FailedAttachVolume"):
-        m = re.search(r'volume "([^"]*)"', message) or re.search(r"unmounted volumes=\[([^\]]*)\]", message)
-        vol = f" {m.group(1)}" if m else ""
-        return Translation(
-            f"Waiting for the storage volume{vol} to be attached to the node; Kubernetes is retrying.",
-            "waiting_for_storage",
-            PROGRESS_SCHEDULED,
-        )
-    if reason == "FailedCreatePodSandBox":
-        if re.search(r'no runtime for "?nvidia"? is configured', message):
-            return Translation(
-                "The node has no NVIDIA container runtime configured yet (the GPU Operator may still be "
-                "installing it); Kubernetes is retrying.",
-                "gpu_runtime_missing",
-                PROGRESS_SCHEDULED,
-            )
-        return Translation(
-            f"The node could not set up the server's sandbox (network or runtime); Kubernetes is retrying "
-            f"({message}).",
-            "sandbox_failed",
-            PROGRESS_SCHEDULED,
-        )
-    if reason == "UnexpectedAdmissionError" or (reason.startswith("OutOf") and len(reason) > len("OutOf")):
+    handler = _HANDLERS.get(reason)
+    if handler is not None:
+        return handler(message, ctx)
+    if is_admission_failure(reason):
         return _admission(reason, message, ctx)
-    if reason == "Preempted":
-        why = "a higher-priority workload took this server's place on the node (preemption); start it again"
-        return Translation(f"Cannot start: {why}.", "preempted", fatal=True, reason=why)
     return None
 
 
@@ -920,85 +767,59 @@ def rewrite_progress_event(item: Any, ctx: SpawnContext) -> tuple[dict[str, Any]
     return out, t
 
 
-def _event(reason: str, message: str) -> dict[str, Any]:
-    return {"reason": reason, "message": message}
+def _failed_pod(status: Mapping[str, Any], ctx: SpawnContext) -> Translation | None:
+    reason, message = status.get("reason") or "", status.get("message") or ""
+    if not isinstance(reason, str) or not isinstance(message, str):
+        return None
+    if is_admission_failure(reason):
+        return _admission(reason, message, ctx)
+    why = f"the pod failed ({reason or 'no reason given'}: {message or 'no message'}); start the server again"
+    return Translation(f"Cannot start: {why}.", "pod_failed", fatal=True, reason=why)
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+def _not_scheduled(cond: Mapping[str, Any], ctx: SpawnContext) -> Translation | None:
+    if cond.get("reason") == "SchedulingGated":
+        return Translation(
+            f"Waiting in a queue for pool {ctx.label} (the pod is held by a scheduling gate); {_queue(ctx)}.",
+            "queued",
+            PROGRESS_SCHEDULING,
+        )
+    message = cond.get("message")
+    if isinstance(message, str) and message:
+        return translate({"reason": "FailedScheduling", "message": message}, ctx)
+    return None
 
 
-def _items(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else []
+def _waiting_container(cs: Mapping[str, Any], reason: str, message: str, ctx: SpawnContext) -> Translation | None:
+    if reason in ("ErrImagePull", "ImagePullBackOff"):
+        image = cs.get("image") if isinstance(cs.get("image"), str) else "the server image"
+        text = message
+        if not message.startswith("Failed to pull image"):
+            text = f'Failed to pull image "{image}": {message}'
+        return _pull_failed(text, ctx)
+    if reason in ("CreateContainerError", "RunContainerError", "StartError", "CrashLoopBackOff"):
+        return _container_failed(message, ctx)
+    return None
 
 
 def translate_pod(pod: Any, ctx: SpawnContext) -> Translation | None:
     """Translate the pod's own state (for when its events were missed or are
     aggregated): a ``Failed`` phase, the ``PodScheduled`` condition, the
     first container that waits with a reason.  None when it says nothing new."""
-    if not isinstance(pod, Mapping):
+    if not isinstance(pod, Mapping) or not isinstance(pod.get("status"), Mapping):
         return None
-    status = pod.get("status")
-    if not isinstance(status, Mapping):
-        return None
+    status = pod["status"]
     if status.get("phase") == "Failed":
-        reason, message = status.get("reason") or "", status.get("message") or ""
-        if isinstance(reason, str) and isinstance(message, str):
-            if reason == "UnexpectedAdmissionError" or (reason.startswith("OutOf") and len(reason) > 5):
-                return _admission(reason, message, ctx)
-            why = f"the pod failed ({reason or 'no reason given'}: {message or 'no message'}); start the server again"
-            return Translation(f"Cannot start: {why}.", "pod_failed", fatal=True, reason=why)
-    for cond in _items(status.get("conditions")):
-        if not isinstance(cond, Mapping) or cond.get("type") != "PodScheduled" or cond.get("status") != "False":
-            continue
-        if cond.get("reason") == "SchedulingGated":
-            return Translation(
-                f"Waiting in a queue for pool {ctx.label} (the pod is held by a scheduling gate); {_queue(ctx)}.",
-                "queued",
-                PROGRESS_SCHEDULING,
-            )
-        message = cond.get("message")
-        if isinstance(message, str) and message:
-            return translate(_event("FailedScheduling", message), ctx)
-    for cs in _items(status.get("initContainerStatuses")) + _items(status.get("containerStatuses")):
-        waiting = _map(_map(cs).get("state")).get("waiting")
-        if not isinstance(waiting, Mapping):
-            continue
-        reason, message = waiting.get("reason") or "", waiting.get("message") or ""
-        if not isinstance(reason, str) or not isinstance(message, str):
-            continue
-        if reason in ("ErrImagePull", "ImagePullBackOff"):
-            image = cs.get("image") if isinstance(cs.get("image"), str) else "the server image"
-            text = message
-            if not message.startswith("Failed to pull image"):
-                text = f'Failed to pull image "{image}": {message}'
-            return _pull_failed(text, ctx)
-        if reason in ("CreateContainerError", "RunContainerError", "StartError", "CrashLoopBackOff"):
-            found = _container_failed(message, ctx)
-            if found is not None:
-                return found
-    return None
-
-
-# ---------------------------------------------------------------------------
-# time waiting for a GPU
-# ---------------------------------------------------------------------------
-
-
-def gpu_wait_seconds(pod: Any) -> float | None:
-    """Seconds from the pod's creation to its ``PodScheduled=True`` condition
-    (when the scheduler bound it to a node with free GPUs); None while it is
-    not scheduled or the timestamps are missing.  Both are RFC 3339 seconds
-    (``metav1.Time``), so the result is whole seconds."""
-    if not isinstance(pod, Mapping):
-        return None
-    created = parse_time(_map(pod.get("metadata")).get("creationTimestamp"))
-    if created is None:
-        return None
-    for cond in _items(_map(pod.get("status")).get("conditions")):
-        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
-            scheduled = parse_time(cond.get("lastTransitionTime"))
-            if scheduled is None or scheduled.tzinfo is None or created.tzinfo is None:
-                return None
-            return max(0.0, (scheduled - created).total_seconds())
+        t = _failed_pod(status, ctx)
+        if t is not None:
+            return t
+    cond = objects.condition(pod, "PodScheduled")
+    if cond is not None and cond.get("status") == "False":
+        t = _not_scheduled(cond, ctx)
+        if t is not None:
+            return t
+    for cs, reason, message in objects.waiting_containers(pod):
+        t = _waiting_container(cs, reason, message, ctx)
+        if t is not None:
+            return t
     return None

@@ -3,19 +3,20 @@
 One rule, used by the overrides (the tolerations a server gets), the progress messages
 (why a pod waits) and ``doctor`` (taints no profile tolerates): a taint is tolerated when
 its key matches one of the admin's globs (``GPUSpawner.gpu_tolerated_taint_keys``) and is
-not one of Kubernetes' own keys.
+not one of Kubernetes' own keys.  Whether a toleration then tolerates a taint is
+Kubernetes' own rule (:func:`tolerates`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
 from gpuspawner.capacity.model import PoolView, Taint
 
 __all__ = ["NEVER_TOLERATED_PREFIXES", "DEFAULT_TOLERATED_TAINT_KEYS", "HARD_EFFECTS", "taint_key_allowed",
-           "toleration_for", "untolerated_taints"]
+           "toleration_for", "tolerates", "keeps_pods_off", "untolerated_taints"]
 
 # Taint keys owned by Kubernetes itself (node lifecycle controller, kubelet):
 # see kubernetes.io "Taints and Tolerations", section "Taint based Evictions".
@@ -49,15 +50,32 @@ def toleration_for(taint: Taint) -> dict[str, Any]:
     return tol
 
 
+def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+    """Whether a pod's toleration (a core/v1 Toleration dict) tolerates ``taint``, as
+    ``Toleration.ToleratesTaint`` decides (k8s.io/api/core/v1/toleration.go): an empty effect
+    matches every effect, an empty key every key; ``Exists`` matches every value, ``Equal``
+    (or no operator) the same value; any other operator matches nothing."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.effect:
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.key:
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.value or "")
+
+
+def keeps_pods_off(taint: Taint) -> bool:
+    """Whether a taint keeps untolerating pods off its node for good: a hard effect, and not one
+    of Kubernetes' own node-condition keys (those come and go with the node's health)."""
+    return taint.effect in HARD_EFFECTS and not taint.key.startswith(NEVER_TOLERATED_PREFIXES)
+
+
 def untolerated_taints(pool: PoolView, allowed_taint_keys: Iterable[str]) -> tuple[Taint, ...]:
     """Hard taints of the pool (other than Kubernetes' own node-condition
     taints) that the pod will not tolerate, so the scheduler keeps it off
     those nodes: logged for the admin, who may allow the key."""
     allowed = tuple(allowed_taint_keys)
-    return tuple(
-        t
-        for t in pool.taints
-        if t.effect in HARD_EFFECTS
-        and not t.key.startswith(NEVER_TOLERATED_PREFIXES)
-        and not taint_key_allowed(t.key, allowed)
-    )
+    return tuple(t for t in pool.taints if keeps_pods_off(t) and not taint_key_allowed(t.key, allowed))

@@ -14,7 +14,7 @@ from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.model import pool_id
 
-from . import GFD_A100, node, pod
+from tests.builders import GFD_A100, node, pod
 
 GKE = "cloud.google.com/gke-nodepool"
 A100 = pool_id("a100", "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu")

@@ -11,7 +11,7 @@ from gpuspawner.capacity.labels import (
 )
 from gpuspawner.capacity.model import Taint
 
-from . import GFD_A100, node
+from tests.builders import GFD_A100, node
 
 CFG = CapacityConfig()
 

@@ -8,7 +8,8 @@ from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import ScaleUp, Taint, pool_id
 from gpuspawner.capacity.podres import pod_record
 
-from . import GFD_A100, node, pod
+from tests.builders import DECLARED_H100 as H100
+from tests.builders import GFD_A100, node, pod
 
 CFG = CapacityConfig()
 GKE = "cloud.google.com/gke-nodepool"
@@ -177,16 +178,6 @@ def test_reserve_rejects_a_bad_count():
         Ledger().reserve("a/b", A100, 0, 1.0)
 
 
-H100 = {
-    "resource": "nvidia.com/gpu",
-    "product": "NVIDIA-H100-80GB-HBM3",
-    "node_group_label": GKE,
-    "node_group": "h100-spot",
-    "taints": ["nvidia.com/gpu=present:NoSchedule"],
-    "gpus_per_node": 8,
-    "max_nodes": 2,
-    "minutes": 6,
-}
 
 
 def h100(name):
@@ -262,43 +253,3 @@ def test_incremental_equals_full_recount_under_random_events():
         ], step
         drivers = sorted((v["driver"] for v in contributing.values()), key=lambda d: tuple(map(int, d.split("."))))
         assert view.driver_version == (drivers[0] if drivers else None), step
-
-
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        ({"gpus_per_node": 0}, "gpus_per_node"),
-        ({"max_nodes": "3"}, "max_nodes"),
-        ({"minutes": -1}, "minutes"),
-        ({"resource": "not a resource"}, "resource"),
-        ({"node_group": None}, "together"),
-        ({"taints": ["nvidia.com/gpu=present"]}, "taint"),
-        ({"taints": [{"key": "a", "effect": "Sometimes"}]}, "effect"),
-        ({"labels": {GKE: "other"}}, "contradicts"),
-        ({"driver_version": "latest"}, "driver_version"),
-        ({"colour": "blue"}, "unknown field"),
-    ],
-    ids=lambda v: str(v)[:30],
-)
-def test_declared_pool_validation_says_what_to_fix(change, message):
-    with pytest.raises(ValueError, match=message):
-        DeclaredPool.from_config({**H100, **change})
-
-
-def test_declared_pool_missing_field():
-    d = dict(H100)
-    del d["max_nodes"]
-    with pytest.raises(ValueError, match="'max_nodes' is required"):
-        DeclaredPool.from_config(d)
-
-
-def test_config_validation():
-    with pytest.raises(ValueError, match="declared twice"):
-        CapacityConfig(declared_pools=(H100, H100))
-    with pytest.raises(ValueError, match="not a GPU resource"):
-        CapacityConfig(declared_pools=({**H100, "resource": "example.com/fpga"},))
-    with pytest.raises(ValueError, match="reservation_ttl"):
-        CapacityConfig(reservation_ttl=0)
-    with pytest.raises(ValueError, match="list of strings"):
-        CapacityConfig(gpu_resources="nvidia.com/gpu")
-    assert CapacityConfig(declared_pools=(H100,)).declared_pools[0].labels[GKE] == "h100-spot"

@@ -3,7 +3,7 @@ import pytest
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.podres import PodRecord, pod_counts, pod_record, pod_usage
 
-from . import container, pod
+from tests.builders import container, pod
 
 IS_GPU = CapacityConfig().is_gpu_resource
 G = "nvidia.com/gpu"

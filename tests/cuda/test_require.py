@@ -15,7 +15,7 @@ from gpuspawner.cuda.require import (
     validate,
 )
 
-from . import require_samples
+from tests.builders import require_samples
 
 SAMPLES = require_samples()
 

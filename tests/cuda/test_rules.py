@@ -15,7 +15,7 @@ from gpuspawner.cuda import (
 )
 from gpuspawner.cuda.rules import datacenter_from_node, worst
 
-from . import require_samples
+from tests.builders import require_samples
 
 SAMPLES = {row["cuda_version"]: row["nvidia_require_cuda"] for row in require_samples()}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import dcgm_labels
+from tests.builders.hubapi import dcgm_labels
 from gpuspawner.cull.activity import (GPU_UTIL, GR_ENGINE, SeriesWindow, device_of, pod_activity, pod_of,
                                       points_from_samples, window_from_points)
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
 
-from tests.builders import NOW, dcgm_labels, hub_user, server_model, server_pod
+from tests.builders.hubapi import NOW, dcgm_labels, hub_user, server_model, server_pod
 from gpuspawner.cull.activity import GR_ENGINE, SeriesWindow, SourceError
 from gpuspawner.cull.culler import Culler
 from gpuspawner.cull.hub import HubError

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.builders import NOW, hub_user, server_model, server_pod
+from tests.builders.hubapi import NOW, hub_user, server_model, server_pod
 from gpuspawner.cull.activity import DeviceActivity, PodActivity
 from gpuspawner.cull.policy import Action, decide, judge_gpus
 from gpuspawner.cull.rules import CullRules, rule_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import NOW, hub_user, server_model, server_pod
+from tests.builders.hubapi import NOW, hub_user, server_model, server_pod
 from gpuspawner.cull.servers import gpu_count, pod_index, servers_from_users
 
 OPTIONS = {"profile": "gpu", "gpu_pool": "pool-from-options", "gpus": 2}

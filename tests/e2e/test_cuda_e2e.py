@@ -159,7 +159,7 @@ class User:
 
 async def test_pool_mid_upgrade_steers_the_pod_to_the_fitting_node(cluster):
     c = hub_config(cluster.url, extra_annotations={"gpuspawner.dev/sim-stand-in": "true"})
-    spawner = GPUSpawner(config=c, user=User(), hub=Hub(), _mock=True)
+    spawner = GPUSpawner(config=c, user=User(), hub=Hub())
     spawner.server = Server(ip="0.0.0.0", port=8888, base_url="/user/ada/")
     spawner.user_options = {"profile": "gpu", "gpu_pool": MIXED, "gpus": 2}
     # both nodes have 2 free GPUs; only mixed-new's driver runs CUDA 12.4

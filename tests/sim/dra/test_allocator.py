@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.builders import claim, device_classes, dra_node, gpu_slice, request
+from tests.builders.dra import claim, device_classes, dra_node, gpu_slice, request
 from gpuspawner.sim.dra import allocator as al
 from gpuspawner.sim.dra import nvidia
 

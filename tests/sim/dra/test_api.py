@@ -4,7 +4,7 @@ import pytest
 
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.store import Store
-from tests.builders import claim, claim_template, device_classes, gpu_slice, request
+from tests.builders.dra import claim, claim_template, device_classes, gpu_slice, request
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from gpuspawner.sim.cluster import SimCluster
 from gpuspawner.sim.dra import nvidia
-from tests.builders import A100, claim_pod, claim_template, dra_node, request
+from tests.builders.dra import A100, claim_pod, claim_template, dra_node, request
 
 pytestmark = pytest.mark.integration
 KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.path.exists("/usr/bin/kubectl") else None)

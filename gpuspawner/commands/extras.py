@@ -1,0 +1,35 @@
+"""The optional dependencies a command needs, and the message when they are missing.
+
+A production hub installs ``pip install gpuspawner``: the spawner, the capacity cache,
+``doctor`` and the node-side commands.  The simulated cluster (``gpuspawner sim``) and the
+demo (``gpuspawner demo``) need more, the ``demo`` extra of ``pyproject.toml``:
+``pip install 'gpuspawner[demo]'``.  Looked up without importing anything.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+__all__ = ["DEMO_MODULES", "missing", "demo_extra_problem"]
+
+#: import name -> distribution, for each requirement of the ``demo`` extra:
+#: the simulated API server applies JSON patches, its scheduler evaluates DRA selectors in CEL,
+#: its kubelet starts jupyterhub-singleuser and its kernels
+DEMO_MODULES = {"jsonpatch": "jsonpatch", "celpy": "cel-python", "jupyter_server": "jupyter_server",
+                "ipykernel": "ipykernel"}
+
+
+def missing(modules: dict[str, str]) -> list[str]:
+    """The distributions of ``modules`` (import name -> distribution) that cannot be imported."""
+    return [dist for name, dist in modules.items() if importlib.util.find_spec(name) is None]
+
+
+def demo_extra_problem(command: str) -> str | None:
+    """None when the ``demo`` extra is installed, else the one line that says what to install."""
+    absent = missing(DEMO_MODULES)
+    if not absent:
+        return None
+    return (
+        f"gpuspawner {command} needs the simulated cluster's dependencies, which a hub does not install "
+        f"(missing: {', '.join(absent)}); install them with: pip install 'gpuspawner[demo]'"
+    )

@@ -1,0 +1,107 @@
+"""Doctor's checks, one module per topic, and :func:`run_checks`, which runs them all.
+
+* ``nodes``: GPU nodes without allocatable GPUs, not Ready, cordoned; no GPU node at all;
+* ``gfd``: missing or deprecated GPU Feature Discovery labels;
+* ``taints``: taints on GPU nodes no GPU server tolerates;
+* ``images``: profile images whose CUDA fits no (or not every) node's driver;
+* ``pending``: pods stuck Pending on GPUs;
+* ``rbac``: access the hub lacks.
+
+Every check is pure: plain Node and Pod dicts (as the API server sends them), the hub's facts
+(``doctor.facts``) and its access rights (``doctor.rbac``) in, :class:`~gpuspawner.doctor.findings.Finding`
+objects out.  GPU facts are read with the capacity layer's readers, taints and tolerations with
+the spawn layer's rules, so doctor judges a cluster exactly as the spawner will.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.doctor.checks.gfd import check_gfd_labels
+from gpuspawner.doctor.checks.images import check_images
+from gpuspawner.doctor.checks.nodes import check_nodes, gpu_evidence
+from gpuspawner.doctor.checks.pending import check_pending_pods
+from gpuspawner.doctor.checks.rbac import check_rbac
+from gpuspawner.doctor.checks.taints import check_taints
+from gpuspawner.doctor.facts import HubFacts
+from gpuspawner.doctor.findings import Finding, ObjectRef, by_severity
+from gpuspawner.doctor.rbac import RbacFacts
+
+__all__ = [
+    "check_gfd_labels",
+    "check_images",
+    "check_nodes",
+    "check_pending_pods",
+    "check_rbac",
+    "check_taints",
+    "gpu_evidence",
+    "run_checks",
+]
+
+
+def _skipped(nodes: Sequence[Any] | None, pods: Sequence[Any] | None) -> list[Finding]:
+    """``checks-skipped`` when nodes or pods could not be listed."""
+    skipped = []
+    if nodes is None:
+        skipped.append("node, label, taint and image checks (nodes could not be listed)")
+    if pods is None:
+        skipped.append("Pending-pod check (pods could not be listed)")
+    if not skipped:
+        return []
+    return [Finding(
+        "checks-skipped",
+        "info",
+        "Skipped: " + "; ".join(skipped) + ".",
+        "Give the credentials doctor runs with cluster-wide read access to nodes and pods "
+        "(e.g. kubectl apply -f deploy/rbac.yaml and run doctor in the hub's pod).",
+    )]
+
+
+def _profiles_skipped(hub: HubFacts) -> list[Finding]:
+    """``profile-checks-skipped`` without ``--config``, or when no profile declares CUDA."""
+    if hub.source is None:
+        return [Finding(
+            "profile-checks-skipped",
+            "info",
+            "No --config given: the image/driver check was skipped and taints were judged against "
+            "gpuspawner's default gpu_tolerated_taint_keys.",
+            "Pass the hub's config: gpuspawner doctor --config /usr/local/etc/jupyterhub/jupyterhub_config.py",
+        )]
+    if not any(img.cuda.has_cuda for img in hub.images):
+        return [Finding(
+            "profile-checks-skipped",
+            "info",
+            f"No GPU profile in {hub.source} declares its image's CUDA, so the image/driver check was skipped.",
+            'Declare it on the profile (or its image choice), e.g. "cuda": "12.4" or '
+            '"cuda": {"cuda": "12.4", "compat": true}.',
+            tuple(ObjectRef("Profile", s) for s in hub.profiles),
+        )]
+    return []
+
+
+def run_checks(
+    nodes: Sequence[Mapping[str, Any]] | None,
+    pods: Sequence[Mapping[str, Any]] | None,
+    *,
+    config: CapacityConfig,
+    hub: HubFacts,
+    rbac: RbacFacts | None,
+    now: float,
+    pending_after: float,
+) -> list[Finding]:
+    """All checks, errors first.  ``nodes``/``pods`` None: they could not be
+    listed (the reason is then an ``rbac-missing`` finding) and their checks
+    are reported as skipped."""
+    out: list[Finding] = list(check_rbac(rbac))
+    if nodes is not None:
+        out += check_nodes(nodes, config)
+        out += check_gfd_labels(nodes, config)
+        out += check_taints(nodes, hub, config)
+        out += check_images(nodes, hub, config)
+    if pods is not None:
+        out += check_pending_pods(pods, config, now, pending_after)
+    out += _skipped(nodes, pods)
+    out += _profiles_skipped(hub)
+    return by_severity(out)

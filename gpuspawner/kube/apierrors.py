@@ -1,0 +1,140 @@
+"""A failed Kubernetes API call in plain words, and the cluster-wide rights the hub needs.
+Pure, stdlib only.
+
+The API server answers a failed call with a ``kind: Status`` body (``metav1.Status``:
+``code``, ``reason``, ``message``; ``k8s.io/apimachinery/pkg/apis/meta/v1/types.go``, whose
+``StatusReason`` constants name the reasons below, and ``k8s.io/apimachinery/pkg/api/errors``,
+which pairs each with its HTTP code).  A watch sends the same object in an ``ERROR`` event.
+:func:`status_of` reads either; :func:`explain` words it for a user or a log.
+
+The ClusterRole the hub needs (``deploy/rbac.yaml``) is described here once: the capacity
+cache's 403 message, the spawner's log line and ``doctor``'s RBAC check all use
+:data:`CLUSTER_ROLE_RULES`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ApiStatus",
+    "status_of",
+    "explain",
+    "CLUSTER_ROLE_NAME",
+    "CLUSTER_ROLE_RULES",
+    "INFORMER_VERBS",
+    "rules_text",
+    "missing_rules_message",
+]
+
+#: metav1.StatusReason for each HTTP code the API server sends (the first, when several share one)
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Gone",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+_MEANING = {
+    401: "the API server does not accept the credentials",
+    403: "the credentials are not allowed to do this (RBAC)",
+    404: "the API server has no such object or API",
+    409: "the object was changed or created by someone else meanwhile",
+    410: "the resourceVersion asked for is too old; list again",
+    422: "the API server refused the object as invalid",
+    429: "the API server is overloaded and asks to retry later",
+}
+
+_MAX_MESSAGE = 200  # of a body that is not a Status: a proxy's error page, say
+
+
+@dataclass(frozen=True, slots=True)
+class ApiStatus:
+    """What a failed call answered: the HTTP code, the ``StatusReason`` and the server's message."""
+
+    code: int
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def text(self) -> str:
+        """The server's message, or the code and reason when it sent none."""
+        return self.message or f"HTTP {self.code}" + (f" {self.reason}" if self.reason else "")
+
+
+def status_of(code: int, body: bytes | str | Mapping[str, Any] | None) -> ApiStatus:
+    """The ``Status`` of a failed call (its raw body, or a watch ``ERROR`` event's object).
+
+    A body that is not a Status (a proxy's page) gives its first line as the message; a
+    missing reason is the one the code stands for."""
+    doc: Any = body
+    if isinstance(body, (bytes, str)):
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+    if isinstance(doc, Mapping):
+        if isinstance(doc.get("code"), int) and not isinstance(doc.get("code"), bool):
+            code = doc["code"]
+        reason = doc.get("reason") if isinstance(doc.get("reason"), str) else ""
+        message = doc.get("message") if isinstance(doc.get("message"), str) else ""
+        return ApiStatus(code, reason or REASONS.get(code, ""), message)
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body if isinstance(body, str) else ""
+    lines = text.strip().splitlines()
+    return ApiStatus(code, REASONS.get(code, ""), lines[0][:_MAX_MESSAGE] if lines else "")
+
+
+def explain(status: ApiStatus) -> str:
+    """The failure in a user's words, with the code, reason and the server's own message:
+    ``the credentials are not allowed to do this (RBAC) (403 Forbidden: pods is forbidden: ...)``."""
+    meaning = _MEANING.get(status.code)
+    if meaning is None:
+        meaning = "the API server failed" if status.code >= 500 else "the API server refused the request"
+    head = f"{status.code} {status.reason}".strip()
+    return f"{meaning} ({head}: {status.message})" if status.message else f"{meaning} ({head})"
+
+
+# ---------------------------------------------------------------------------
+# the hub's ClusterRole
+# ---------------------------------------------------------------------------
+
+#: deploy/rbac.yaml's ClusterRole
+CLUSTER_ROLE_NAME = "gpuspawner-capacity-reader"
+#: its rules (apiGroups [""], the cluster scope): resource -> verbs
+CLUSTER_ROLE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("nodes", ("get", "list", "watch")),
+    ("pods", ("list", "watch")),
+)
+#: what the capacity cache's informers do with each resource
+INFORMER_VERBS = ("list", "watch")
+
+
+def rules_text(rules: Iterable[tuple[str, Iterable[str]]] = CLUSTER_ROLE_RULES, sep: str = ": ",
+               verb_sep: str = ", ") -> str:
+    """``nodes: get, list, watch; pods: list, watch``."""
+    return "; ".join(f"{resource}{sep}{verb_sep.join(verbs)}" for resource, verbs in rules)
+
+
+def missing_rules_message(kinds: list[str]) -> str:
+    """The capacity cache's 403 explanation: which ClusterRole rules the hub lacks to list and
+    watch ``kinds`` (``nodes``, ``pods``)."""
+    rules = rules_text((k, INFORMER_VERBS) for k in kinds)
+    return (
+        f"forbidden: the hub cannot {' and '.join('list/watch ' + k for k in kinds)} at the cluster scope, "
+        f"so live GPU capacity is unknown. Bind the hub's service account to a ClusterRole with the rules "
+        f'[{rules}] (apiGroups: [""]); the Zero to JupyterHub hub Role is namespaced and does not grant them.'
+    )

@@ -1,0 +1,1 @@
+"""Tests of gpuspawner.doctor.checks: one module per check (builders: tests/builders/)."""

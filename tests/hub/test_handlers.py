@@ -1,0 +1,234 @@
+"""``GET /hub/api/gpus`` in a JupyterHub MockHub application (no proxy, no cluster).
+
+The hub is initialized (database, users, tokens, the tornado application with
+the handler registered by ``jupyterhub_config.d/gpuspawner.py``) and served on
+a loopback port; it is not started, so no configurable-http-proxy runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from jupyterhub.tests.mocking import MockHub
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from traitlets.config import Config
+
+from gpuspawner import config_snippet
+import gpuspawner.capacity.cache as cache_module
+from gpuspawner.capacity.cache import CapacityCache
+from gpuspawner.capacity.model import ScaleUp
+from gpuspawner.hub.handlers import GPUCapacityHandler
+from gpuspawner.hub.settings import GPUSpawnerSettings
+from gpuspawner.hub.spawner import GPUSpawner
+from tests.builders import FakeCache, make_spawner, pool_view
+
+SNIPPET = Path(str(config_snippet()))
+KEYS = ["id", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
+        "driver_version", "cuda_version", "scale_up"]
+
+
+# two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
+def pool(group, product, *, free, total, scale_up=None):
+    return pool_view(group, product, nodes=2, total=total, free=free, per_node=min(free, 8), memory_mib=81920,
+                     driver="535.183.01", cuda="12.2", scale_up=scale_up)
+
+
+A100 = pool("a100", "NVIDIA-A100-SXM4-80GB", free=5, total=16)
+H100 = pool("h100", "NVIDIA-H100-80GB-HBM3", free=0, total=0, scale_up=ScaleUp(max_nodes=4, gpus_per_node=8, minutes=6.5))
+SECRET = pool("secret", "NVIDIA-B200", free=8, total=8)
+
+
+def fake_cache(*pools):
+    return FakeCache(*pools, age_seconds=1.23456, generation=4)
+
+
+def load_snippet() -> Config:
+    c = Config()
+    # as traitlets' loader runs a config file: `c` and `get_config` in its namespace
+    exec(compile(SNIPPET.read_text(), str(SNIPPET), "exec"), {"c": c, "get_config": lambda: c})
+    return c
+
+
+async def serve_mock_hub(c: Config):
+    """Initialize a MockHub (not started: no proxy) and serve it on loopback.
+    Returns (app, http server, base url of the hub's API, token of a plain user)."""
+    # "gpu" resolves through the installed entry point; the test tree may not be installed
+    c.JupyterHub.spawner_class = GPUSpawner
+    MockHub.clear_instance()
+    app = MockHub.instance(config=c)
+    await app.initialize([])
+    token = app.users["user"].new_api_token()
+    sockets = bind_sockets(0, "127.0.0.1")
+    server = HTTPServer(app.tornado_application)
+    server.add_sockets(sockets)
+    return app, server, f"http://127.0.0.1:{sockets[0].getsockname()[1]}{app.hub_prefix}api/", token
+
+
+async def close_mock_hub(app, server):
+    server.stop()
+    await CapacityCache.reset_shared()
+    app.db.close()
+    MockHub.clear_instance()
+
+
+@pytest.fixture
+async def hub():
+    """The snippet's config; yields (url of /hub/api/gpus, token of a plain user)."""
+    c = load_snippet()
+    c.GPUSpawner.gpu_pool_rules = [{"match": "secret:*", "hide": True}, {"match": "h100:*"}]
+    app, server, api, token = await serve_mock_hub(c)
+    try:
+        yield api + "gpus", token
+    finally:
+        await close_mock_hub(app, server)
+
+
+@pytest.fixture
+async def hub_for_spawn():
+    """A hub with a GPU profile; yields (base API url, token of the user 'user')."""
+    c = load_snippet()
+    c.GPUSpawner.gpu_profiles = [{"slug": "gpu"}]
+    c.GPUSpawner.profile_list = [{"display_name": "CPU", "slug": "cpu"}]
+    app, server, api, token = await serve_mock_hub(c)
+    try:
+        yield api, token
+    finally:
+        await close_mock_hub(app, server)
+
+
+async def get(url, token=None):
+    headers = {"Authorization": f"token {token}"} if token else {}
+    try:
+        r = await AsyncHTTPClient().fetch(url, headers=headers, request_timeout=30)
+    except HTTPClientError as e:
+        return e.code, json.loads(e.response.body)
+    return r.code, json.loads(r.body)
+
+
+def test_snippet_sets_spawner_and_registers_handler_only():
+    c = load_snippet()
+    assert c.JupyterHub.spawner_class == "gpu"
+    handlers = c.JupyterHub.extra_handlers.get_value([])
+    assert handlers == [(r"/api/gpus", GPUCapacityHandler)]
+    assert set(c) == {"JupyterHub"}  # nothing site-specific
+    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers"}
+
+
+async def test_capacity_for_a_plain_user_token(hub, install_cache):
+    url, token = hub
+    fake = install_cache(fake_cache(A100, SECRET, H100))
+    code, body = await get(url, token)
+    assert code == 200
+    assert list(body) == ["pools", "synced", "age_seconds"]
+    assert body["synced"] is True and body["age_seconds"] == pytest.approx(1.235)
+    # admin's order (h100 rule first), hidden pool left out, exact keys
+    assert [p["id"] for p in body["pools"]] == [H100.id, A100.id]
+    assert all(list(p) == KEYS for p in body["pools"])
+    assert body["pools"][0]["scale_up"] == {"max_nodes": 4, "gpus_per_node": 8, "minutes": 6.5}
+    assert body["pools"][1] == A100.to_json()
+    assert fake.snapshots == 1
+
+
+@pytest.mark.parametrize("token", [None, "not-a-token"], ids=["anonymous", "bad-token"])
+async def test_refused_without_authentication(hub, install_cache, token):
+    url, _ = hub
+    fake = install_cache(fake_cache(A100))
+    code, body = await get(url, token)
+    assert code == 403
+    assert "API token" in body["message"]
+    assert fake.snapshots == 0
+
+
+class _Resp:
+    def __init__(self, status, body):
+        self.status, self._body = status, body
+
+    async def read(self):
+        return self._body
+
+    def release(self):
+        pass
+
+
+class ForbiddenApi:
+    """CoreV1Api stand-in for a hub with only the namespaced Z2JH Role."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def _forbidden(self, **params):
+        self.calls += 1
+        return _Resp(403, json.dumps({"kind": "Status", "code": 403, "message": 'nodes is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "nodes" in API group "" at the cluster scope'}).encode())
+
+    list_node = _forbidden
+    list_pod_for_all_namespaces = _forbidden
+
+
+async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, no_kube_client, monkeypatch, caplog):
+    url, token = hub
+    api = ForbiddenApi()
+    monkeypatch.setattr(cache_module, "_default_api", lambda: api)
+    code, body = await get(url, token)
+    assert code == 200 and body["pools"] == [] and body["synced"] is False
+    # the cache the handler started is the one spawners share; it settles as forbidden
+    shared = GPUSpawnerSettings.from_hub_config(load_snippet(), GPUSpawner).shared_capacity_cache()
+    assert await shared.wait_synced(timeout=20) is False
+    assert api.calls >= 1
+    assert "nodes: list, watch" in shared.snapshot().error
+
+    # a spawner in the same process keeps serving static profiles and says why GPUs are unknown
+    monkeypatch.setattr(GPUSpawner, "_logged_capacity_problems", set())
+    spawner = make_spawner("ada", server=False, profile_list=[{"display_name": "CPU", "slug": "cpu"}],
+                           gpu_profiles=[{"slug": "gpu"}], gpu_capacity_sync_timeout=1.0)
+    with caplog.at_level(logging.WARNING):
+        form = await spawner.get_options_form()
+    assert "profile-item-cpu" in form and "GPU capacity is unknown" in form
+    assert any("nodes: list, watch" in r.getMessage() and "deploy/rbac.yaml" in r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture
+def gpu_hub_spawner(no_kube_client, install_cache, monkeypatch):
+    """What a POST /users/{name}/server needs without a cluster."""
+    import kubespawner.spawner
+
+    async def no_delete(self, now=False):
+        return None
+
+    monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "stop", no_delete)
+
+    async def no_pod(self):
+        raise AssertionError("a pod would have been created")
+
+    monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "_make_create_pod_request", no_pod)
+    fake = install_cache(fake_cache(A100))
+    fake.reserve = lambda *a: pytest.fail("nothing may be reserved for a refused spawn")
+    return fake
+
+
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 9}, 400, "choose between 1 and 5 GPUs in pool"),
+        ({"profile": "gpu", "gpus": "2.5"}, 400, "must be a whole number"),
+        ({"profile": "gpu", "node_selector": {"kubernetes.io/hostname": "n1"}}, 400, "may not set `node_selector`"),
+        ({"user_options": {"profile": "gpu", "gpu_pool": "nope"}}, 400, "unknown pool 'nope'"),
+    ],
+    ids=["too-many", "fraction", "node-selector", "new-body-schema"],
+)
+async def test_rest_spawn_mistakes_are_400_with_the_message(hub_for_spawn, gpu_hub_spawner, body, status, message):
+    base, token = hub_for_spawn
+    try:
+        r = await AsyncHTTPClient().fetch(
+            f"{base}users/user/server", method="POST", body=json.dumps(body),
+            headers={"Authorization": f"token {token}", "Content-Type": "application/json"}, request_timeout=30,
+        )
+        code, reply = r.code, r.body
+    except HTTPClientError as e:
+        code, reply = e.code, e.response.body
+    assert code == status
+    assert message in json.loads(reply)["message"]

@@ -1,0 +1,61 @@
+"""The spawn form (gpuspawner.hub.templates): the package's own templates, and what the form
+shows of pools whose nodes do not all fit an image.  No network."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuspawner.hub.templates import render_form, template_dirs
+from gpuspawner.spawn.profiles import merge_profiles
+from tests.builders import STEERED_PROFILE, driver_node, gpu_offers, steered_pool
+
+REPO = Path(__file__).resolve().parents[2]
+POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
+
+
+def old(free=4):  # CUDA 12.4 does not fit a 470 driver (CUDA 11.4) under any policy
+    return driver_node("old", free, "470.82.01", "11.4")
+
+
+def new(free=1):
+    return driver_node("new", free, "550.54.15", "12.4")
+
+
+def offers_for(the_pool, **profile):
+    return gpu_offers([{**STEERED_PROFILE, **profile}], the_pool)
+
+
+def test_template_dirs_are_the_packages_own():
+    assert template_dirs() == [str((REPO / "gpuspawner" / "hub" / "templates").resolve())]
+
+
+def _live_pools(html):
+    data = re.search(r"var PROFILES = (\{.*?\});", html).group(1)
+    return json.loads(data)["gpu"]["live"]
+
+
+@pytest.mark.parametrize(
+    "the_pool, steered",
+    [(steered_pool(old(), new()), True), (steered_pool(new(free=5)), False)],
+    ids=["mixed-drivers", "all-fit"],
+)
+def test_spawn_form_shows_fitting_counts_and_live_refresh_leaves_them(the_pool, steered):
+    offers = offers_for(the_pool)
+    profiles, _ = merge_profiles([], offers)
+    html = render_form(template_dirs(), None, profile_list=profiles, user_options={}, gpu_offers=offers)
+    options = re.search(r'id="profile-option-gpu--gpus".*?</select>', html, re.S).group(0)
+    values = re.findall(r'<option value="(\d+)"', options)
+    radio = re.search(r'<input type="radio" name="profile-option-gpu--gpu_pool"[^>]*>', html, re.S).group(0)
+    if steered:
+        assert values == ["1"] and 'data-gs-max="1"' in radio
+        assert "1 free on nodes whose driver fits this image" in html
+        assert "data-gs-cuda-steered" in html
+        assert _live_pools(html) == []  # the refresh would recount over every node
+    else:
+        assert values == [str(n) for n in range(1, 6)] and 'data-gs-max="5"' in radio
+        assert "nodes whose driver fits" not in html and "data-gs-cuda-steered" not in html
+        assert _live_pools(html) == [POOL_ID]

@@ -1,0 +1,85 @@
+"""A failed Kubernetes API call in plain words, and the hub's ClusterRole (gpuspawner.kube.apierrors)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuspawner.kube.apierrors import (
+    CLUSTER_ROLE_NAME,
+    CLUSTER_ROLE_RULES,
+    ApiStatus,
+    explain,
+    missing_rules_message,
+    rules_text,
+    status_of,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FORBIDDEN = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden",
+             "message": 'nodes is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "nodes" '
+                        'in API group "" at the cluster scope', "details": {"kind": "nodes"}}
+
+
+@pytest.mark.parametrize(
+    "code, body, expected",
+    [
+        (403, json.dumps(FORBIDDEN).encode(), ApiStatus(403, "Forbidden", FORBIDDEN["message"])),
+        (403, FORBIDDEN, ApiStatus(403, "Forbidden", FORBIDDEN["message"])),  # a watch ERROR event's object
+        (500, {"code": 410, "reason": "Expired", "message": "too old resource version: 1 (42)"},
+         ApiStatus(410, "Expired", "too old resource version: 1 (42)")),  # the Status's own code wins
+        (429, b'{"kind": "Status", "code": 429}', ApiStatus(429, "TooManyRequests", "")),
+        (502, b"<html>\n<body>Bad Gateway</body></html>", ApiStatus(502, "", "<html>")),
+        (503, b"", ApiStatus(503, "ServiceUnavailable", "")),
+        (500, None, ApiStatus(500, "InternalError", "")),
+    ],
+    ids=["status-body", "watch-object", "object-code", "no-message", "proxy-page", "empty", "none"],
+)
+def test_status_of(code, body, expected):
+    assert status_of(code, body) == expected
+
+
+def test_text_is_the_message_or_the_code():
+    assert ApiStatus(403, "Forbidden", "pods is forbidden").text == "pods is forbidden"
+    assert ApiStatus(503, "ServiceUnavailable").text == "HTTP 503 ServiceUnavailable"
+    assert ApiStatus(599).text == "HTTP 599"
+
+
+@pytest.mark.parametrize(
+    "status, words",
+    [
+        (ApiStatus(401, "Unauthorized", "Unauthorized"), "the API server does not accept the credentials (401 Unauthorized: "),
+        (ApiStatus(403, "Forbidden", "pods is forbidden"), "not allowed to do this (RBAC) (403 Forbidden: pods is forbidden)"),
+        (ApiStatus(410, "Expired", "too old"), "too old; list again (410 Expired: too old)"),
+        (ApiStatus(429, "TooManyRequests"), "overloaded and asks to retry later (429 TooManyRequests)"),
+        (ApiStatus(500, "InternalError", "etcdserver: request timed out"),
+         "the API server failed (500 InternalError: etcdserver: request timed out)"),
+        (ApiStatus(400, "BadRequest", "bad"), "the API server refused the request (400 BadRequest: bad)"),
+    ],
+    ids=["401", "403", "410", "429", "500", "400"],
+)
+def test_explain(status, words):
+    assert words in explain(status)
+
+
+def test_the_rules_are_deploy_rbac_yaml():
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text(encoding="utf-8")))
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert role["metadata"]["name"] == CLUSTER_ROLE_NAME
+    rules = tuple((r["resources"][0], tuple(r["verbs"])) for r in role["rules"])
+    assert rules == CLUSTER_ROLE_RULES
+    assert all(r["apiGroups"] == [""] and len(r["resources"]) == 1 for r in role["rules"])
+
+
+def test_rules_text():
+    assert rules_text() == "nodes: get, list, watch; pods: list, watch"
+    assert rules_text([("pods", ["list"])], sep=" ", verb_sep="/") == "pods list"
+
+
+def test_missing_rules_message_names_what_the_informers_need():
+    msg = missing_rules_message(["nodes", "pods"])
+    assert msg.startswith("forbidden: the hub cannot list/watch nodes and list/watch pods at the cluster scope")
+    assert "[nodes: list, watch; pods: list, watch]" in msg and 'apiGroups: [""]' in msg

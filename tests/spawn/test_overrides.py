@@ -1,0 +1,165 @@
+"""Pod overrides for a chosen pool and count (gpuspawner.spawn.overrides): pure, no network."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuspawner.capacity.model import Taint
+from gpuspawner.spawn.overrides import PoolNotPinnable, build_overrides, pool_tolerations
+from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS as DEFAULT_KEYS
+from tests.builders import node_view, pool_view
+
+GKE = "cloud.google.com/gke-nodepool"
+PRODUCT = "nvidia.com/gpu.product"
+
+
+def pool(*, resource="nvidia.com/gpu", labels=((GKE, "a100"), (PRODUCT, "NVIDIA-A100-SXM4-80GB")), taints=(),
+         nodes=()):
+    """An A100 pool defined by ``labels``, with nodes named ``nodes`` (8 GPUs counted in all)."""
+    return pool_view("a100", "NVIDIA-A100-SXM4-80GB", resource, defining=labels, taints=taints,
+                     node_views=[node_view(n) for n in nodes], nodes=len(nodes) or 1, total=8, free=8, per_node=8,
+                     memory_mib=81920, driver="535.183.01", cuda="12.2")
+
+
+GKE_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
+EKS_TAINT = Taint("nvidia.com/gpu", None, "NoSchedule")
+AKS_TAINT = Taint("sku", "gpu", "NoSchedule")
+SPOT = Taint("kubernetes.azure.com/scalesetpriority", "spot", "NoSchedule")
+CORDON = Taint("node.kubernetes.io/unschedulable", None, "NoSchedule")
+NOT_READY = Taint("node.kubernetes.io/not-ready", None, "NoExecute")
+SITE = Taint("example.com/team", "ml", "NoSchedule")
+
+
+@pytest.mark.parametrize(
+    "taints, allowed, expected",
+    [
+        ((), DEFAULT_KEYS, []),
+        ((GKE_TAINT,), DEFAULT_KEYS, [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]),
+        ((EKS_TAINT,), DEFAULT_KEYS, [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        (
+            (AKS_TAINT, SPOT),
+            DEFAULT_KEYS,
+            [
+                {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+                {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+            ],
+        ),
+        ((CORDON, NOT_READY, GKE_TAINT), ("*",), [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]),
+        ((SITE,), DEFAULT_KEYS, []),
+        ((SITE,), ("example.com/*",), [{"key": "example.com/team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]),
+        (
+            (GKE_TAINT, Taint("nvidia.com/gpu", "present", "NoExecute")),
+            DEFAULT_KEYS,
+            [
+                {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoExecute"},
+                {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+            ],
+        ),
+    ],
+    ids=["untainted", "gke-present", "eks-valueless", "aks-sku-and-spot", "never-node-kubernetes-io", "site-taint-not-allowed", "site-taint-allowed", "two-effects"],
+)
+def test_tolerations(taints, allowed, expected):
+    o = build_overrides(pool(taints=taints), 1, allowed_taint_keys=allowed)
+    assert o.tolerations == expected
+    # never a key-less toleration, which would tolerate every taint
+    assert all(t.get("key") for t in o.tolerations)
+
+
+def test_admin_tolerations_kept_and_not_duplicated():
+    admin = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+             {"key": "example.com/x", "operator": "Exists"}]
+    o = build_overrides(pool(taints=(GKE_TAINT,)), 1, allowed_taint_keys=DEFAULT_KEYS, tolerations=admin)
+    assert o.tolerations == admin
+
+
+@pytest.mark.parametrize(
+    "labels, nodes, admin_terms, expected",
+    [
+        (
+            ((GKE, "a100"), (PRODUCT, "NVIDIA-A100-SXM4-80GB")),
+            (),
+            [],
+            [{"matchExpressions": [
+                {"key": GKE, "operator": "In", "values": ["a100"]},
+                {"key": PRODUCT, "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
+            ]}],
+        ),
+        (
+            (),
+            ("node-b", "node-a"),
+            [],
+            [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a", "node-b"]}]}],
+        ),
+        (
+            ((GKE, "a100"),),
+            (),
+            [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]},
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]}]},
+            ],
+            [
+                {"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]},
+                    {"key": GKE, "operator": "In", "values": ["a100"]},
+                ]},
+                {"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]},
+                    {"key": GKE, "operator": "In", "values": ["a100"]},
+                ]},
+            ],
+        ),
+    ],
+    ids=["defining-labels", "no-labels-pinned-by-hostname", "ANDed-into-every-admin-term"],
+)
+def test_required_affinity(labels, nodes, admin_terms, expected):
+    o = build_overrides(pool(labels=labels, nodes=nodes), 1, allowed_taint_keys=(), affinity_required=admin_terms)
+    assert o.node_affinity_required == expected
+
+
+def test_pool_without_labels_or_nodes_cannot_be_pinned():
+    with pytest.raises(PoolNotPinnable, match="cannot be kept inside"):
+        build_overrides(pool(labels=()), 1, allowed_taint_keys=())
+
+
+@pytest.mark.parametrize(
+    "resource, gpus, admin_limits, expected_limits",
+    [
+        ("nvidia.com/gpu", 1, {}, {"nvidia.com/gpu": "1"}),
+        ("nvidia.com/mig-1g.10gb", 3, {}, {"nvidia.com/mig-1g.10gb": "3"}),
+        ("amd.com/gpu", 2, {"example.com/fpga": 1}, {"example.com/fpga": "1", "amd.com/gpu": "2"}),
+        # an admin's static GPU limit of another kind would make the pod fit no node
+        ("amd.com/gpu", 2, {"nvidia.com/gpu": "1"}, {"amd.com/gpu": "2"}),
+        ("nvidia.com/gpu", 4, {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "4"}),
+    ],
+    ids=["nvidia", "mig-slice", "keeps-admin-resources", "drops-other-gpu-kind", "replaces-admin-count"],
+)
+def test_requests_equal_limits(resource, gpus, admin_limits, expected_limits):
+    o = build_overrides(
+        pool(resource=resource),
+        gpus,
+        allowed_taint_keys=(),
+        limits=admin_limits,
+        guarantees=admin_limits,
+        is_gpu_resource=lambda r: r in ("nvidia.com/gpu", "amd.com/gpu") or r.startswith("nvidia.com/mig-"),
+    )
+    assert o.extra_resource_limits == expected_limits
+    assert o.extra_resource_guarantees == expected_limits
+
+
+@pytest.mark.parametrize("gpus", [0, -1, True, 1.0, "1"], ids=["zero", "negative", "bool", "float", "str"])
+def test_count_must_be_positive_int(gpus):
+    with pytest.raises(ValueError, match="positive integer"):
+        build_overrides(pool(), gpus, allowed_taint_keys=())
+
+
+def test_pool_tolerations_are_the_admins_then_one_per_allowed_taint():
+    admin = [{"key": "example.com/team", "operator": "Exists"}]
+    tols = pool_tolerations((SITE, GKE_TAINT, AKS_TAINT, CORDON), DEFAULT_KEYS, admin)
+    assert tols == admin + [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+        {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+    ]
+    # build_overrides gives a server exactly these
+    o = build_overrides(pool(taints=(SITE, GKE_TAINT, AKS_TAINT, CORDON)), 1, allowed_taint_keys=DEFAULT_KEYS,
+                        tolerations=admin)
+    assert o.tolerations == tols
