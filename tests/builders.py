@@ -1,26 +1,20 @@
-"""Shared test builders: Kubernetes objects as JSON dicts, as the API server sends them."""
+"""Shared test builders: DRA objects (resource.k8s.io/v1) as JSON dicts, as the API server sends them.
+
+Nodes and pods: ``tests.capacity.node`` / ``tests.capacity.pod``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tests.capacity import node
+
 NVIDIA = "gpu.nvidia.com"
 GROUP_LABEL = "cloud.google.com/gke-nodepool"
 
 
-def node(name: str, *, group: str | None = None, ready: bool = True, unschedulable: bool = False,
-         allocatable: dict[str, str] | None = None, taints: list[dict] | None = None) -> dict[str, Any]:
-    labels = {"kubernetes.io/hostname": name}
-    if group:
-        labels[GROUP_LABEL] = group
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"unschedulable": unschedulable, **({"taints": taints} if taints else {})},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", **(allocatable or {})},
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
+def group_node(name: str, group: str | None = None, allocatable: dict | None = None, **kw: Any) -> dict[str, Any]:
+    """A Node in node group ``group`` (GKE's label), as ``tests.capacity.node`` builds it."""
+    return node(name, allocatable, {GROUP_LABEL: group} if group else None, **kw)
 
 
 def gpu_device(name: str, product: str = "NVIDIA A100-SXM4-80GB", *, driver: str = "550.54.15",

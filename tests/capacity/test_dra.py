@@ -16,7 +16,9 @@ from gpuspawner.capacity.dra import (
     short_version,
     slice_record,
 )
-from tests.builders import NVIDIA, device_class, gpu_device, mig_device, node, resource_claim, resource_slice
+from tests.builders import NVIDIA, device_class, gpu_device, mig_device, resource_claim, resource_slice
+from tests.builders import group_node as node
+
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,11 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra import claim_record, class_record, dra_node, slice_record
 from gpuspawner.capacity.draledger import DraLedger
 from gpuspawner.capacity.model import Taint
-from tests.builders import NVIDIA, device_class, gpu_device, mig_device, node, resource_claim, resource_slice
+from tests.builders import NVIDIA, device_class, gpu_device, mig_device, resource_claim, resource_slice
+from tests.builders import group_node as node
 
 CFG = CapacityConfig()
+
 A100 = "dra-a100:nvidia-a100-sxm4-80gb:gpu.nvidia.com"
 MIG = "dra-a100:nvidia-a100-sxm4-80gb-mig-1g.10gb:mig.nvidia.com"
 
