@@ -104,6 +104,16 @@ class PoolView:
     dra: DraFacts | None = None
 
     @property
+    def vendor(self) -> str | None:
+        """``"nvidia"``, ``"amd"`` or None: from the resource's domain (``nvidia.com/gpu``) or,
+        for a DRA pool, from its driver's (``gpu.nvidia.com``)."""
+        domain = self.resource.split("/", 1)[0] if self.dra is None else self.dra.driver
+        for vendor in ("nvidia", "amd"):
+            if domain == f"{vendor}.com" or domain.endswith(f".{vendor}.com"):
+                return vendor
+        return None
+
+    @property
     def allocation(self) -> str:
         """``"device-plugin"`` or ``"dra"``: how a pod of this pool gets its GPUs."""
         return DEVICE_PLUGIN if self.dra is None else DRA

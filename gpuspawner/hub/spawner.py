@@ -38,6 +38,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 
 from gpuspawner.spawn import cudafit as cudacheck
+from gpuspawner.hub import dra as dra_glue
 from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import (
     AccessError,
@@ -415,6 +416,7 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         "tolerations",
         "extra_annotations",
         "init_containers",
+        "modify_pod_hook",
     )
     _gpu_base_traits: dict[str, Any] | None = None
 
@@ -578,7 +580,8 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
     def _apply_gpu_selection(self, selection: Selection) -> None:
         pool, gpus = selection.pool.pool, selection.gpus
         fit = selection.cuda
-        steer = cudacheck.steering_expression(fit)
+        # a DRA pool keeps the driver check in the claim's CEL selectors (spawn/dra.py), not in affinity
+        steer = cudacheck.steering_expression(fit) if pool.dra is None else None
         try:
             overrides = build_overrides(
                 pool,
@@ -602,6 +605,8 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             GPUS_ANNOTATION: str(gpus),
         }
         self._apply_cuda(selection)
+        if pool.dra is not None:
+            dra_glue.apply_selection(self, selection)
         hard = untolerated_taints(pool, self.gpu_tolerated_taint_keys)
         if hard:
             self.log.warning(
@@ -817,9 +822,14 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
                 event, _ = rewrite_progress_event(event, ctx)
             yield event
 
+    _gpu_dra_template: str | None = None  # "<namespace>/<name>" of this server's claim template
+
     async def stop(self, now=False):
         self.release_gpus()
-        return await super().stop(now=now)
+        result = await super().stop(now=now)
+        if self._gpu_dra_template is not None:
+            await dra_glue.remove_unused_templates(self)
+        return result
 
 
 def capacity_settings_class(spawner_class: object) -> type[GPUCapacitySettings]:
