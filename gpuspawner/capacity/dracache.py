@@ -43,7 +43,7 @@ DRA_KINDS: dict[str, str] = {
     "deviceclasses": "list_device_class",
 }
 
-NOT_CHECKED, SERVED, NOT_SERVED = "not checked yet", "served", "not served"
+NOT_CHECKED, SERVED, NOT_SERVED, OFF = "not checked yet", "served", "not served", "off (no DRA drivers configured)"
 
 
 def dra_missing_rules_message(kinds: list[str]) -> str:
@@ -93,6 +93,10 @@ class DraSource:
         """Find out whether ``resource.k8s.io/v1`` is served; once it is, create the informers
         (the caller starts their ``run``).  Re-checked every ``rediscover_after`` seconds while
         the group is absent (a cluster upgraded under a running hub); failures back off."""
+        if not self.config.dra_drivers:
+            self.api_state = OFF  # c.GPUSpawner.gpu_dra_drivers = []: nothing to count, nothing to watch
+            self._on_change()
+            return
         failures = 0
         while True:
             try:
@@ -148,7 +152,7 @@ class DraSource:
 
     def settled(self) -> bool:
         """Nothing more to wait for before serving pools: DRA absent, synced, or forbidden."""
-        if self.api_state == NOT_SERVED:
+        if self.api_state in (NOT_SERVED, OFF):
             return True
         if self.api_state != SERVED:
             return False

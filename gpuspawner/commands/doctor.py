@@ -168,7 +168,7 @@ def _fail(reason: str, as_json: bool, out: TextIO, err: TextIO) -> int:
 async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None,
               now: float | None = None) -> int:
     """The whole command, for callers that already run an event loop."""
-    from gpuspawner.doctor import checks, gather, report
+    from gpuspawner.doctor import checks, dra, gather, report
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -204,10 +204,13 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
     except Exception as e:  # e.g. an exec credential plugin failing: one line, not a traceback
         where = args.server or args.kubeconfig or "the cluster"
         return _fail(f"reading {where} failed: {type(e).__name__}: {e}", as_json, out, err)
+    when = time.time() if now is None else now
     findings = checks.run_checks(
         state.nodes, state.pods, config=capacity, hub=hub, rbac=state.rbac,
-        now=time.time() if now is None else now, pending_after=pending_after,
+        now=when, pending_after=pending_after,
     )
+    findings = dra.with_dra(findings, state.dra, state.nodes, config=capacity, subject=state.rbac.subject,
+                            now=when, pending_after=pending_after)
     facts = {
         "server": state.server,
         "nodes": None if state.nodes is None else len(state.nodes),
@@ -220,6 +223,9 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         "config": args.config,
         "cuda_policy": hub.cuda_policy,
         "pending_after_seconds": pending_after,
+        "dra": None if state.dra is None or not state.dra.served else {
+            k: None if getattr(state.dra, k) is None else len(getattr(state.dra, k))
+            for k in ("classes", "slices", "claims")},
     }
     if as_json:
         print(report.render_json(findings, facts), file=out)

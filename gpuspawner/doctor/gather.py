@@ -1,4 +1,4 @@
-"""What doctor reads from the cluster: nodes, pods and the hub's access rights.
+"""What doctor reads from the cluster: nodes, pods, DRA objects and the hub's access rights.
 
 Kubernetes I/O only (kubernetes_asyncio); the judging is ``doctor.checks``.
 
@@ -19,6 +19,11 @@ Kubernetes I/O only (kubernetes_asyncio); the judging is ``doctor.checks``.
   ``authorization.k8s.io`` API (404) doctor falls back to trying the calls
   themselves and reading 403s.
 
+* DRA: when discovery shows ``resource.k8s.io/v1``, DeviceClasses, ResourceSlices and
+  ResourceClaims are listed the same way, and the hub's rights to them (and to
+  ResourceClaimTemplates in its namespace) are reviewed with group ``resource.k8s.io``
+  (``doctor.dra`` judges them).
+
 Every failure to reach the API is a :class:`GatherError` with a one-line
 reason; doctor exits 2 on it.
 """
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.doctor.checks import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
+from gpuspawner.doctor.dra import DRA_GROUP, REQUIRED_DRA_NAMESPACED_RBAC, REQUIRED_DRA_RBAC, DraState
 
 __all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
 
@@ -48,6 +54,7 @@ class ClusterState:
     nodes: list[dict] | None  # None: listing was forbidden
     pods: list[dict] | None
     rbac: RbacFacts
+    dra: DraState | None = None  # None: not read (DraState.served says whether the cluster has DRA)
 
 
 def parse_service_account(text: str) -> tuple[str, str]:
@@ -139,9 +146,9 @@ class _Reader:
             resp.release()
         return resp.status, body
 
-    async def list_all(self, what: str) -> list[dict]:
-        """Every object, page by page; raises _Forbidden on 403."""
-        fn = self.core.list_node if what == "nodes" else self.core.list_pod_for_all_namespaces
+    async def list_all(self, what: str, fn: Any = None) -> list[dict]:
+        """Every object, page by page (``fn``: the list call, default for nodes or pods); raises _Forbidden on 403."""
+        fn = fn or (self.core.list_node if what == "nodes" else self.core.list_pod_for_all_namespaces)
         for _attempt in range(3):
             items: list[dict] = []
             token: str | None = None
@@ -175,9 +182,9 @@ class _Reader:
         raise GatherError(f"listing {what} at {self.server}: the list kept expiring (410 Gone); try again")
 
     async def review(self, verb: str, resource: str, namespace: str | None,
-                     subject: tuple[str, str] | None) -> RbacCheck | None:
+                     subject: tuple[str, str] | None, group: str = "") -> RbacCheck | None:
         """One access review; None when the server has no authorization API (404)."""
-        attrs: dict[str, Any] = {"verb": verb, "resource": resource, "group": ""}
+        attrs: dict[str, Any] = {"verb": verb, "resource": resource, "group": group}
         if namespace:
             attrs["namespace"] = namespace
         if subject is None:
@@ -305,4 +312,41 @@ async def gather(
             subject = "this pod's service account"
         else:
             subject = "the credentials doctor runs with"
-        return ClusterState(server=url, nodes=nodes, pods=pods, rbac=RbacFacts(subject, tuple(checks)))
+        dra = await _gather_dra(reader, api_client, hub_service_account, namespace, reviews=first is not None)
+        return ClusterState(server=url, nodes=nodes, pods=pods, rbac=RbacFacts(subject, tuple(checks)), dra=dra)
+
+
+# (resource, ResourceV1Api list method, DraState field)
+_DRA_LISTS = (("deviceclasses", "list_device_class", "classes"), ("resourceslices", "list_resource_slice", "slices"),
+              ("resourceclaims", "list_resource_claim_for_all_namespaces", "claims"))
+
+
+async def _gather_dra(reader: _Reader, api_client: Any, subject: tuple[str, str] | None,
+                      namespace: str | None, *, reviews: bool) -> DraState:
+    """DeviceClasses, ResourceSlices and ResourceClaims when the cluster serves
+    ``resource.k8s.io/v1`` (discovery: ``GET /apis/resource.k8s.io/v1``), and the hub's DRA rights."""
+    from kubernetes_asyncio import client
+
+    api = client.ResourceV1Api(api_client)
+    code, body = await reader._call(api.get_api_resources)
+    try:
+        names = {r.get("name") for r in json.loads(body).get("resources") or ()} if code == 200 else set()
+    except (ValueError, AttributeError):
+        names = set()
+    if not all(what in names for what, _, _ in _DRA_LISTS):
+        return DraState(served=False)
+    state = DraState(served=True)
+    checks: list[RbacCheck] = []
+    for what, method, attr in _DRA_LISTS:
+        try:
+            setattr(state, attr, await reader.list_all(what, getattr(api, method)))
+        except _Forbidden as e:
+            checks.append(RbacCheck("list", what, None, False, "list call", e.message))
+    if reviews:
+        wanted = [(v, r, None) for v, r in REQUIRED_DRA_RBAC]
+        if namespace:
+            wanted += [(v, r, namespace) for v, r in REQUIRED_DRA_NAMESPACED_RBAC]
+        found = await asyncio.gather(*(reader.review(v, r, ns, subject, DRA_GROUP) for v, r, ns in wanted))
+        checks = [c for c in found if c is not None]
+    state.rbac = tuple(checks)
+    return state

@@ -150,3 +150,14 @@ async def test_a_pod_that_ends_or_goes_releases_its_dra_reservation(make_cache):
     assert cache.snapshot().pool(DRA_A100).free == 2
     gate.set()  # ada's pod appears (pending: still reserved), bob's fails, ada's is deleted
     await wait_for(lambda: cache.snapshot().pool(DRA_A100).free == 5, what="reservations released")
+
+
+async def test_no_dra_drivers_turns_dra_off(make_cache):
+    from gpuspawner.capacity.config import CapacityConfig
+
+    api = dra_api()
+    cache = make_cache(api, CapacityConfig(dra_drivers=()))
+    assert await cache.wait_synced(10)
+    assert cache.health["dra"]["api"].startswith("off")
+    assert not [m for m, _ in api.calls if m in ("get_api_resources", "list_resource_slice")]
+    assert cache.snapshot().pool(DRA_A100) is None
