@@ -28,6 +28,7 @@ import yaml
 from . import loader
 from .devices import DeviceLedger
 from .controller import MERGE, now_rfc3339
+from .dra.claimcontroller import ResourceClaimController
 from .nodelifecycle import NodeLifecycleController
 from .plugins import MessageStyle
 from .scheduler import Scheduler
@@ -62,6 +63,7 @@ class SimCluster:
         self.ledger = DeviceLedger()
         self.scheduler: Scheduler | None = None
         self.node_lifecycle: NodeLifecycleController | None = None
+        self.claim_controller: ResourceClaimController | None = None
         self.kubelet = None
         self.url: str | None = None
         self.load_seconds: float | None = None
@@ -97,6 +99,8 @@ class SimCluster:
                 self.url = await self.apiserver.start()
             self.node_lifecycle = NodeLifecycleController(self.store)
             await self.node_lifecycle.start()
+            self.claim_controller = ResourceClaimController(self.store)
+            await self.claim_controller.start()
             # the kubelet first: loaded pods take their devices before anything new is bound
             self.kubelet = Kubelet(self.store, ledger=self.ledger, run_pods=self.run_pods, stand_in=self.stand_in,
                                    api_url=self.url, restart_backoff=self.restart_backoff,
@@ -113,7 +117,7 @@ class SimCluster:
 
     async def stop(self) -> None:
         """Stop every component; kills every process the kubelet started."""
-        for part in (self.scheduler, self.kubelet, self.node_lifecycle):
+        for part in (self.scheduler, self.kubelet, self.claim_controller, self.node_lifecycle):
             if part is not None:
                 with contextlib.suppress(Exception):
                     await part.stop()

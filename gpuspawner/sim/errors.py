@@ -59,18 +59,28 @@ class ApiError(Exception):
         return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
 
 
-def not_found(plural: str, name: str) -> ApiError:
-    return ApiError(404, "NotFound", f'{plural} "{name}" not found', details={"name": name, "kind": plural})
+def _qualified(plural: str, group: str) -> str:
+    # schema.GroupResource.String(): "resourceclaims.resource.k8s.io", plain "pods" for core
+    return f"{plural}.{group}" if group else plural
 
 
-def already_exists(plural: str, name: str) -> ApiError:
-    return ApiError(409, "AlreadyExists", f'{plural} "{name}" already exists',
-                    details={"name": name, "kind": plural})
+def _details(plural: str, name: str, group: str) -> dict[str, Any]:
+    return {"name": name, **({"group": group} if group else {}), "kind": plural}
 
 
-def conflict(plural: str, name: str, why: str) -> ApiError:
-    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": {why}',
-                    details={"name": name, "kind": plural})
+def not_found(plural: str, name: str, group: str = "") -> ApiError:
+    return ApiError(404, "NotFound", f'{_qualified(plural, group)} "{name}" not found',
+                    details=_details(plural, name, group))
+
+
+def already_exists(plural: str, name: str, group: str = "") -> ApiError:
+    return ApiError(409, "AlreadyExists", f'{_qualified(plural, group)} "{name}" already exists',
+                    details=_details(plural, name, group))
+
+
+def conflict(plural: str, name: str, why: str, group: str = "") -> ApiError:
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": {why}',
+                    details=_details(plural, name, group))
 
 
 MODIFIED = "the object has been modified; please apply your changes to the latest version and try again"
@@ -80,13 +90,16 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
-def invalid(kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
+def invalid(kind: str, name: str, causes: list[tuple[str, str, str]], group: str = "") -> ApiError:
     """422 Invalid: ``causes`` are (reason, field, message) as field.Error renders them."""
     texts = [f"{f}: {m}" for _, f, m in causes]
     joined = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    details: dict[str, Any] = {"kind": kind}
+    details: dict[str, Any] = {}
     if name:
         details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = kind
     details["causes"] = [{"reason": r, "message": m, "field": f} for r, f, m in causes]
     return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {joined}', details=details)
 

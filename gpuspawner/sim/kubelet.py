@@ -72,6 +72,7 @@ from typing import Any
 
 from . import devices as dev
 from . import podresources as rules
+from .dra import kubeletenv as dra_env
 from .controller import MERGE, TERMINAL, EventRecorder, Tasks, informer, now_rfc3339, pod_key
 
 log = logging.getLogger(__name__)
@@ -300,7 +301,7 @@ class PodWorker:
         # admission: the device manager
         try:
             want = {r: n for r, n in rules.pod_requests(self.pod).items() if dev.is_device_resource(r)}
-            self.devices = self.k.ledger.allocate(self.key, self.node, want)
+            self.devices = self.k.ledger.allocate(self.key, self.node, dra_env.device_plugin_requests(self.pod, want))
         except dev.AllocationError as e:
             self.phase, self.reason, self.message = "Failed", "UnexpectedAdmissionError", str(e)
             self.event("Warning", "UnexpectedAdmissionError", str(e))
@@ -692,7 +693,9 @@ class PodWorker:
                 v = self._lookup(plural, kind, ref.get("name", ""), ref.get("key"), bool(ref.get("optional")))
                 if v is not None:
                     env[name] = v
-        env.update(dev.device_env(self.per_container.get(c.name, {}), self.k.ledger.node_devices(self.node)))
+        env.update(dra_env.merge_env(
+            dev.device_env(self.per_container.get(c.name, {}), self.k.ledger.node_devices(self.node)),
+            dra_env.container_env(self.k.store, self.pod, c.spec)))
         if self.ip:
             env = {k: v.replace("0.0.0.0", self.ip) for k, v in env.items()}
         return env
@@ -934,7 +937,7 @@ class Kubelet:
                 if (p.get("status") or {}).get("phase") not in TERMINAL and _asks_for_devices(p):
                     try:
                         want = {r: n for r, n in rules.pod_requests(p).items() if dev.is_device_resource(r)}
-                        self.ledger.allocate(key, node, want)
+                        self.ledger.allocate(key, node, dra_env.device_plugin_requests(p, want))
                     except (dev.AllocationError, rules.QuantityError) as e:
                         short.append(f"{key} on {node}: {e}")
             if short:

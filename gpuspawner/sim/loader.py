@@ -30,6 +30,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from .dra import api as dra_api
 from .podresources import QuantityError, parse_quantity
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
@@ -46,7 +47,12 @@ KINDS = {
     "Namespace": "namespaces", "Node": "nodes", "Pod": "pods", "ConfigMap": "configmaps",
     "Secret": "secrets", "Service": "services", "ServiceAccount": "serviceaccounts",
     "PersistentVolumeClaim": "persistentvolumeclaims", "Event": "events",
+    # Dynamic Resource Allocation
+    "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
 }
+_GROUP_KINDS = {"DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"}
+_CLUSTER_SCOPED = {"DeviceClass", "ResourceSlice"}
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 _BUILTIN_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -223,6 +229,16 @@ def check_pod(where: str, pod: dict) -> dict:
     return pod
 
 
+def check_dra(where: str, kind: str, obj: dict) -> None:
+    """A resource.k8s.io object, checked as the API server will (defaults first)."""
+    plural = KINDS[kind]
+    dra_api.default_spec(plural, obj)
+    causes = dra_api.validate(plural, obj)
+    if causes:
+        _, field_path, message = causes[0]
+        raise LoadError(f"{where} ({kind} {obj['metadata']['name']})", field_path, message)
+
+
 def validate(docs: list[tuple[str, Any]]) -> Manifests:
     """Check each object and sort them into what the store creates, in order."""
     out = Manifests()
@@ -237,8 +253,9 @@ def validate(docs: list[tuple[str, Any]]) -> Manifests:
         if kind not in KINDS:
             raise LoadError(where, "kind", f"{kind!r} cannot be loaded; supported kinds: {', '.join(KINDS)}")
         api = obj.get("apiVersion")
-        if api not in (None, "v1"):
-            raise LoadError(where, "apiVersion", f"{api!r}: these kinds are core 'v1'")
+        want_api = dra_api.API_VERSION if kind in _GROUP_KINDS else "v1"
+        if api not in (None, want_api):
+            raise LoadError(where, "apiVersion", f"{api!r}: a {kind} is {want_api!r}")
         if kind == "Node":
             n = check_node(where, obj)
             if n["metadata"]["name"] in node_names:
@@ -247,6 +264,12 @@ def validate(docs: list[tuple[str, Any]]) -> Manifests:
             out.nodes.append(n)
             continue
         name = _name(where, obj)
+        if kind in _GROUP_KINDS:
+            check_dra(where, kind, obj)
+        if kind in _CLUSTER_SCOPED:
+            obj["metadata"].pop("namespace", None)
+            out.others.append((KINDS[kind], obj))
+            continue
         if kind == "Namespace":
             namespaces_defined.add(name)
             if name not in _BUILTIN_NAMESPACES:
@@ -309,7 +332,11 @@ def apply(store, manifests: Manifests) -> None:
     for n in manifests.nodes:
         store.create("nodes", n)
     for plural, obj in manifests.others:
-        store.create(plural, obj, namespace=obj["metadata"]["namespace"])
+        created = store.create(plural, obj, namespace=obj["metadata"].get("namespace"))
+        if plural == "resourceclaims" and obj.get("status"):
+            # the server drops a new claim's status: an allocated claim gets it back through /status
+            store.replace(plural, created["metadata"]["name"], dict(created, status=obj["status"]),
+                          namespace=created["metadata"].get("namespace"), subresource="status")
     for p in manifests.pods:
         ns = p["metadata"]["namespace"]
         created = store.create("pods", p, namespace=ns)

@@ -22,7 +22,7 @@ Objects are plain JSON dicts as they travel over the wire.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from .podresources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
 
@@ -198,7 +198,7 @@ class MessageStyle:
 
 
 def filter_node(pod: Mapping[str, Any], info: NodeInfo, requests: Mapping[str, int],
-                style: MessageStyle = MessageStyle()) -> Status | None:
+                style: MessageStyle = MessageStyle(), dra_backed: Collection[str] = ()) -> Status | None:
     """Run the filters in the default profile's order; ``None`` means the pod fits."""
     node = info.node
     spec = pod.get("spec") or {}
@@ -225,7 +225,7 @@ def filter_node(pod: Mapping[str, Any], info: NodeInfo, requests: Mapping[str, i
     if not node_affinity_matches(pod, node):
         return Status("NodeAffinity", (ERR_AFFINITY,), True)
     # NodeResourcesFit
-    reasons = insufficient_resources(requests, info)
+    reasons = insufficient_resources(requests, info, dra_backed)
     if reasons:
         return Status("NodeResourcesFit", tuple(reasons), False)
     return None
@@ -256,11 +256,16 @@ def prefilter_node_names(pod: Mapping[str, Any]) -> set[str] | None:
 
 
 def evaluate(pod: Mapping[str, Any], nodes: Iterable[NodeInfo], requests: Mapping[str, int],
-             style: MessageStyle = MessageStyle()) -> tuple[list[NodeInfo], dict[str, Status], str | None]:
+             style: MessageStyle = MessageStyle(), *, dra_backed: Collection[str] = (),
+             later_filters: Callable[[NodeInfo], Status | None] | None = None,
+             ) -> tuple[list[NodeInfo], dict[str, Status], str | None]:
     """One scheduling cycle's PreFilter + Filter over every node.
 
     Returns the feasible nodes, the rejecting status per node, and the
-    PreFilter message when PreFilter rejected the pod outright.  Nodes a
+    PreFilter message when PreFilter rejected the pod outright.  ``later_filters`` runs the
+    filters after NodeResourcesFit (DynamicResources) on nodes that passed; ``dra_backed`` names
+    the extended resources a DeviceClass maps (NodeResourcesFit leaves them to DRA on nodes whose
+    allocatable lacks them, KEP-5004).  Nodes a
     PreFilterResult leaves out get ``node(s) didn't satisfy plugin(s)
     [NodeAffinity]`` (``findNodesThatFitPod`` in ``schedule_one.go``).
     """
@@ -276,7 +281,9 @@ def evaluate(pod: Mapping[str, Any], nodes: Iterable[NodeInfo], requests: Mappin
         if names is not None and info.name not in names:
             statuses[info.name] = skipped
             continue
-        st = filter_node(pod, info, requests, style)
+        st = filter_node(pod, info, requests, style, dra_backed)
+        if st is None and later_filters is not None:
+            st = later_filters(info)
         if st is None:
             feasible.append(info)
         else:
@@ -284,8 +291,9 @@ def evaluate(pod: Mapping[str, Any], nodes: Iterable[NodeInfo], requests: Mappin
     return feasible, statuses, None
 
 
-def insufficient_resources(requests: Mapping[str, int], info: NodeInfo) -> list[str]:
-    """``fitsRequest`` in ``plugins/noderesources/fit.go``: one reason per short resource."""
+def insufficient_resources(requests: Mapping[str, int], info: NodeInfo, dra_backed: Collection[str] = ()) -> list[str]:
+    """``fitsRequest`` in ``plugins/noderesources/fit.go``: one reason per short resource; an
+    extended resource the node does not have but a DeviceClass backs is DRA's to check."""
     alloc = info.allocatable()
     used = info.requested
     out: list[str] = []
@@ -301,6 +309,8 @@ def insufficient_resources(requests: Mapping[str, int], info: NodeInfo) -> list[
         if name in (CPU, MEMORY, EPHEMERAL, PODS):
             continue
         want = requests[name]
+        if name in dra_backed and name not in alloc:
+            continue
         if want > 0 and want > alloc.get(name, 0) - used.get(name, 0):
             out.append(f"Insufficient {name}")
     return out
@@ -361,7 +371,8 @@ def _histogram(reasons: Iterable[str]) -> str:
 
 
 def fit_error_message(num_nodes: int, statuses: Mapping[str, Status], pod: Mapping[str, Any] | None = None,
-                      style: MessageStyle = MessageStyle(), prefilter_message: str | None = None) -> str:
+                      style: MessageStyle = MessageStyle(), prefilter_message: str | None = None,
+                      dra_postfilter: str | None = None) -> str:
     """The message of the FailedScheduling event and of the PodScheduled condition.
 
     ``0/N nodes are available: <histogram>.`` then the PostFilter part.  The
@@ -387,6 +398,9 @@ def fit_error_message(num_nodes: int, statuses: Mapping[str, Status], pod: Mappi
     else:
         post_reasons = [PREEMPTION_NOT_HELPFUL if st.unresolvable else NO_VICTIMS for st in statuses.values()]
         post = f"preemption: 0/{num_nodes} nodes are available: {_histogram(post_reasons)}."
-    if style.dra_postfilter:
+    if dra_postfilter:
+        # the DynamicResources PostFilter runs first; the framework joins the reasons with ", "
+        post = f"{dra_postfilter}, {post}"
+    elif style.dra_postfilter:
         post = "no new claims to deallocate, " + post
     return f"{msg} {post}"

@@ -63,6 +63,16 @@ RESOURCES: dict[str, ResourceInfo] = {
         ResourceInfo("secrets", "secret", "Secret", True),
         ResourceInfo("serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",), False, True),
         ResourceInfo("services", "service", "Service", True, ("svc",), True, True, categories=("all",)),
+        # resource.k8s.io/v1 (Dynamic Resource Allocation, GA in 1.34): pkg/registry/resource/*/storage
+        # (ReturnDeletedObject: true; only ResourceClaim has a status subresource)
+        ResourceInfo("deviceclasses", "deviceclass", "DeviceClass", False, (), False, True,
+                     group="resource.k8s.io"),
+        ResourceInfo("resourceclaims", "resourceclaim", "ResourceClaim", True, (), True, True,
+                     group="resource.k8s.io"),
+        ResourceInfo("resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", True, (), False,
+                     True, group="resource.k8s.io"),
+        ResourceInfo("resourceslices", "resourceslice", "ResourceSlice", False, (), False, True,
+                     group="resource.k8s.io"),
     )
 }
 

@@ -22,6 +22,7 @@ from typing import Callable
 
 from . import plugins
 from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
+from .dra.plugin import PLUGIN as DRA_PLUGIN, DynamicResources, SchedulerError
 from .podresources import QuantityError, pod_requests
 
 log = logging.getLogger(__name__)
@@ -31,9 +32,11 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------
 
 def _scheduling_relevant(pod: dict) -> tuple:
-    """What ``isPodUpdated`` compares: the pod less status and bookkeeping metadata."""
+    """What ``isPodUpdated`` compares: the pod less status and bookkeeping metadata; plus the
+    generated claims' names (the queue's ``UpdatePodGeneratedResourceClaim`` event)."""
     meta = pod.get("metadata") or {}
-    return (pod.get("spec"), meta.get("labels"), meta.get("annotations"))
+    return (pod.get("spec"), meta.get("labels"), meta.get("annotations"),
+            (pod.get("status") or {}).get("resourceClaimStatuses"))
 
 
 class Scheduler:
@@ -63,6 +66,8 @@ class Scheduler:
         self._nodes_synced = asyncio.Event()
         self._pods_synced = asyncio.Event()
         self.bound_count = 0
+        # claims, slices or classes changing may help a parked pod (EventsToRegister)
+        self.dra = DynamicResources(store, self._move_all_to_active)
 
     # -- cache ------------------------------------------------------------
 
@@ -174,12 +179,16 @@ class Scheduler:
     async def start(self) -> None:
         self._tasks.start(informer(self.store, "nodes", self._node_list, self._node_event,
                                    self._stopping, self._nodes_synced), "scheduler-nodes")
+        for i, watch in enumerate(self.dra.informers(self._stopping)):
+            self._tasks.start(watch, f"scheduler-dra-{i}")
         self._tasks.start(self._pods_after_nodes(), "scheduler-pods")
         self._tasks.start(self._run(), "scheduler-loop")
         await asyncio.wait_for(self.synced.wait(), 60)
 
     async def _pods_after_nodes(self) -> None:
         await self._nodes_synced.wait()
+        for synced in self.dra.synced:
+            await synced.wait()
         await informer(self.store, "pods", self._pod_list, self._pod_event, self._stopping, self._pods_synced)
 
     async def stop(self) -> None:
@@ -232,6 +241,10 @@ class Scheduler:
     def schedule_one(self, pod: dict) -> str | None:
         """One scheduling cycle for one pod; returns the node it was bound to."""
         key = pod_key(pod)
+        if self.dra.pre_enqueue(pod):
+            # PreEnqueue: the pod waits for its claims without an attempt (no event)
+            self._unschedulable[key] = self.clock()
+            return None
         try:
             reqs = pod_requests(pod)
         except QuantityError as e:
@@ -239,10 +252,32 @@ class Scheduler:
             return None
         # skip placeholders for nodes known only from a bound pod
         nodes = [i for i in self.nodes.values() if i.node.get("spec") or i.node.get("status")]
-        feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style)
+        cycle = self.dra.pre_filter(pod)
+        if isinstance(cycle, str):
+            st = plugins.Status(DRA_PLUGIN, (), True)
+            self._fail(pod, plugins.fit_error_message(len(nodes), {n.name: st for n in nodes}, pod, self.style,
+                                                      cycle, self.dra.post_filter(None)))
+            return None
+
+        def dra_filter(info: plugins.NodeInfo) -> plugins.Status | None:
+            reason = self.dra.filter(cycle, info.node)
+            return None if reason is None else plugins.Status(DRA_PLUGIN, (reason,), True)
+        try:
+            feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style,
+                                                           dra_backed=self.dra.backed_resources(),
+                                                           later_filters=dra_filter)
+        except SchedulerError as e:
+            self._fail(pod, str(e), reason="SchedulerError")
+            return None
         chosen = plugins.pick_node(reqs, feasible)
         if chosen is None:
-            self._fail(pod, plugins.fit_error_message(len(nodes), statuses, pod, self.style, pre_msg))
+            post = self.dra.post_filter(cycle) if not cycle.empty else None
+            self._fail(pod, plugins.fit_error_message(len(nodes), statuses, pod, self.style, pre_msg, post))
+            return None
+        try:
+            self.dra.pre_bind(cycle, chosen.name)
+        except Exception as e:  # a claim changed under us: the attempt fails, the pod is retried
+            self._fail(pod, f'running PreBind plugin "{DRA_PLUGIN}": {e}', reason="SchedulerError")
             return None
         self._bind(pod, chosen.name, reqs)
         self._pending.pop(key, None)
@@ -250,7 +285,7 @@ class Scheduler:
         self._not_before.pop(key, None)
         return chosen.name
 
-    def _fail(self, pod: dict, message: str) -> None:
+    def _fail(self, pod: dict, message: str, reason: str = "Unschedulable") -> None:
         key = pod_key(pod)
         n = self._attempts.get(key, 0) + 1
         self._attempts[key] = n
@@ -264,12 +299,12 @@ class Scheduler:
                 self._forget(key)
                 return
             raise
-        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+        cond = {"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
                 "lastProbeTime": None}
         conds = list((current.get("status") or {}).get("conditions") or [])
         old = next((c for c in conds if c.get("type") == "PodScheduled"), None)
         if old is None or old.get("status") != "False" or old.get("message") != message \
-                or old.get("reason") != "Unschedulable":
+                or old.get("reason") != reason:
             cond["lastTransitionTime"] = now_rfc3339()
             conds = [c for c in conds if c.get("type") != "PodScheduled"] + [cond]
             self.store.patch("pods", meta["name"], {"status": {"conditions": conds, "phase": "Pending"}},

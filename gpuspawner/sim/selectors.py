@@ -446,6 +446,12 @@ _FIELDS: dict[str, dict[str, Callable[[Mapping[str, Any]], str]]] = {
         "spec.clusterIP": _at("spec", "clusterIP"),
         "spec.type": _at("spec", "type"),
     },
+    # pkg/registry/resource/resourceslice/strategy.go: what a DRA driver's kubelet plugin selects by
+    "resourceslices": {
+        "metadata.name": _meta("name"),
+        "spec.nodeName": _at("spec", "nodeName"),
+        "spec.driver": _at("spec", "driver"),
+    },
 }
 _DEFAULT_FIELDS = {"metadata.name": _meta("name"), "metadata.namespace": _meta("namespace")}
 # Backwards-compatible alias the Pod conversion func rewrites (conversion.go).

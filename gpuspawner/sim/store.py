@@ -45,7 +45,8 @@ from .errors import (CONTINUE_EXPIRED, LIST_EXPIRED, MODIFIED, ApiError, already
 from .resources import (DEFAULT_NAMESPACES, GENERATE_NAME_ALPHABET, IMMORTAL_NAMESPACES, MAX_GENERATED_BASE,
                         RESOURCES, ResourceInfo)
 from .selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
-from .strategy import clone, default_object, key_of, now_rfc3339_at, parse_rfc3339, parse_rv, validate_object
+from .strategy import (clone, default_object, key_of, now_rfc3339_at, parse_rfc3339, parse_rv, validate_object,
+                       validate_status_update)
 from .watch import Change, Watcher
 
 __all__ = ["ApiError", "Store", "Watcher", "ResourceInfo", "RESOURCES", "DEFAULT_NAMESPACES", "bad_request"]
@@ -147,7 +148,7 @@ class Store:
         key = key_of(namespace, name)
         obj = self._objects[info.plural].get(key)
         if obj is None:
-            raise not_found(info.plural, name)
+            raise not_found(info.plural, name, info.group)
         return key, obj
 
     def _check_namespace(self, namespace: str) -> None:
@@ -187,7 +188,7 @@ class Store:
         validate_object(plural, obj, on_create=True)
         key = key_of(namespace, meta["name"])
         if key in self._objects[plural]:
-            raise already_exists(plural, meta["name"])
+            raise already_exists(plural, meta["name"], info.group)
         meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
         meta["creationTimestamp"] = self.now()
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
@@ -256,7 +257,7 @@ class Store:
         key, old = self._get_stored(info, name, ns)
         want_rv = meta.get("resourceVersion")
         if want_rv not in (None, "") and str(want_rv) != old["metadata"]["resourceVersion"]:
-            raise conflict(info.plural, name, MODIFIED)
+            raise conflict(info.plural, name, MODIFIED, info.group)
         if subresource == "status":
             # Status updates change status only (ResetObjectMetaForStatus + strategy).
             merged = dict(old)
@@ -264,6 +265,7 @@ class Store:
                 merged["status"] = new["status"]
             new = merged
             new["metadata"] = dict(old["metadata"])
+            validate_status_update(info.plural, new, old)
         else:
             if info.status_subresource:
                 if "status" in old:
@@ -287,7 +289,7 @@ class Store:
                     "(allow it to be set to 1 if it was previously negative)",
                 )])
             new["kind"], new["apiVersion"] = info.kind, info.api_version
-            validate_object(info.plural, new, on_create=False)
+            validate_object(info.plural, new, on_create=False, old=old)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             # etcd3 GuaranteedUpdate: identical bytes are not written, no new revision.

@@ -14,6 +14,7 @@ import marshal
 import re
 from typing import Any, Callable
 
+from .dra import api as dra_api
 from .errors import bad_request, invalid
 from .resources import RESOURCES
 from .selectors import validate_label_value, validate_qualified_name
@@ -212,6 +213,7 @@ def _default_service(svc: dict[str, Any], ip: str) -> None:
 
 def default_object(plural: str, obj: dict[str, Any], next_cluster_ip: Callable[[], str]) -> None:
     meta = obj["metadata"]
+    dra_api.prepare_for_create(plural, obj)
     if plural == "pods":
         default_pod(obj)
     elif plural == "namespaces":
@@ -237,9 +239,12 @@ def default_object(plural: str, obj: dict[str, Any], next_cluster_ip: Callable[[
         obj.setdefault("reportingInstance", "")
 
 
-def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool) -> None:
-    """The subset of pkg/apis/core/validation that clients trip over."""
+def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool,
+                    old: dict[str, Any] | None = None) -> None:
+    """The subset of pkg/apis/core/validation that clients trip over (``old``: the object an
+    update replaces).  API defaulting runs first, as the server defaults what it decodes."""
     info = RESOURCES[plural]
+    dra_api.default_spec(plural, obj)
     meta = obj["metadata"]
     name = meta.get("name") or ""
     causes: list[tuple[str, str, str]] = []
@@ -282,6 +287,16 @@ def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool) -> Non
                     seen.add(cname)
                 if not c.get("image"):
                     causes.append(("FieldValueRequired", f"spec.containers[{i}].image", "Required value"))
+    if plural in dra_api.PLURALS:
+        causes += dra_api.validate(plural, obj, old)
     if causes:
-        raise invalid(info.kind, name, causes)
+        raise invalid(info.kind, name, causes, info.group)
+
+
+def validate_status_update(plural: str, new: dict[str, Any], old: dict[str, Any]) -> None:
+    """Status-only updates of the kinds whose status has rules (``ResourceClaim``)."""
+    causes = dra_api.validate_status(plural, new, old)
+    if causes:
+        info = RESOURCES[plural]
+        raise invalid(info.kind, new["metadata"].get("name") or "", causes, info.group)
 

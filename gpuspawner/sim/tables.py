@@ -115,6 +115,22 @@ _COLUMNS: dict[str, list[dict[str, Any]]] = {
         _col("Status", "string", "The status of the namespace"),
         _AGE,
     ],
+    # resource.k8s.io (printers.go: deviceClassColumnDefinitions, resourceClaimColumnDefinitions,
+    # resourceClaimTemplateColumnDefinitions, resourceSliceColumnDefinitions)
+    "deviceclasses": [_NAME, _AGE],
+    "resourceclaims": [
+        _NAME,
+        _col("State", "string", "A summary of the current state (allocated, pending, reserved, etc.)."),
+        _AGE,
+    ],
+    "resourceclaimtemplates": [_NAME, _AGE],
+    "resourceslices": [
+        _NAME,
+        _col("Node", "string", "NodeName identifies the node which provides the resources in this pool."),
+        _col("Driver", "string", "Driver identifies the DRA driver providing the capacity information."),
+        _col("Pool", "string", "Name is used to identify the pool."),
+        _AGE,
+    ],
 }
 _DEFAULT_COLUMNS = [
     _NAME,
@@ -262,6 +278,38 @@ def _namespace_cells(ns: dict[str, Any], now: float) -> list[Any]:
             _since(meta.get("creationTimestamp"), now)]
 
 
+def _name_age_cells(obj: dict[str, Any], now: float) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    return [meta.get("name", ""), _since(meta.get("creationTimestamp"), now)]
+
+
+def resource_claim_state(claim: dict[str, Any]) -> str:
+    """printers.go ``resourceClaimState``: deleted, pending, allocated, reserved."""
+    meta, status = claim.get("metadata") or {}, claim.get("status") or {}
+    states = []
+    if meta.get("deletionTimestamp"):
+        states.append("deleted")
+    if not status.get("allocation"):
+        if not meta.get("deletionTimestamp"):
+            states.append("pending")
+    else:
+        states.append("allocated")
+        if status.get("reservedFor"):
+            states.append("reserved")
+    return ",".join(states)
+
+
+def _resource_claim_cells(claim: dict[str, Any], now: float) -> list[Any]:
+    meta = claim.get("metadata") or {}
+    return [meta.get("name", ""), resource_claim_state(claim), _since(meta.get("creationTimestamp"), now)]
+
+
+def _resource_slice_cells(rs: dict[str, Any], now: float) -> list[Any]:
+    meta, spec = rs.get("metadata") or {}, rs.get("spec") or {}
+    return [meta.get("name", ""), spec.get("nodeName") or "", spec.get("driver", ""),
+            (spec.get("pool") or {}).get("name", ""), _since(meta.get("creationTimestamp"), now)]
+
+
 def _default_cells(obj: dict[str, Any], now: float) -> list[Any]:
     meta = obj.get("metadata") or {}
     return [meta.get("name", ""), meta.get("creationTimestamp")]
@@ -272,6 +320,10 @@ _CELLS: dict[str, Callable[[dict[str, Any], float], list[Any]]] = {
     "nodes": _node_cells,
     "events": _event_cells,
     "namespaces": _namespace_cells,
+    "deviceclasses": _name_age_cells,
+    "resourceclaims": _resource_claim_cells,
+    "resourceclaimtemplates": _name_age_cells,
+    "resourceslices": _resource_slice_cells,
 }
 
 
