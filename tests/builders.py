@@ -17,9 +17,17 @@ def group_node(name: str, group: str | None = None, allocatable: dict | None = N
     return node(name, allocatable, {GROUP_LABEL: group} if group else None, **kw)
 
 
+def semver(version: str) -> str:
+    """A version as NVIDIA's driver publishes it (Masterminds semver ``String()``): ``535.183.01`` ->
+    ``535.183.1``, ``12.4`` -> ``12.4.0``."""
+    parts = [str(int(p)) for p in version.split(".")]
+    return ".".join((parts + ["0", "0"])[:3])
+
+
 def gpu_device(name: str, product: str = "NVIDIA A100-SXM4-80GB", *, driver: str = "550.54.15",
                cuda: str = "12.4.0", memory: str = "80Gi", **extra: Any) -> dict[str, Any]:
-    """A full GPU as NVIDIA's DRA driver publishes it (deviceinfo.go: unqualified attribute names)."""
+    """A full GPU as NVIDIA's DRA driver publishes it (deviceinfo.go: unqualified attribute names,
+    versions as semver)."""
     return {
         "name": name,
         "attributes": {
@@ -29,8 +37,8 @@ def gpu_device(name: str, product: str = "NVIDIA A100-SXM4-80GB", *, driver: str
             "brand": {"string": "Nvidia"},
             "architecture": {"string": "Ampere"},
             "cudaComputeCapability": {"version": "8.0.0"},
-            "driverVersion": {"version": driver},
-            "cudaDriverVersion": {"version": cuda},
+            "driverVersion": {"version": semver(driver)},
+            "cudaDriverVersion": {"version": semver(cuda)},
         },
         "capacity": {"memory": {"value": memory}},
         **extra,
@@ -86,5 +94,7 @@ def resource_claim(name: str, namespace: str = "jhub", *, devices: list[tuple[st
         results = [{"request": "gpus", "driver": driver, "pool": p, "device": d,
                     **({"adminAccess": True} if admin_access else {})} for p, d in devices]
         status["allocation"] = {"devices": {"results": results}}
+    request = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+                                           "count": max(len(devices), 1)}}
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
-            "spec": {"devices": {"requests": []}}, "status": status}
+            "spec": {"devices": {"requests": [request]}}, "status": status}

@@ -362,7 +362,8 @@ async def sim():
     def make(**kw):
         kw.setdefault("backoff_base", 0.02)
         kw.setdefault("backoff_cap", 0.1)
-        c = CapacityCache(CapacityConfig(), api_factory=sim_api(url), **kw)
+        # DRA off: these tests count the node and pod informers' requests (DRA: test_dracache.py)
+        c = CapacityCache(CapacityConfig(dra_drivers=()), api_factory=sim_api(url), **kw)
         caches.append(c)
         c.start()
         return c

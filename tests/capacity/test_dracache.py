@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gpuspawner.capacity.model import pool_id
 
 from . import pod
@@ -161,3 +163,94 @@ async def test_no_dra_drivers_turns_dra_off(make_cache):
     assert cache.health["dra"]["api"].startswith("off")
     assert not [m for m, _ in api.calls if m in ("get_api_resources", "list_resource_slice")]
     assert cache.snapshot().pool(DRA_A100) is None
+
+
+# ---------------------------------------------------------------------------
+# integration: the simulated API server (resource.k8s.io/v1) over real HTTP with kubernetes_asyncio
+
+
+@pytest.fixture
+async def dra_sim():
+    from gpuspawner.capacity.cache import CapacityCache
+    from gpuspawner.capacity.config import CapacityConfig
+    from gpuspawner.sim.apiserver import ApiServer
+    from gpuspawner.sim.store import Store
+
+    from .test_cache import a100, sim_api
+
+    store = Store(history=500)
+    store.create("namespaces", {"metadata": {"name": "jhub"}})
+    for obj in (a100("n1"), group_node("d1", "dra-a100"), group_node("d2", "dra-a100")):
+        store.create("nodes", obj)
+    for obj in (device_class("gpu.nvidia.com", device_type="gpu"), device_class("mig.nvidia.com", device_type="mig")):
+        store.create("deviceclasses", obj)
+    store.create("resourceslices", resource_slice("d1-gpus", "d1", [gpu_device(f"gpu-{i}") for i in range(4)]))
+    store.create("resourceslices", resource_slice("d2-gpus", "d2", [gpu_device(f"gpu-{i}") for i in range(2)]))
+    server = ApiServer(store, bookmark_interval=0.2)
+    url = await server.start()
+    caches = []
+
+    def make(**kw):
+        c = CapacityCache(CapacityConfig(), api_factory=sim_api(url), backoff_base=0.02, backoff_cap=0.1, **kw)
+        caches.append(c)
+        c.start()
+        return c
+
+    server.make_cache = make
+    yield server
+    for c in caches:
+        await c.stop()
+    await server.stop()
+
+
+def dra_counts(cache):
+    p = cache.snapshot().pool(DRA_A100)
+    return None if p is None else (p.nodes, p.total, p.free)
+
+
+def allocate(store, name, devices):
+    """A claim, then its allocation written through the status subresource (as the scheduler does)."""
+    claim = resource_claim(name, devices=devices)
+    status = claim.pop("status")
+    created = store.create("resourceclaims", claim, "jhub")
+    store.replace("resourceclaims", name, {**created, "status": status}, "jhub", subresource="status")
+
+
+@pytest.mark.integration
+async def test_sim_dra_pools_and_claims_live(dra_sim):
+    cache = dra_sim.make_cache()
+    assert await cache.wait_synced(10)
+    assert dra_counts(cache) == (2, 6, 6)
+    assert cache.snapshot().pool(PLUGIN_A100).allocation == "device-plugin"
+    allocate(dra_sim.store, "ada-gpus", [("d1", "gpu-0"), ("d1", "gpu-1")])
+    await wait_for(lambda: dra_counts(cache) == (2, 6, 4), what="allocated claim counted")
+    dra_sim.store.delete("resourceclaims", "ada-gpus", "jhub")
+    await wait_for(lambda: dra_counts(cache) == (2, 6, 6), what="deleted claim gives its devices back")
+    assert dra_sim.counters.count("list", "resourceclaims") == 1  # watched, never re-listed
+
+
+@pytest.mark.integration
+async def test_sim_new_generation_is_used_only_when_complete(dra_sim):
+    cache = dra_sim.make_cache()
+    assert await cache.wait_synced(10)
+    store = dra_sim.store
+    # the driver republishes d2's pool as generation 2 in two slices; the old slice stays meanwhile
+    store.create("resourceslices", resource_slice("d2-gen2-a", "d2", [gpu_device("gpu-0")], pool="d2",
+                                                  generation=2, count=2))
+    await wait_for(lambda: dra_counts(cache) == (1, 4, 4), what="d2's pool untrusted while incomplete")
+    assert cache.health["dra"]["incomplete_pools"] == ["gpu.nvidia.com/d2"]
+    store.create("resourceslices", resource_slice("d2-gen2-b", "d2", [gpu_device("gpu-1"), gpu_device("gpu-2")],
+                                                  pool="d2", generation=2, count=2))
+    await wait_for(lambda: dra_counts(cache) == (2, 7, 7), what="the complete new generation counted")
+
+
+@pytest.mark.integration
+async def test_sim_dra_forbidden_leaves_device_plugin_pools(dra_sim):
+    dra_sim.faults.fail_next(1000, 403, verb="list", resource="resourceslices")
+    cache = dra_sim.make_cache()
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: cache.health["dra"]["informers"]["resourceslices"]["forbidden"], what="forbidden")
+    snap = cache.snapshot()
+    assert snap.healthy and snap.error is None and snap.pool(PLUGIN_A100) is not None
+    assert snap.pool(DRA_A100) is None
+    assert "resourceslices" in cache.health["dra"]["error"]

@@ -191,3 +191,38 @@ def test_unused_templates():
                  tmpl("not-ours", labels={"app": "x"})]
     pods = [pod_using("used-by-pod"), {"spec": {}}]
     assert dra.unused_templates(templates, pods, {"spawning"}, now, grace=120) == ["stale"]
+
+
+# --- the selectors evaluated as the scheduler's allocator evaluates them (the simulated cluster's
+# DRA CEL environment: cel-python with Kubernetes' semver library, gpuspawner/sim/dra/celenv.py)
+
+
+def selects(expressions, device):
+    from gpuspawner.sim.dra.celenv import compile_expression, device_variable
+
+    return all(compile_expression(e).matches(device_variable("gpu.nvidia.com", device)) for e in expressions)
+
+
+def test_product_selectors_take_the_pools_devices_only():
+    a100, h100 = gpu_device("gpu-0"), gpu_device("gpu-1", "NVIDIA H100 80GB HBM3")
+    mig, other_mig = mig_device("gpu-2-mig-0", "1g.10gb"), mig_device("gpu-2-mig-1", "3g.40gb")
+    full = dra.product_selectors(pool_of(("g1", gpus())))
+    one_g = dra.product_selectors(pool_of(("m1", [mig_device("gpu-0-mig-0", "1g.10gb")])))
+    assert [selects(full, d) for d in (a100, h100, mig)] == [True, False, False]
+    assert [selects(one_g, d) for d in (a100, mig, other_mig)] == [False, True, False]
+
+
+def test_cuda_floor_takes_fitting_drivers_and_devices_without_the_attribute():
+    pool = pool_of(("a", gpus(driver="570.172.08", cuda="12.8.0")), ("b", gpus(driver="535.183.01", cuda="12.2.0")))
+    (floor_expr,) = [dra.cuda_selector(pool, fit_of(pool, "12.4", "strict"))]
+    new, old = gpu_device("gpu-0", driver="570.172.08", cuda="12.8.0"), gpu_device("gpu-0", cuda="12.2.0")
+    newer = gpu_device("gpu-0", driver="580.65.06", cuda="13.0.0")
+    unknown = gpu_device("gpu-0")
+    del unknown["attributes"]["cudaDriverVersion"]
+    assert [selects([floor_expr], d) for d in (new, old, newer, unknown)] == [True, False, True, True]
+
+
+def test_excluded_drivers_are_left_out_one_by_one():
+    expr = f"!('driverVersion' in {Q}) || ({Q}.driverVersion.compareTo(semver('550.54.15')) != 0)"
+    assert not selects([expr], gpu_device("gpu-0", driver="550.54.15"))
+    assert selects([expr], gpu_device("gpu-0", driver="570.172.8"))
