@@ -41,7 +41,7 @@ from gpuspawner.spawn.dra import (
 __all__ = ["apply_selection", "remove_unused_templates", "resource_api", "GRACE_SECONDS"]
 
 #: a template younger than this is never deleted (a spawn may not have created its pod yet)
-GRACE_SECONDS = 120.0
+GRACE_SECONDS = 10.0
 _NOTEBOOK = "notebook"  # KubeSpawner's name for the server's container
 # "<namespace>/<template>" -> servers of this hub process whose spawn uses it
 _in_use: Counter = Counter()
