@@ -5,6 +5,7 @@ the form, the claims the scheduler allocates, counts that drop and come back, co
 
 from __future__ import annotations
 
+import html
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -99,6 +100,20 @@ def test_dra_pools_beside_device_plugin_pools(hub):
     plugin = [p for p in pools.values() if p["allocation"] == "device-plugin"]
     assert plugin and all("/" in p["resource"] for p in plugin)
     assert all(p["allocation"] in ("dra", "device-plugin") for p in pools.values())
+
+
+def test_spawn_page_shows_dra_pools_with_their_cuda_fit(hub):
+    session = hub.login("zoe")
+    page = html.unescape(session.get(f"{hub.url}/hub/spawn", timeout=30).text)
+    for pid in (H100, MIG_1G):
+        pool = hub.pool(pid)
+        assert f'value="{pid}"' in page and f'{pool["free"]} of {pool["total"]}' in page
+    assert "NVIDIA H100 80GB HBM3 (Dynamic Resource Allocation, DeviceClass gpu.nvidia.com)" in page
+    # the demo's images declare CUDA 12.4 and 11.8: the H100 DRA pool's driver (CUDA 12.8) runs both
+    card = page[page.index(f'value="{H100}"'):]
+    card = card[:card.index("</div>")]
+    assert "<strong>CUDA for PyTorch (CUDA 12.4):</strong> fits</p>" in card
+    assert "<strong>CUDA for PyTorch (CUDA 11.8):</strong> fits</p>" in card
 
 
 def test_rest_spawn_on_a_dra_pool(hub):
