@@ -211,11 +211,13 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
     )
     findings = dra.with_dra(findings, state.dra, state.nodes, config=capacity, subject=state.rbac.subject,
                             now=when, pending_after=pending_after)
+    dra_nodes = dra.dra_gpu_nodes(state.dra, capacity)  # GPU nodes that publish no extended resource
     facts = {
         "server": state.server,
         "nodes": None if state.nodes is None else len(state.nodes),
         "gpu_nodes": None if state.nodes is None else sum(
-            1 for n in state.nodes if checks.gpu_evidence(n, capacity).is_gpu_node),
+            1 for n in state.nodes if checks.gpu_evidence(n, capacity).is_gpu_node
+            or (n.get("metadata") or {}).get("name") in dra_nodes),
         "pods": None if state.pods is None else len(state.pods),
         "rbac_subject": state.rbac.subject + (
             "" if service_account or "service account" in state.rbac.subject

@@ -38,7 +38,7 @@ from gpuspawner.doctor.checks import SEVERITIES, Finding, ObjectRef, RbacCheck
 from gpuspawner.kube.times import format_duration, parse_time
 
 __all__ = ["DRA_FINDING_IDS", "DRA_GROUP", "REQUIRED_DRA_RBAC", "REQUIRED_DRA_NAMESPACED_RBAC", "DraState",
-           "check_dra", "reconcile", "with_dra"]
+           "check_dra", "dra_gpu_nodes", "reconcile", "with_dra"]
 
 DRA_GROUP = "resource.k8s.io"
 DRA_FINDING_IDS = (
