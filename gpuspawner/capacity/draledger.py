@@ -339,9 +339,11 @@ class DraLedger:
     # -- placing devices -----------------------------------------------------
 
     def _resolve_many(self, rpools: Iterable[RPool]) -> None:
-        for rp in list(rpools):
+        todo = list(rpools)
+        for rp in todo:
             self._resolve(rp)
-        self.generation += 1
+        if todo:  # a node with no DRA devices changes no pool
+            self.generation += 1
 
     def _resolve(self, rp: RPool) -> None:
         """Replace what resource pool ``rp`` contributes with what its slices say now."""

@@ -236,3 +236,12 @@ def test_retain_drops_what_a_relist_no_longer_shows():
     assert c.ledger.retain_claims(set()) == 1
     assert counts(c.pool(A100)) == (1, 4, 4, 4)
     assert c.ledger.retain_classes({"mig.nvidia.com"}) == 1 and c.pool(A100) is None
+
+
+def test_nodes_without_dra_devices_change_no_generation():
+    c = Cluster()
+    c.gpus_node("g1")
+    before = c.ledger.generation
+    c.node("cpu-1")
+    c.node("cpu-1", unschedulable=True)
+    assert c.ledger.generation == before

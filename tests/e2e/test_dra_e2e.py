@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import requests
 
 from .harness import DemoHub, running_demo, wait_for
 from .test_hub import gpu_limits, spawn_form, user_pod
@@ -169,3 +170,12 @@ def test_concurrent_spawns_never_share_a_device(hub):
     for u in users:
         stop(hub, u)
     wait_for(lambda: hub.pool(H100)["free"] == before, 60, "all devices back")
+
+
+def test_metrics_carry_dra_pools_beside_device_plugin_pools(hub):
+    text = requests.get(f"{hub.url}/hub/metrics", headers={"Authorization": f"token {hub.token}"}, timeout=30).text
+    h100 = hub.pool(H100)
+    line = (f'gpuspawner_pool_gpus{{pool="{H100}",product="NVIDIA H100 80GB HBM3",resource="gpu.nvidia.com"}} '
+            f'{float(h100["total"])}')
+    assert line in text.splitlines(), [s for s in text.splitlines() if "h100-dra" in s]
+    assert 'resource="nvidia.com/gpu"' in text
