@@ -553,12 +553,17 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         state = super().get_state()
         if self.gpu_held is not None:
             state["gpu_held"] = self.gpu_held
+        if self._gpu_dra_template is not None:
+            # so that a hub restarted while the server runs still cleans up claim templates at its stop
+            state["gpu_dra_template"] = self._gpu_dra_template
         return state
 
     def load_state(self, state):
         super().load_state(state)
         held = state.get("gpu_held")
         self.gpu_held = held if isinstance(held, int) and not isinstance(held, bool) else None
+        template = state.get("gpu_dra_template")
+        self._gpu_dra_template = template if isinstance(template, str) else None
 
     def clear_state(self):
         super().clear_state()

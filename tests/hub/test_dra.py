@@ -203,19 +203,37 @@ async def test_forbidden_template_creation_is_a_clear_spawn_error(dra_spawner, a
     assert "deploy/rbac.yaml" in str(e.value)
 
 
-async def test_stop_deletes_templates_nothing_uses(dra_spawner, api, monkeypatch):
-    a, b = dra_spawner(), dra_spawner()
-    await pod_for(a, {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
-    await pod_for(b, {"profile": "gpu", "gpu_pool": MIG.id, "gpus": 1})
-    assert len(api.templates) == 2
-    a_template = a._gpu_dra_template.split("/", 1)[1]
-    monkeypatch.setattr(type(a), "pod_reflector", None, raising=False)
+@pytest.fixture
+def pods_gone(monkeypatch):
+    """KubeSpawner's stop as if the pod were deleted, and no pod left in its reflector."""
+    from gpuspawner.hub.spawner import GPUSpawner
 
     async def stopped(self, now=False):
         return None
 
     monkeypatch.setattr("kubespawner.KubeSpawner.stop", stopped)
+    monkeypatch.setattr(GPUSpawner, "pod_reflector", None, raising=False)
+
+
+async def test_stop_deletes_templates_nothing_uses(dra_spawner, api, pods_gone):
+    a, b = dra_spawner(), dra_spawner()
+    await pod_for(a, {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
+    await pod_for(b, {"profile": "gpu", "gpu_pool": MIG.id, "gpus": 1})
+    assert len(api.templates) == 2
+    a_template = a._gpu_dra_template.split("/", 1)[1]
     await a.stop()  # b's spawn still uses its template: only a's goes
     assert api.deleted == [a_template]
     await b.stop()
+    assert api.templates == {}
+
+
+async def test_a_restarted_hub_still_cleans_up_at_stop(dra_spawner, api, pods_gone, monkeypatch):
+    a = dra_spawner()
+    await pod_for(a, {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
+    state = a.get_state()
+    assert state["gpu_dra_template"] == a._gpu_dra_template
+    monkeypatch.setattr(dra_glue, "_in_use", type(dra_glue._in_use)())  # the new hub process knows no spawn
+    restored = dra_spawner()
+    restored.load_state(state)
+    await restored.stop()
     assert api.templates == {}
