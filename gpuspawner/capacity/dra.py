@@ -301,7 +301,8 @@ def claim_record(obj: Mapping[str, Any]) -> ClaimRecord | None:
     allocation = status.get("allocation") if isinstance(status, Mapping) else None
     devices: list[DevKey] = []
     if isinstance(allocation, Mapping):
-        results = (allocation.get("devices") or {}).get("results") if isinstance(allocation.get("devices"), Mapping) else ()
+        allocated = allocation.get("devices")
+        results = allocated.get("results") if isinstance(allocated, Mapping) else None
         for r in results or ():
             if not isinstance(r, Mapping) or r.get("adminAccess"):
                 continue

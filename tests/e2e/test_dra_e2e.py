@@ -179,3 +179,13 @@ def test_metrics_carry_dra_pools_beside_device_plugin_pools(hub):
             f'{float(h100["total"])}')
     assert line in text.splitlines(), [s for s in text.splitlines() if "h100-dra" in s]
     assert 'resource="nvidia.com/gpu"' in text
+
+
+def test_too_many_gpus_on_a_dra_pool_is_refused_before_any_object(hub):
+    hub.create_user("ivy")
+    before = set(templates(hub))
+    r = hub.api("POST", "/users/ivy/server", json={"profile": "gpu", "gpu_pool": H100, "gpus": 5})
+    assert r.status_code == 400, r.text
+    assert f"choose between 1 and 4 GPUs in pool '{H100}'" in r.json()["message"]
+    assert hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=ivy") == []
+    assert set(templates(hub)) == before
