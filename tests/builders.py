@@ -1,12 +1,85 @@
-"""Shared test builders: DRA objects (resource.k8s.io/v1) as JSON dicts, as the API server sends them.
+"""Shared test builders: small Kubernetes objects the tests assemble their cases from.
 
-Nodes and pods: ``tests.capacity.node`` / ``tests.capacity.pod``."""
+* DRA objects the simulated cluster's tests use (NVIDIA's slices from ``sim.dra.nvidia``, claims,
+  templates, pods with a claim): ``dra_node``, ``gpu_slice``, ``device_classes``, ``request``,
+  ``claim``, ``claim_template``, ``claim_pod``;
+* DRA objects as the product's capacity and doctor tests read them, device by device (allocated
+  claims, classes with any selector, nodes in a node group): ``group_node``, ``gpu_device``,
+  ``mig_device``, ``resource_slice``, ``device_class``, ``resource_claim``.
+
+Nodes and pods of the device-plugin path: ``tests.capacity.node`` / ``tests.capacity.pod``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpuspawner.sim.dra import nvidia
 from tests.capacity import node
+
+A100 = {"product": "NVIDIA A100-SXM4-80GB", "count": 4, "memory": "80Gi", "architecture": "Ampere",
+        "computeCapability": "8.0", "driverVersion": "570.172.08", "cudaDriverVersion": "12.8"}
+
+
+def dra_node(name: str, labels: dict[str, str] | None = None, allocatable: dict[str, str] | None = None) -> dict:
+    """A Ready node with cpu/memory/pods (and ``allocatable`` extras), no GPU in allocatable."""
+    alloc = {"cpu": "32", "memory": "256Gi", "pods": "110", **(allocatable or {})}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "status": {"capacity": dict(alloc), "allocatable": alloc,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def gpu_slice(node: str, uid: str | None = None, **spec: Any) -> dict:
+    """NVIDIA's slice for ``node`` (A100-80GB x4 unless ``spec`` says otherwise)."""
+    rs = nvidia.node_slice(node, {**A100, **spec})
+    if uid:
+        rs["metadata"].update(uid=uid, resourceVersion="1")
+    return rs
+
+
+def device_classes() -> dict[str, dict]:
+    return {c["metadata"]["name"]: c for c in nvidia.device_classes()}
+
+
+def request(name: str = "gpu", cls: str = "gpu.nvidia.com", count: int | None = 1, mode: str = "ExactCount",
+            selectors: list[str] = ()) -> dict:
+    exactly: dict[str, Any] = {"deviceClassName": cls, "allocationMode": mode}
+    if mode == "ExactCount":
+        exactly["count"] = count
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return {"name": name, "exactly": exactly}
+
+
+def claim(name: str, *requests: dict, namespace: str = "default", constraints: list | None = None) -> dict:
+    devices: dict[str, Any] = {"requests": list(requests) or [request()]}
+    if constraints:
+        devices["constraints"] = constraints
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"devices": devices}}
+
+
+def claim_template(name: str, *requests: dict, namespace: str = "default") -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": list(requests) or [request()]}}}}
+
+
+def claim_pod(name: str, template: str, command: list[str] | None = None, tolerate_gpu: bool = True,
+              **container: Any) -> dict:
+    """A pod with one claim ``gpu`` from ``template``, used by its one container."""
+    c = {"name": "main", "image": "python:3.11", "resources": {"claims": [{"name": "gpu"}]}, **container}
+    if command:
+        c["command"] = command
+    spec: dict[str, Any] = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+                            "containers": [c]}
+    if tolerate_gpu:
+        spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+# --- devices one by one (product tests)
 
 NVIDIA = "gpu.nvidia.com"
 GROUP_LABEL = "cloud.google.com/gke-nodepool"
@@ -17,17 +90,10 @@ def group_node(name: str, group: str | None = None, allocatable: dict | None = N
     return node(name, allocatable, {GROUP_LABEL: group} if group else None, **kw)
 
 
-def semver(version: str) -> str:
-    """A version as NVIDIA's driver publishes it (Masterminds semver ``String()``): ``535.183.01`` ->
-    ``535.183.1``, ``12.4`` -> ``12.4.0``."""
-    parts = [str(int(p)) for p in version.split(".")]
-    return ".".join((parts + ["0", "0"])[:3])
-
-
 def gpu_device(name: str, product: str = "NVIDIA A100-SXM4-80GB", *, driver: str = "550.54.15",
                cuda: str = "12.4.0", memory: str = "80Gi", **extra: Any) -> dict[str, Any]:
     """A full GPU as NVIDIA's DRA driver publishes it (deviceinfo.go: unqualified attribute names,
-    versions as semver)."""
+    versions as semver: ``535.183.01`` -> ``535.183.1``)."""
     return {
         "name": name,
         "attributes": {
@@ -37,8 +103,8 @@ def gpu_device(name: str, product: str = "NVIDIA A100-SXM4-80GB", *, driver: str
             "brand": {"string": "Nvidia"},
             "architecture": {"string": "Ampere"},
             "cudaComputeCapability": {"version": "8.0.0"},
-            "driverVersion": {"version": semver(driver)},
-            "cudaDriverVersion": {"version": semver(cuda)},
+            "driverVersion": {"version": nvidia.semver_of(driver)},
+            "cudaDriverVersion": {"version": nvidia.semver_of(cuda)},
         },
         "capacity": {"memory": {"value": memory}},
         **extra,

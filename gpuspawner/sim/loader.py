@@ -15,6 +15,9 @@ to parse for big clusters).  Read-only fields such output carries
   node's cpu, memory and GPUs.  Unbound pods are created Pending and go
   through the scheduler.
 * Namespaces the objects use are created.
+* ``resource.k8s.io/v1`` DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates
+  are defaulted and validated as the API server does (``gpuspawner.sim.dra.api``); a claim's
+  status (an allocation) is restored after create.
 
 Bad input raises ``LoadError`` naming the document (1-based, with the item
 index inside a List), the object and the field, and what to write instead.

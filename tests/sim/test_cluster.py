@@ -317,7 +317,7 @@ async def test_gpuspawner_sim_command_serves_the_default_cluster_until_ctrl_c(tm
         assert url.startswith("http://127.0.0.1:")
         nodes = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(f"{url}/api/v1/nodes",
                                                                                  timeout=10).read()))
-        assert len(nodes["items"]) == 7
+        assert len(nodes["items"]) == 10
         assert kubeconfig.exists() and url in kubeconfig.read_text()
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), 60) == 0

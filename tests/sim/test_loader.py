@@ -210,3 +210,58 @@ status:
 def test_yaml_documents_read_as_pyyaml_reads_them(text):
     expected = list(yaml.load_all(text, Loader=loader._Loader))
     assert [obj for _, obj in loader.parse_text(text)] == [d for d in expected if d is not None]
+
+
+def test_default_cluster_has_dra_nodes_published_only_through_slices():
+    m = loader.load_file(default_cluster_file())
+    slices = [o for p, o in m.others if p == "resourceslices"]
+    classes = {o["metadata"]["name"] for p, o in m.others if p == "deviceclasses"}
+    assert classes == {"gpu.nvidia.com", "mig.nvidia.com"}
+    nodes = {n["metadata"]["name"]: n for n in m.nodes}
+    for rs in slices:
+        assert rs["spec"]["driver"] == "gpu.nvidia.com" and rs["spec"]["pool"]["name"] == rs["spec"]["nodeName"]
+        assert not any(k.startswith("nvidia.com/") for k in nodes[rs["spec"]["nodeName"]]["status"]["allocatable"])
+    types = {d["attributes"]["type"]["string"] for rs in slices for d in rs["spec"]["devices"]}
+    assert types == {"gpu", "mig"}
+
+
+DRA_DOCS = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec:
+  selectors:
+  - cel: {expression: "device.driver == 'gpu.nvidia.com'"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: team}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.nvidia.com}
+"""
+
+
+def test_dra_documents_load_with_defaults_and_their_namespace():
+    m = loader.load_text(DRA_DOCS, "dra.yaml")
+    (p1, cls), (p2, tmpl) = m.others
+    assert (p1, p2) == ("deviceclasses", "resourceclaimtemplates")
+    assert "namespace" not in cls["metadata"]
+    assert tmpl["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
+    assert [n["metadata"]["name"] for n in m.namespaces] == ["team"]
+
+
+@pytest.mark.parametrize("text,message", [
+    (DRA_DOCS.replace("resource.k8s.io/v1", "resource.k8s.io/v1beta1", 1),
+     "dra.yaml: document 1: apiVersion: 'resource.k8s.io/v1beta1': a DeviceClass is 'resource.k8s.io/v1'"),
+    (DRA_DOCS.replace("{deviceClassName: gpu.nvidia.com}", "{deviceClassName: gpu.nvidia.com, count: -2}"),
+     "dra.yaml: document 2 (ResourceClaimTemplate one-gpu): spec.spec.devices.requests[0].exactly.count: "
+     "Invalid value: -2: must be greater than zero"),
+])
+def test_bad_dra_documents_are_named(text, message):
+    with pytest.raises(loader.LoadError) as e:
+        loader.load_text(text, "dra.yaml")
+    assert str(e.value) == message

@@ -417,7 +417,10 @@ def _check_result_type(tree: lark.Tree) -> None:
     while isinstance(node, lark.Tree) and len(node.children) == 1 and node.data not in ("list_lit", "map_lit"):
         node = node.children[0]
     kind = None
-    if isinstance(node, lark.Tree) and node.data in ("list_lit", "map_lit"):
+    if isinstance(node, lark.Tree) and node.data == "member_dot" and str(node.children[1]) == "driver" \
+            and _ident_name(node.children[0]) == "device":
+        kind = "string"  # device.driver is declared a string
+    elif isinstance(node, lark.Tree) and node.data in ("list_lit", "map_lit"):
         kind = "list(int)" if node.data == "list_lit" else "map(int, int)"
     elif isinstance(node, lark.Token) and node.type != "IDENT":
         text = str(node)
