@@ -628,7 +628,7 @@ class CapacityCache:
     def _pools(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Device-plugin pools and DRA pools side by side, sorted by id (merged once per change)."""
         plugin = self._ledger.pools()
-        dra = self._dra.pools()
+        dra = self._dra.pools() if self._dra_healthy() else ()
         if not dra:
             return plugin, self._ledger.pools_by_id()
         memo = self._merged
@@ -636,6 +636,18 @@ class CapacityCache:
             merged = tuple(sorted(plugin + dra, key=lambda p: p.id))
             memo = self._merged = (plugin, dra, merged, {p.id: p for p in merged})
         return memo[2], memo[3]
+
+    def _dra_healthy(self) -> bool:
+        """DRA pools are served only while the DRA informers are current, as ``healthy`` asks of the
+        node and pod informers: listed, not failing or forbidden, heard from within ``stale_after``
+        (a broken DRA watch takes the DRA pools off the page rather than offer stale counts)."""
+        if not self._dra.synced:
+            return False
+        now = self._clock()
+        return all(
+            not i.error and not i.forbidden and i.last_contact is not None and now - i.last_contact <= self._stale_after
+            for i in self._dra.informers.values()
+        )
 
     def reserve(self, owner: str, pool_id: str, count: int) -> None:
         """Count ``count`` GPUs of ``pool_id`` for the pod ``owner`` ("<namespace>/<name>") at once."""
@@ -668,7 +680,7 @@ class CapacityCache:
             "reservations": len(self._ledger.reservations()),
             "generation": self._ledger.generation,
             "informers": informers,
-            "dra": self._dra.health(),
+            "dra": {**self._dra.health(), "healthy": self._dra_healthy()},
         }
 
     # -- timing ----------------------------------------------------------------

@@ -254,3 +254,26 @@ async def test_sim_dra_forbidden_leaves_device_plugin_pools(dra_sim):
     assert snap.healthy and snap.error is None and snap.pool(PLUGIN_A100) is not None
     assert snap.pool(DRA_A100) is None
     assert "resourceslices" in cache.health["dra"]["error"]
+
+
+async def test_a_failing_dra_watch_takes_dra_pools_off_until_it_works_again(make_cache):
+    import asyncio
+
+    resume = asyncio.Event()
+
+    async def backoff(delay):  # the informer's backoff ends when the test says so
+        await resume.wait()
+
+    stream = _Resp()
+    stream.content = _Gated(asyncio.Event())  # the watch after the failure: open, silent
+    api = dra_api(claims=[listing([], rv="210"), status(500, message="etcd leader changed"), stream])
+    cache = make_cache(api, sleep=backoff)
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: cache.health["dra"]["informers"]["resourceclaims"]["consecutive_failures"] == 1,
+                   what="the claim watch failed")
+    assert cache.snapshot().pool(DRA_A100) is None and not cache.health["dra"]["healthy"]
+    assert cache.snapshot().healthy and cache.snapshot().pool(PLUGIN_A100) is not None
+    resume.set()
+    await wait_for(lambda: api.watch_calls("list_resource_claim_for_all_namespaces")[1:], what="watch again")
+    await wait_for(lambda: cache.health["dra"]["healthy"], what="DRA healthy again")
+    assert cache.snapshot().pool(DRA_A100).free == 6  # no claim in this cluster
