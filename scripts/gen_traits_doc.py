@@ -43,9 +43,9 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "GPU capacity",
         "How GPU nodes, pools and free GPUs are counted from the cluster, pools that scale from "
         "zero, and what happens while capacity is unknown (docs/configuration.md sections 4, 6 "
-        "and 8; docs/capacity.md).",
-        ("gpu_resource*", "gpu_node_group_labels", "gpu_declared_pools", "gpu_reservation_ttl", "gpu_capacity_*",
-         "gpu_admit_*"),
+        "and 8; docs/capacity.md; DRA GPUs: docs/dra.md).",
+        ("gpu_resource*", "gpu_node_group_labels", "gpu_dra_drivers", "gpu_declared_pools", "gpu_reservation_ttl",
+         "gpu_capacity_*", "gpu_admit_*"),
     ),
     (
         "GPU quotas",
@@ -93,6 +93,7 @@ _EFFECTIVE_DEFAULTS = {
     "gpu_resources": "DEFAULT_GPU_RESOURCES",
     "gpu_resource_prefixes": "DEFAULT_GPU_RESOURCE_PREFIXES",
     "gpu_node_group_labels": "DEFAULT_NODE_GROUP_LABELS",
+    "gpu_dra_drivers": "DEFAULT_DRA_DRIVERS",
 }
 
 _TYPE_NAMES = {

@@ -43,11 +43,12 @@ import weakref
 from typing import Any, Awaitable, Callable, ClassVar
 
 from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.capacity.dracache import DRA_KINDS, DraSource
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.capacity.podres import pod_key, pod_record
-from gpuspawner.kube.apierrors import missing_rules_message, status_of
+from gpuspawner.kube.apierrors import dra_missing_rules_message, missing_rules_message, status_of
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +106,19 @@ async def _raise_for_status(resp: Any) -> None:
 class _Informer:
     """List-then-watch of one kind; feeds ``apply``/``remove``/``retain`` callbacks."""
 
-    def __init__(self, cache: "CapacityCache", kind: str, method: str) -> None:
+    def __init__(
+        self,
+        cache: "CapacityCache",
+        kind: str,
+        method: str,
+        api: Callable[[], Awaitable[Any]] | None = None,
+        rules_message: Callable[[list[str]], str] = missing_rules_message,
+    ) -> None:
         self.cache = cache
         self.kind = kind
         self.method = method
+        self._api = api or cache._get_api
+        self._rules_message = rules_message
         self.resource_version: str | None = None
         self.synced = False
         self.forbidden = False
@@ -185,7 +195,7 @@ class _Informer:
                 continue
             except _Forbidden as e:
                 self.forbidden = True
-                self.error = missing_rules_message([self.kind]) + f" (API server: {e})"
+                self.error = self._rules_message([self.kind]) + f" (API server: {e})"
                 if self.failures == 0:
                     log.warning("capacity: %s", self.error)
             except _Stuck as e:
@@ -211,7 +221,7 @@ class _Informer:
             await self.cache._sleep(delay)
 
     async def _call(self, **params: Any) -> Any:
-        api = await self.cache._get_api()
+        api = await self._api()
         return await getattr(api, self.method)(_preload_content=False, **params)
 
     async def _list(self) -> None:
@@ -341,13 +351,16 @@ class _Informer:
 
     def _apply(self, obj: dict) -> str | None:
         cache = self.cache
+        if self.kind in DRA_KINDS:
+            return cache._dra.apply(self.kind, obj)
         if self.kind == "nodes":
-            name = (obj.get("metadata") or {}).get("name")
+            # every node, GPU node or not: a DRA pool needs the group of nodes with no extended resource
+            name = cache._dra.apply("nodes", obj)
             rec = node_record(obj, cache.config)
             if rec is None:
                 if name:
                     cache._ledger.remove_node(name)
-                return None
+                return name
             cache._ledger.upsert_node(rec)
             return rec.name
         prec = pod_record(obj, cache.config.is_gpu_resource)
@@ -355,22 +368,29 @@ class _Informer:
             key = pod_key(obj)
             if key is not None:
                 cache._ledger.remove_pod(key)
+                cache._dra.pod_changed(key, obj)
             return None
         cache._ledger.upsert_pod(prec)
         return prec.key
 
     def _remove(self, obj: dict) -> None:
+        if self.kind in DRA_KINDS or self.kind == "nodes":
+            self.cache._dra.remove(self.kind, obj)
         if self.kind == "nodes":
             name = (obj.get("metadata") or {}).get("name")
             if name:
                 self.cache._ledger.remove_node(name)
-        else:
+        elif self.kind == "pods":
             key = pod_key(obj)
             if key is not None:
                 self.cache._ledger.remove_pod(key)
+                self.cache._dra.pod_gone(key)
 
     def _retain(self, seen: set[str]) -> int:
+        if self.kind in DRA_KINDS:
+            return self.cache._dra.retain(self.kind, seen)
         if self.kind == "nodes":
+            self.cache._dra.retain("nodes", seen)
             return self.cache._ledger.retain_nodes(seen)
         return self.cache._ledger.retain_pods(seen)
 
@@ -401,6 +421,7 @@ class CapacityCache:
         backoff_base: float = 0.8,
         backoff_cap: float = 30.0,
         stale_after: float | None = None,
+        dra_rediscover_after: float = 600.0,
     ) -> None:
         if not isinstance(config, CapacityConfig):
             raise TypeError(f"CapacityCache needs a CapacityConfig, got {type(config).__name__}")
@@ -427,10 +448,21 @@ class CapacityCache:
             "nodes": _Informer(self, "nodes", "list_node"),
             "pods": _Informer(self, "pods", "list_pod_for_all_namespaces"),
         }
+        self._dra = DraSource(
+            config,
+            lambda kind, method: _Informer(self, kind, method, self._get_resource_api, dra_missing_rules_message),
+            self._get_resource_api,
+            sleep,
+            self._backoff,
+            on_change=self._changed_health,
+            rediscover_after=dra_rediscover_after,
+            request_timeout=request_timeout,
+        )
         self._tasks: list[asyncio.Task] = []
         self._settled = asyncio.Event()
         self._snapshot: CapacitySnapshot | None = None
         self._snapshot_key: tuple | None = None
+        self._merged: tuple[tuple, tuple, tuple, dict] | None = None  # (plugin, dra, merged, by id)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -467,6 +499,12 @@ class CapacityCache:
             return
         for inf in self._informers.values():
             self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}"))
+        self._tasks.append(asyncio.create_task(self._run_dra(), name="gpuspawner-capacity-dra"))
+
+    async def _run_dra(self) -> None:
+        """Discover ``resource.k8s.io/v1``; once served, run the DRA informers (dracache.py)."""
+        await self._dra.discover()
+        await asyncio.gather(*(inf.run() for inf in self._dra.informers.values()))
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -484,6 +522,15 @@ class CapacityCache:
             client = getattr(api, "api_client", None)
             if client is not None:
                 await client.close()
+
+    async def _get_resource_api(self) -> Any:
+        """The ``resource.k8s.io/v1`` API on the same client (and so the same credentials)."""
+        api = await self._get_api()
+        if all(hasattr(api, m) for m in ("get_api_resources", *DRA_KINDS.values())):
+            return api  # an API object that serves every group itself
+        from kubernetes_asyncio.client import ResourceV1Api
+
+        return ResourceV1Api(api.api_client)
 
     async def _get_api(self) -> Any:
         if self._api is not None:
@@ -524,7 +571,9 @@ class CapacityCache:
         )
 
     def _changed_health(self) -> None:
-        if self.synced or any(i.forbidden for i in self._informers.values()):
+        # a first snapshot waits for DRA to settle too (absent, listed or forbidden), so the spawn
+        # page does not open without the DRA pools; device-plugin trouble settles it at once
+        if (self.synced and self._dra.settled()) or any(i.forbidden for i in self._informers.values()):
             self._settled.set()
 
     async def wait_synced(self, timeout: float) -> bool:
@@ -538,27 +587,58 @@ class CapacityCache:
 
     def snapshot(self) -> CapacitySnapshot:
         """The pools as of now.  No I/O; the pools are rebuilt only after a change."""
-        self._ledger.expire(self._clock())
-        pools = self._ledger.pools()
+        now = self._clock()
+        self._ledger.expire(now)
+        self._dra.ledger.expire(now)
+        pools, by_id = self._pools()
         age = self._age()
         return CapacitySnapshot(
             pools=pools,
             synced=self.synced,
             age_seconds=age,
-            generation=self._ledger.generation,
+            generation=self._ledger.generation + self._dra.ledger.generation,
             healthy=self._healthy(age),
             error=self._error(),
-            pools_by_id=self._ledger.pools_by_id(),
+            pools_by_id=by_id,
+        )
+
+    def _pools(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Device-plugin pools and DRA pools side by side, sorted by id (merged once per change)."""
+        plugin = self._ledger.pools()
+        dra = self._dra.pools() if self._dra_healthy() else ()
+        if not dra:
+            return plugin, self._ledger.pools_by_id()
+        memo = self._merged
+        if memo is None or memo[0] is not plugin or memo[1] is not dra:
+            merged = tuple(sorted(plugin + dra, key=lambda p: p.id))
+            memo = self._merged = (plugin, dra, merged, {p.id: p for p in merged})
+        return memo[2], memo[3]
+
+    def _dra_healthy(self) -> bool:
+        """DRA pools are served only while the DRA informers are current, as ``healthy`` asks of the
+        node and pod informers: listed, not failing or forbidden, heard from within ``stale_after``
+        (a broken DRA watch takes the DRA pools off the page rather than offer stale counts)."""
+        if not self._dra.synced:
+            return False
+        now = self._clock()
+        return all(
+            not i.error and not i.forbidden and i.last_contact is not None and now - i.last_contact <= self._stale_after
+            for i in self._dra.informers.values()
         )
 
     def reserve(self, owner: str, pool_id: str, count: int) -> None:
         """Count ``count`` GPUs of ``pool_id`` for the pod ``owner`` ("<namespace>/<name>") at once."""
         if not isinstance(owner, str) or "/" not in owner:
             raise ValueError(f"reservation owner must be '<namespace>/<pod name>', got {owner!r}")
-        self._ledger.reserve(owner, pool_id, count, self._clock() + self.config.reservation_ttl)
+        expires = self._clock() + self.config.reservation_ttl
+        if self._dra.ledger.has_pool(pool_id):
+            self._dra.ledger.reserve(owner, pool_id, count, expires)
+        else:
+            self._ledger.reserve(owner, pool_id, count, expires)
 
     def release(self, owner: str) -> None:
         self._ledger.release(owner)
+        self._dra.ledger.release(owner)
 
     @property
     def health(self) -> dict[str, Any]:
@@ -577,6 +657,7 @@ class CapacityCache:
             "reservations": len(self._ledger.reservations()),
             "generation": self._ledger.generation,
             "informers": informers,
+            "dra": {**self._dra.health(), "healthy": self._dra_healthy()},
         }
 
     # -- timing ----------------------------------------------------------------

@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_GPU_RESOURCES",
     "DEFAULT_GPU_RESOURCE_PREFIXES",
     "DEFAULT_NODE_GROUP_LABELS",
+    "DEFAULT_DRA_DRIVERS",
     "DeclaredPool",
     "CapacityConfig",
 ]
@@ -33,6 +34,10 @@ DEFAULT_GPU_RESOURCE_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
 #: Node-group labels of the managed Kubernetes offerings, first present wins
 #: (see ``labels.NODE_GROUP_PROVIDERS`` for their sources).
 DEFAULT_NODE_GROUP_LABELS: tuple[str, ...] = tuple(p.label for p in _labels.NODE_GROUP_PROVIDERS)
+
+#: DRA drivers whose devices are GPUs (``ResourceSlice.spec.driver``): NVIDIA's GPU driver
+#: (kubernetes-sigs/dra-driver-nvidia-gpu, formerly NVIDIA/k8s-dra-driver-gpu; docs/dra.md).
+DEFAULT_DRA_DRIVERS: tuple[str, ...] = ("gpu.nvidia.com",)
 
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # a qualified name (label key / resource name): optional DNS prefix + "/" + name
@@ -221,12 +226,13 @@ class CapacityConfig:
     gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
     gpu_resource_prefixes: tuple[str, ...] = DEFAULT_GPU_RESOURCE_PREFIXES
     node_group_labels: tuple[str, ...] = DEFAULT_NODE_GROUP_LABELS
+    dra_drivers: tuple[str, ...] = DEFAULT_DRA_DRIVERS
     declared_pools: tuple[DeclaredPool, ...] = ()
     reservation_ttl: float = 300.0
     _gpu_set: frozenset = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("gpu_resources", "gpu_resource_prefixes", "node_group_labels"):
+        for name in ("gpu_resources", "gpu_resource_prefixes", "node_group_labels", "dra_drivers"):
             value = getattr(self, name)
             if isinstance(value, str) or not isinstance(value, (tuple, list)):
                 raise ValueError(f"CapacityConfig.{name} must be a list of strings, got {value!r}")

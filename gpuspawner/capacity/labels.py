@@ -48,6 +48,8 @@ __all__ = [
     "product_label_for",
     "version_key",
     "node_record",
+    "node_is_ready",
+    "node_taints",
 ]
 
 
@@ -305,7 +307,8 @@ _VIEW_LABELS = (
 )
 
 
-def _is_ready(status: Mapping[str, Any]) -> bool:
+def node_is_ready(status: Mapping[str, Any]) -> bool:
+    """Whether a Node's ``status`` says Ready (for the device-plugin and the DRA records)."""
     # the node lifecycle controller's notion: condition Ready == "True"
     # (pkg/controller/nodelifecycle); an absent condition means not ready
     for cond in status.get("conditions") or ():
@@ -314,7 +317,8 @@ def _is_ready(status: Mapping[str, Any]) -> bool:
     return False
 
 
-def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
+def node_taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
+    """The taints of a Node's ``spec`` as records (malformed entries are skipped)."""
     out = []
     for t in spec.get("taints") or ():
         if isinstance(t, dict) and isinstance(t.get("key"), str) and t.get("effect"):
@@ -389,7 +393,7 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
     driver, cuda, cc = driver_versions(labels)
     return NodeRecord(
         name=name,
-        ready=_is_ready(status),
+        ready=node_is_ready(status),
         schedulable=not spec.get("unschedulable", False),
         gpus=_node_gpus(found, labels, group_label, group),
         node_group_label=group_label,
@@ -397,6 +401,6 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
         driver_version=driver,
         cuda_version=cuda,
         compute_capability=cc,
-        taints=_taints(spec),
+        taints=node_taints(spec),
         labels=tuple((k, labels[k]) for k in _VIEW_LABELS if isinstance(labels.get(k), str)),
     )

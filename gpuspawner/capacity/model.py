@@ -55,12 +55,34 @@ class NodeView:
     labels: tuple[tuple[str, str], ...] = ()
 
 
+#: How a pool's GPUs reach a pod (``PoolView.allocation``, exact in ``GET /hub/api/gpus``).
+DEVICE_PLUGIN = "device-plugin"  # an extended resource in node allocatable (``nvidia.com/gpu``)
+DRA = "dra"  # devices in ResourceSlices, handed out through ResourceClaims (resource.k8s.io/v1)
+
+
+@dataclass(frozen=True, slots=True)
+class DraFacts:
+    """What a claim for a DRA pool's devices must say (``gpuspawner.spawn.dra`` builds it).
+
+    ``device_class``: the DeviceClass whose selectors take the pool's devices (also the pool's
+    ``resource``); ``driver``: ``spec.driver`` of their ResourceSlices; ``product_name``,
+    ``profile`` (MIG), ``device_type``: the attribute values (``productName``, ``profile``,
+    ``type``) every device of the pool has, which the claim's CEL selectors repeat.
+    """
+
+    driver: str
+    device_class: str
+    product_name: str | None
+    profile: str | None = None
+    device_type: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class PoolView:
     """One GPU pool: nodes with the same GPU resource, product and node group."""
 
     id: str  # see pool_id()
-    resource: str  # "nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"
+    resource: str  # "nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"; DRA: the DeviceClass name
     product: str | None
     memory_mib: int | None
     node_group_label: str | None  # e.g. "cloud.google.com/gke-nodepool"
@@ -78,11 +100,29 @@ class PoolView:
     # the union of the taints on the pool's nodes (discovered or declared)
     taints: tuple[Taint, ...]
     node_views: tuple[NodeView, ...] = ()
+    # set for a pool of DRA devices (ResourceSlices), None for a device-plugin pool
+    dra: DraFacts | None = None
+
+    @property
+    def vendor(self) -> str | None:
+        """``"nvidia"``, ``"amd"`` or None: from the resource's domain (``nvidia.com/gpu``) or,
+        for a DRA pool, from its driver's (``gpu.nvidia.com``)."""
+        domain = self.resource.split("/", 1)[0] if self.dra is None else self.dra.driver
+        for vendor in ("nvidia", "amd"):
+            if domain == f"{vendor}.com" or domain.endswith(f".{vendor}.com"):
+                return vendor
+        return None
+
+    @property
+    def allocation(self) -> str:
+        """``"device-plugin"`` or ``"dra"``: how a pod of this pool gets its GPUs."""
+        return DEVICE_PLUGIN if self.dra is None else DRA
 
     def to_json(self) -> dict[str, Any]:
-        """The exact object of ``GET /hub/api/gpus`` (issue #2, section 4)."""
+        """The exact object of ``GET /hub/api/gpus`` (issue #2, section 4; ``allocation``: issue #9)."""
         return {
             "id": self.id,
+            "allocation": self.allocation,
             "resource": self.resource,
             "product": self.product,
             "memory_mib": self.memory_mib,

@@ -174,14 +174,17 @@ def _check_flags(args: argparse.Namespace) -> tuple[float, tuple[str, str] | Non
 
 def _facts(args: argparse.Namespace, state: Any, hub: Any, capacity: Any, service_account: Any,
            pending_after: float) -> dict[str, Any]:
-    """What the report says about the run itself: the server, the counts, whose rights."""
-    from gpuspawner.doctor.checks import gpu_evidence
+    """What the report says about the run itself: the server, the counts (DRA's too), whose rights."""
+    from gpuspawner.doctor.checks import dra_gpu_nodes, gpu_evidence
 
+    dra = state.dra
+    dra_nodes = dra_gpu_nodes(dra, capacity)  # GPU nodes whose GPUs a DRA driver publishes
     return {
         "server": state.server,
         "nodes": None if state.nodes is None else len(state.nodes),
         "gpu_nodes": None if state.nodes is None else sum(
-            1 for n in state.nodes if gpu_evidence(n, capacity).is_gpu_node),
+            1 for n in state.nodes if gpu_evidence(n, capacity).is_gpu_node
+            or (n.get("metadata") or {}).get("name") in dra_nodes),
         "pods": None if state.pods is None else len(state.pods),
         "rbac_subject": state.rbac.subject + (
             "" if service_account or "service account" in state.rbac.subject
@@ -189,6 +192,8 @@ def _facts(args: argparse.Namespace, state: Any, hub: Any, capacity: Any, servic
         "config": args.config,
         "cuda_policy": hub.cuda_policy,
         "pending_after_seconds": pending_after,
+        "dra": None if dra is None or not dra.served else {
+            k: None if getattr(dra, k) is None else len(getattr(dra, k)) for k in ("classes", "slices", "claims")},
     }
 
 
@@ -221,7 +226,7 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         return _fail(f"reading {where} failed: {type(e).__name__}: {e}", as_json, out, err)
     findings = checks.run_checks(
         state.nodes, state.pods, config=capacity, hub=hub, rbac=state.rbac,
-        now=time.time() if now is None else now, pending_after=pending_after,
+        now=time.time() if now is None else now, pending_after=pending_after, dra=state.dra,
     )
     facts = _facts(args, state, hub, capacity, service_account, pending_after)
     render = report.render_json if as_json else report.render_text

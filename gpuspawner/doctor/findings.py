@@ -15,6 +15,7 @@ from gpuspawner.kube import objects
 __all__ = [
     "SEVERITIES",
     "FINDING_IDS",
+    "DRA_FINDING_IDS",
     "ObjectRef",
     "Finding",
     "exit_code",
@@ -27,6 +28,15 @@ __all__ = [
 
 SEVERITIES = ("error", "warning", "info")
 
+
+#: The DRA checks' ids (``checks.dra``).
+DRA_FINDING_IDS = (
+    "dra-no-deviceclass",
+    "dra-gpus-published-twice",
+    "dra-slices-incomplete",
+    "dra-claim-unallocated",
+    "dra-rbac-missing",
+)
 
 #: Stable ids: scripts and the troubleshooting page (docs/troubleshooting.md) key on them.
 FINDING_IDS = (
@@ -44,7 +54,7 @@ FINDING_IDS = (
     "pod-pending-on-gpu",
     "profile-checks-skipped",
     "checks-skipped",
-)
+) + DRA_FINDING_IDS
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""What doctor reads from the cluster: nodes, pods and the hub's access rights.
+"""What doctor reads from the cluster: nodes, pods, DRA objects and the hub's access rights.
 
 Kubernetes I/O only (kubernetes_asyncio); the judging is ``doctor.checks``.
 
@@ -18,6 +18,10 @@ Kubernetes I/O only (kubernetes_asyncio); the judging is ``doctor.checks``.
   the ``system:basic-user`` ClusterRole).  When the server has no
   ``authorization.k8s.io`` API (404) doctor falls back to trying the calls
   themselves and reading 403s.
+* DRA: when discovery shows ``resource.k8s.io/v1``, DeviceClasses, ResourceSlices and
+  ResourceClaims are listed the same way, and the hub's rights to them (and to
+  ResourceClaimTemplates in its namespace) are reviewed with group ``resource.k8s.io``
+  (``doctor.checks.dra`` judges them).
 
 Every failure to reach the API is a :class:`GatherError` with a one-line
 reason; doctor exits 2 on it.
@@ -31,6 +35,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspawner.doctor.dra import DRA_GROUP, REQUIRED_DRA_NAMESPACED_RBAC, REQUIRED_DRA_RBAC, DraState
 from gpuspawner.doctor.rbac import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
 from gpuspawner.kube.apierrors import explain, status_of
 
@@ -49,6 +54,7 @@ class ClusterState:
     nodes: list[dict] | None  # None: listing was forbidden
     pods: list[dict] | None
     rbac: RbacFacts
+    dra: DraState | None = None  # None: not read (DraState.served says whether the cluster has DRA)
 
 
 def parse_service_account(text: str) -> tuple[str, str]:
@@ -130,9 +136,9 @@ class _Reader:
             resp.release()
         return resp.status, body
 
-    async def list_all(self, what: str) -> list[dict]:
-        """Every object, page by page; raises _Forbidden on 403."""
-        fn = self.core.list_node if what == "nodes" else self.core.list_pod_for_all_namespaces
+    async def list_all(self, what: str, fn: Any = None) -> list[dict]:
+        """Every object, page by page (``fn``: the list call, default for nodes or pods); raises _Forbidden on 403."""
+        fn = fn or (self.core.list_node if what == "nodes" else self.core.list_pod_for_all_namespaces)
         for _attempt in range(3):
             items: list[dict] = []
             token: str | None = None
@@ -163,9 +169,9 @@ class _Reader:
         raise GatherError(f"listing {what} at {self.server}: the list kept expiring (410 Gone); try again")
 
     async def review(self, verb: str, resource: str, namespace: str | None,
-                     subject: tuple[str, str] | None) -> RbacCheck | None:
+                     subject: tuple[str, str] | None, group: str = "") -> RbacCheck | None:
         """One access review; None when the server has no authorization API (404)."""
-        attrs: dict[str, Any] = {"verb": verb, "resource": resource, "group": ""}
+        attrs: dict[str, Any] = {"verb": verb, "resource": resource, "group": group}
         if namespace:
             attrs["namespace"] = namespace
         if subject is None:
@@ -261,10 +267,10 @@ async def _by_trying(reader: _Reader, nodes: list[dict] | None, listed: dict[str
     return checks
 
 
-async def _rbac_checks(reader: _Reader, hub_service_account: tuple[str, str] | None,
-                       nodes: list[dict] | None, listed: dict[str, RbacCheck]) -> list[RbacCheck]:
-    """An access review per right the hub needs; the calls themselves when there is no review API."""
-    namespace = _hub_namespace(hub_service_account)
+async def _rbac_checks(reader: _Reader, hub_service_account: tuple[str, str] | None, namespace: str | None,
+                       nodes: list[dict] | None, listed: dict[str, RbacCheck]) -> tuple[list[RbacCheck], bool]:
+    """An access review per right the hub needs (``namespace``: the hub's, for its Role's rights);
+    the calls themselves when there is no review API.  Also says whether the server answers reviews."""
     wanted: list[tuple[str, str, str | None]] = [(v, r, None) for v, r in REQUIRED_RBAC]
     if namespace:
         wanted += [(v, r, namespace) for v, r in REQUIRED_NAMESPACED_RBAC]
@@ -274,11 +280,11 @@ async def _rbac_checks(reader: _Reader, hub_service_account: tuple[str, str] | N
         return [first] + [
             c if c is not None else RbacCheck(v, r, ns, None, first.how, "the access review answered 404")
             for c, (v, r, ns) in zip(rest, wanted[1:])
-        ]
+        ], True
     if hub_service_account is not None:
         return [RbacCheck(v, r, ns, None, "SubjectAccessReview", "the API server has no authorization.k8s.io/v1 API")
-                for v, r, ns in wanted]
-    return await _by_trying(reader, nodes, listed)
+                for v, r, ns in wanted], False
+    return await _by_trying(reader, nodes, listed), False
 
 
 def _subject(hub_service_account: tuple[str, str] | None, kubeconfig: str | None, server: str | None) -> str:
@@ -298,7 +304,7 @@ async def gather(
     page_size: int = 500,
     timeout: float = 30.0,
 ) -> ClusterState:
-    """Read nodes, pods and the hub's access rights; raises :class:`GatherError`."""
+    """Read nodes, pods, DRA objects and the hub's access rights; raises :class:`GatherError`."""
     from kubernetes_asyncio import client
 
     cfg = await _configure(kubeconfig, context, server)
@@ -306,6 +312,44 @@ async def gather(
     async with client.ApiClient(configuration=cfg) as api_client:
         reader = _Reader(api_client, url, timeout, page_size)
         found, listed = await _list_both(reader)
-        checks = await _rbac_checks(reader, hub_service_account, found["nodes"], listed)
+        namespace = _hub_namespace(hub_service_account)
+        checks, reviews = await _rbac_checks(reader, hub_service_account, namespace, found["nodes"], listed)
         rbac = RbacFacts(_subject(hub_service_account, kubeconfig, server), tuple(checks))
-        return ClusterState(server=url, nodes=found["nodes"], pods=found["pods"], rbac=rbac)
+        dra = await _gather_dra(reader, api_client, hub_service_account, namespace, reviews=reviews)
+        return ClusterState(server=url, nodes=found["nodes"], pods=found["pods"], rbac=rbac, dra=dra)
+
+
+# (resource, ResourceV1Api list method, DraState field)
+_DRA_LISTS = (("deviceclasses", "list_device_class", "classes"), ("resourceslices", "list_resource_slice", "slices"),
+              ("resourceclaims", "list_resource_claim_for_all_namespaces", "claims"))
+
+
+async def _gather_dra(reader: _Reader, api_client: Any, subject: tuple[str, str] | None,
+                      namespace: str | None, *, reviews: bool) -> DraState:
+    """DeviceClasses, ResourceSlices and ResourceClaims when the cluster serves
+    ``resource.k8s.io/v1`` (discovery: ``GET /apis/resource.k8s.io/v1``), and the hub's DRA rights."""
+    from kubernetes_asyncio import client
+
+    api = client.ResourceV1Api(api_client)
+    code, body = await reader._call(api.get_api_resources)
+    try:
+        names = {r.get("name") for r in json.loads(body).get("resources") or ()} if code == 200 else set()
+    except (ValueError, AttributeError):
+        names = set()
+    if not all(what in names for what, _, _ in _DRA_LISTS):
+        return DraState(served=False)
+    state = DraState(served=True)
+    checks: list[RbacCheck] = []
+    for what, method, attr in _DRA_LISTS:
+        try:
+            setattr(state, attr, await reader.list_all(what, getattr(api, method)))
+        except _Forbidden as e:
+            checks.append(RbacCheck("list", what, None, False, "list call", e.message))
+    if reviews:
+        wanted = [(v, r, None) for v, r in REQUIRED_DRA_RBAC]
+        if namespace:
+            wanted += [(v, r, namespace) for v, r in REQUIRED_DRA_NAMESPACED_RBAC]
+        found = await asyncio.gather(*(reader.review(v, r, ns, subject, DRA_GROUP) for v, r, ns in wanted))
+        checks = [c for c in found if c is not None]
+    state.rbac = tuple(checks)
+    return state

@@ -69,6 +69,11 @@ def render_text(findings: Sequence[Finding], facts: Mapping[str, Any] | None = N
     lines.append(head)
     if facts.get("config"):
         lines.append(f"hub config: {facts['config']}")
+    if facts.get("dra"):
+        dra = facts["dra"]
+        parts = [f"{dra[k]} {w}" if dra.get(k) is not None else f"{w}: not readable"
+                 for k, w in (("classes", "DeviceClasses"), ("slices", "ResourceSlices"), ("claims", "ResourceClaims"))]
+        lines.append("Dynamic Resource Allocation (resource.k8s.io/v1): " + ", ".join(parts))
     if facts.get("rbac_subject"):
         lines.append(f"RBAC checked for {facts['rbac_subject']}")
     groups = group_by_severity(findings)

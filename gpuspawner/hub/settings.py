@@ -99,6 +99,16 @@ class GPUSpawnerSettings(Configurable):
             c.GPUSpawner.gpu_node_group_labels = ["cloud.google.com/gke-nodepool", "example.com/rack"]
         """
     )
+    gpu_dra_drivers = _names_or_default(
+        """
+        Dynamic Resource Allocation drivers whose devices are GPUs (``ResourceSlice.spec.driver``).
+        On a cluster that serves ``resource.k8s.io/v1`` their devices form DRA pools, offered beside
+        the device-plugin pools (docs/dra.md). None keeps the default (``gpu.nvidia.com``, NVIDIA's
+        DRA driver); an empty list turns DRA pools off.
+
+            c.GPUSpawner.gpu_dra_drivers = ["gpu.nvidia.com", "gpu.example.com"]
+        """
+    )
     gpu_declared_pools = List(
         Dict(),
         config=True,
@@ -202,7 +212,7 @@ class GPUSpawnerSettings(Configurable):
             raise TraitError(str(e)) from None
         return proposal.value
 
-    @validate("gpu_resources", "gpu_resource_prefixes", "gpu_node_group_labels")
+    @validate("gpu_resources", "gpu_resource_prefixes", "gpu_node_group_labels", "gpu_dra_drivers")
     def _validate_names(self, proposal):
         value = proposal.value
         if value is not None and not all(v.strip() for v in value):
@@ -263,6 +273,7 @@ class GPUSpawnerSettings(Configurable):
             ("gpu_resources", self.gpu_resources),
             ("gpu_resource_prefixes", self.gpu_resource_prefixes),
             ("node_group_labels", self.gpu_node_group_labels),
+            ("dra_drivers", self.gpu_dra_drivers),
         ):
             if value is not None:
                 kwargs[field] = tuple(value)

@@ -38,6 +38,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 
 from gpuspawner.spawn import cudafit
+from gpuspawner.hub import dra as dra_glue
 from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
@@ -409,6 +410,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         "tolerations",
         "extra_annotations",
         "init_containers",
+        "modify_pod_hook",
     )
     _gpu_base_traits: dict[str, Any] | None = None
 
@@ -545,12 +547,17 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         state = super().get_state()
         if self.gpu_held is not None:
             state["gpu_held"] = self.gpu_held
+        if self._gpu_dra_template is not None:
+            # so that a hub restarted while the server runs still cleans up claim templates at its stop
+            state["gpu_dra_template"] = self._gpu_dra_template
         return state
 
     def load_state(self, state):
         super().load_state(state)
         held = state.get("gpu_held")
         self.gpu_held = held if isinstance(held, int) and not isinstance(held, bool) else None
+        template = state.get("gpu_dra_template")
+        self._gpu_dra_template = template if isinstance(template, str) else None
 
     def clear_state(self):
         super().clear_state()
@@ -572,7 +579,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     def _apply_gpu_selection(self, selection: Selection) -> None:
         pool, gpus = selection.pool.pool, selection.gpus
         fit = selection.cuda
-        steer = cudafit.steering_expression(fit)
+        # a DRA pool keeps the driver check in the claim's CEL selectors (spawn/dra.py), not in affinity
+        steer = cudafit.steering_expression(fit) if pool.dra is None else None
         try:
             overrides = build_overrides(
                 pool,
@@ -596,6 +604,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             GPUS_ANNOTATION: str(gpus),
         }
         self._apply_cuda(selection)
+        if pool.dra is not None:
+            dra_glue.apply_selection(self, selection)
         hard = untolerated_taints(pool, self.gpu_tolerated_taint_keys)
         if hard:
             self.log.warning(
@@ -811,9 +821,14 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 event, _ = rewrite_progress_event(event, ctx)
             yield event
 
+    _gpu_dra_template: str | None = None  # "<namespace>/<name>" of this server's claim template
+
     async def stop(self, now=False):
         self.release_gpus()
-        return await super().stop(now=now)
+        result = await super().stop(now=now)
+        if self._gpu_dra_template is not None:
+            await dra_glue.remove_unused_templates(self)
+        return result
 
 
 def capacity_settings_class(spawner_class: object) -> type[GPUSpawnerSettings]:

@@ -9,7 +9,8 @@ which pairs each with its HTTP code).  A watch sends the same object in an ``ERR
 
 The ClusterRole the hub needs (``deploy/rbac.yaml``) is described here once: the capacity
 cache's 403 message, the spawner's log line and ``doctor``'s RBAC check all use
-:data:`CLUSTER_ROLE_RULES`.
+:data:`CLUSTER_ROLE_RULES`; its Dynamic Resource Allocation rules (:data:`DRA_CLUSTER_ROLE_RULES`)
+and the Role for a DRA spawn's claim templates (:data:`DRA_ROLE_RULES`) likewise.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ __all__ = [
     "INFORMER_VERBS",
     "rules_text",
     "missing_rules_message",
+    "DRA_GROUP",
+    "DRA_CLUSTER_ROLE_RULES",
+    "DRA_ROLE_NAME",
+    "DRA_ROLE_RULES",
+    "dra_missing_rules_message",
 ]
 
 #: metav1.StatusReason for each HTTP code the API server sends (the first, when several share one)
@@ -122,6 +128,22 @@ CLUSTER_ROLE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: what the capacity cache's informers do with each resource
 INFORMER_VERBS = ("list", "watch")
 
+#: the API group of Dynamic Resource Allocation (``resource.k8s.io/v1``)
+DRA_GROUP = "resource.k8s.io"
+#: the ClusterRole's rules for DRA (apiGroups [resource.k8s.io], the cluster scope), which the
+#: capacity cache needs to count DRA GPUs: resource -> verbs
+DRA_CLUSTER_ROLE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("deviceclasses", ("get", "list", "watch")),
+    ("resourceslices", ("get", "list", "watch")),
+    ("resourceclaims", ("get", "list", "watch")),
+)
+#: deploy/rbac.yaml's Role in the hub's namespace, for the claim templates of DRA spawns
+DRA_ROLE_NAME = "gpuspawner-claim-templates"
+#: its rules (apiGroups [resource.k8s.io]): resource -> verbs
+DRA_ROLE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("resourceclaimtemplates", ("get", "list", "create", "delete")),
+)
+
 
 def rules_text(rules: Iterable[tuple[str, Iterable[str]]] = CLUSTER_ROLE_RULES, sep: str = ": ",
                verb_sep: str = ", ") -> str:
@@ -137,4 +159,16 @@ def missing_rules_message(kinds: list[str]) -> str:
         f"forbidden: the hub cannot {' and '.join('list/watch ' + k for k in kinds)} at the cluster scope, "
         f"so live GPU capacity is unknown. Bind the hub's service account to a ClusterRole with the rules "
         f'[{rules}] (apiGroups: [""]); the Zero to JupyterHub hub Role is namespaced and does not grant them.'
+    )
+
+
+def dra_missing_rules_message(kinds: list[str]) -> str:
+    """The capacity cache's 403 explanation for its DRA informers: which ClusterRole rules the
+    hub lacks to list and watch ``kinds`` (``resourceslices``, ``resourceclaims``, ``deviceclasses``)."""
+    verbs = ", ".join(f'"{v}"' for v in INFORMER_VERBS)
+    return (
+        f"forbidden: the hub cannot {' and '.join('list/watch ' + k for k in kinds)} at the cluster scope, "
+        "so GPUs handed out through Dynamic Resource Allocation are not offered (device-plugin GPUs are "
+        f'counted as usual). Add the rule {{apiGroups: ["{DRA_GROUP}"], resources: [{", ".join(kinds)}], '
+        f"verbs: [{verbs}]}} to the hub's ClusterRole (deploy/rbac.yaml)."
     )

@@ -323,9 +323,9 @@ def pool_fit(image: ImageCuda, pool: PoolView, policy: str, check: Check) -> Poo
         none = Verdict("skip", "no-cuda", "The image declares no CUDA, so the driver check does not apply.",
                        policy=policy)
         return PoolFit(image, pool.id, "skip", none, (), policy)
-    if not pool.resource.startswith("nvidia.com/"):
+    if pool.vendor != "nvidia":
         # CUDA runs on NVIDIA GPUs only; the rules (and any admin cuda_check) speak of NVIDIA drivers
-        vendor = "AMD" if pool.resource.startswith("amd.com/") else "non-NVIDIA"
+        vendor = "AMD" if pool.vendor == "amd" else "non-NVIDIA"
         what = f"{vendor} GPUs ({pool.product})" if pool.product else f"{vendor} GPUs"
         v = Verdict(
             "fail" if vendor == "AMD" else "skip",

@@ -170,8 +170,10 @@ def build_overrides(
 
     new_limits = _without_other_gpus(limits)
     new_guarantees = _without_other_gpus(guarantees)
-    new_limits[pool.resource] = str(gpus)
-    new_guarantees[pool.resource] = str(gpus)
+    if pool.dra is None:
+        new_limits[pool.resource] = str(gpus)
+        new_guarantees[pool.resource] = str(gpus)
+    # a DRA pool's GPUs come through a ResourceClaim (gpuspawner.spawn.dra), not an extended resource
 
     affinity = _merge_affinity(
         affinity_required, pool_match_expressions(pool) + [dict(e) for e in extra_expressions]

@@ -101,6 +101,7 @@ FATAL_KINDS = frozenset(
         "node_out_of_resource",
         "preempted",
         "pod_failed",
+        "gpu_class_missing",
     }
 )
 
@@ -391,10 +392,46 @@ def _never_fits(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | 
     return Translation(f"Cannot start: {reason}.", "no_matching_node", fatal=True, reason=reason)
 
 
+_CLASS_MISSING = re.compile(r"device class (\S+) does not exist")
+
+
+def _dra_scheduling(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | None:
+    """The dynamicresources plugin's reasons, for a server whose GPUs come from a ResourceClaim
+    (``pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go``): Filter's
+    ``cannot allocate all claims`` / ``resourceclaim not available on the node`` (no node has the
+    devices free: the DRA ``Insufficient``), PreFilter's ``request <r>: device class <c> does not
+    exist`` (nothing changes until an admin creates the class), and the claim not created or
+    being allocated yet (``resourceclaim.Name``: "ResourceClaim not created yet")."""
+    texts = " ".join(r.text for r in failure.reasons).lower()
+    m = _CLASS_MISSING.search(" ".join(r.text for r in failure.reasons))
+    if m:
+        reason = (
+            f"the cluster has no DeviceClass {m.group(1)}, which the GPUs of pool {ctx.label} are requested "
+            "with (the GPU driver's classes may have been removed); ask your administrator"
+        )
+        return Translation(f"Cannot start: {reason}.", "gpu_class_missing", fatal=True, reason=reason)
+    if "cannot allocate all claims" in texts or "resourceclaim not available on the node" in texts:
+        if _too_big(ctx):
+            reason = (
+                f"this server asks for {_n(ctx.gpus, 'GPU')} on one node, but the largest node of pool "
+                f"{ctx.label} has {ctx.max_node_allocatable}; choose at most {ctx.max_node_allocatable} "
+                "or another pool"
+            )
+            return Translation(f"Cannot start: {reason}.", "too_many_gpus", fatal=True, reason=reason)
+        return Translation(_waiting_for_gpu(ctx), "waiting_for_gpu", PROGRESS_SCHEDULING)
+    if "resourceclaim not created yet" in texts or "in the process of being allocated" in texts:
+        return Translation(f"Preparing the GPU claim of your server in pool {ctx.label}.", "waiting_for_claim",
+                           PROGRESS_SCHEDULING)
+    return None
+
+
 def _failed_scheduling(failure: SchedulingFailure, ctx: SpawnContext) -> Translation:
     fatal = _never_fits(failure, ctx)
     if fatal is not None:
         return fatal
+    dra = _dra_scheduling(failure, ctx)
+    if dra is not None:
+        return dra
     if failure.insufficient(ctx.resource):
         return Translation(_waiting_for_gpu(ctx), "waiting_for_gpu", PROGRESS_SCHEDULING)
     if failure.count(UNSCHEDULABLE):

@@ -1,10 +1,21 @@
-"""Shared test builders: small Kubernetes objects the tests assemble their cases from."""
+"""Builders of ``resource.k8s.io/v1`` objects (Dynamic Resource Allocation) for the tests.
+
+* as the simulated cluster's tests use them (NVIDIA's slices from ``sim.dra.nvidia``, claims,
+  templates, pods with a claim): ``dra_node``, ``gpu_slice``, ``device_classes``, ``request``,
+  ``claim``, ``claim_template``, ``claim_pod``;
+* as the product's capacity, spawn, hub and doctor tests read them, device by device (allocated
+  claims, classes with any selector, nodes in a node group): ``group_node``, ``gpu_device``,
+  ``mig_device``, ``resource_slice``, ``device_class``, ``resource_claim``.
+
+Nodes and pods of the device-plugin path: ``tests.builders.node`` / ``tests.builders.pod``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpuspawner.sim.dra import nvidia
+from tests.builders import GKE, node
 
 A100 = {"product": "NVIDIA A100-SXM4-80GB", "count": 4, "memory": "80Gi", "architecture": "Ampere",
         "computeCapability": "8.0", "driverVersion": "570.172.08", "cudaDriverVersion": "12.8"}
@@ -66,3 +77,91 @@ def claim_pod(name: str, template: str, command: list[str] | None = None, tolera
     if tolerate_gpu:
         spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+# --- devices one by one (product tests)
+
+NVIDIA = "gpu.nvidia.com"
+
+
+def group_node(name: str, group: str | None = None, allocatable: dict | None = None, *,
+               labels: dict[str, str] | None = None, **kw: Any) -> dict[str, Any]:
+    """A Node in node group ``group`` (GKE's label) with ``labels`` besides, as ``tests.builders.node``
+    builds it."""
+    return node(name, allocatable, {**({GKE: group} if group else {}), **(labels or {})} or None, **kw)
+
+
+def gpu_device(name: str, product: str = "NVIDIA A100-SXM4-80GB", *, driver: str = "550.54.15",
+               cuda: str = "12.4.0", memory: str = "80Gi", **extra: Any) -> dict[str, Any]:
+    """A full GPU as NVIDIA's DRA driver publishes it (deviceinfo.go: unqualified attribute names,
+    versions as semver: ``535.183.01`` -> ``535.183.1``)."""
+    return {
+        "name": name,
+        "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": f"GPU-{name}-0000"},
+            "productName": {"string": product},
+            "brand": {"string": "Nvidia"},
+            "architecture": {"string": "Ampere"},
+            "cudaComputeCapability": {"version": "8.0.0"},
+            "driverVersion": {"version": nvidia.semver_of(driver)},
+            "cudaDriverVersion": {"version": nvidia.semver_of(cuda)},
+        },
+        "capacity": {"memory": {"value": memory}},
+        **extra,
+    }
+
+
+def mig_device(name: str, profile: str = "1g.10gb", product: str = "NVIDIA A100-SXM4-80GB", *,
+               driver: str = "550.54.15", cuda: str = "12.4.0", memory: str = "9856Mi") -> dict[str, Any]:
+    dev = gpu_device(name, product, driver=driver, cuda=cuda, memory=memory)
+    dev["attributes"]["type"] = {"string": "mig"}
+    dev["attributes"]["profile"] = {"string": profile}
+    dev["attributes"]["parentUUID"] = {"string": "GPU-parent"}
+    return dev
+
+
+def resource_slice(name: str, node_name: str | None, devices: list[dict], *, driver: str = NVIDIA,
+                   pool: str | None = None, generation: int = 1, count: int = 1) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": pool or node_name or name, "generation": generation, "resourceSliceCount": count},
+        "devices": devices,
+    }
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    else:
+        spec["allNodes"] = True
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": spec}
+
+
+def device_class(name: str, expression: str | None = None, *, device_type: str | None = None,
+                 extended_resource_name: str | None = None) -> dict[str, Any]:
+    """NVIDIA's classes: ``device_type`` "gpu" (gpu.nvidia.com) or "mig" (mig.nvidia.com)."""
+    if expression is None:
+        expression = f"device.driver == '{NVIDIA}'"
+        if device_type:
+            expression += f" && device.attributes['{NVIDIA}'].type == '{device_type}'"
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
+    if extended_resource_name:
+        spec["extendedResourceName"] = extended_resource_name
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+
+def resource_claim(name: str, namespace: str = "jhub", *, devices: list[tuple[str, str]] = (),
+                   owner_pod: str | None = None, driver: str = NVIDIA, allocated: bool | None = None,
+                   admin_access: bool = False) -> dict[str, Any]:
+    """A claim; ``devices``: (pool, device) pairs of its allocation (allocated when given)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owner_pod:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner_pod, "uid": "u-1",
+                                    "controller": True, "blockOwnerDeletion": True}]
+    status: dict[str, Any] = {}
+    if devices or allocated:
+        results = [{"request": "gpus", "driver": driver, "pool": p, "device": d,
+                    **({"adminAccess": True} if admin_access else {})} for p, d in devices]
+        status["allocation"] = {"devices": {"results": results}}
+    request = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+                                           "count": max(len(devices), 1)}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
+            "spec": {"devices": {"requests": [request]}}, "status": status}

@@ -104,6 +104,22 @@ class ScriptedApi:
     async def list_pod_for_all_namespaces(self, **kw):
         return await self._next("list_pod_for_all_namespaces", kw)
 
+    # resource.k8s.io/v1: discovery answers 404 (a cluster without DRA) unless scripted
+    async def get_api_resources(self, **kw):
+        if not self.scripts.get("get_api_resources"):
+            self.calls.append(("get_api_resources", kw))
+            return status(404, "NotFound", "the server could not find the requested resource")
+        return await self._next("get_api_resources", kw)
+
+    async def list_resource_slice(self, **kw):
+        return await self._next("list_resource_slice", kw)
+
+    async def list_resource_claim_for_all_namespaces(self, **kw):
+        return await self._next("list_resource_claim_for_all_namespaces", kw)
+
+    async def list_device_class(self, **kw):
+        return await self._next("list_device_class", kw)
+
     def watch_calls(self, method):
         return [kw for m, kw in self.calls if m == method and kw.get("watch")]
 
@@ -303,7 +319,8 @@ async def test_shared_is_one_per_loop_and_needs_no_api_to_answer():
         c1 = CapacityCache.shared(CapacityConfig(), api_factory=lambda: api)
         c2 = CapacityCache.shared(CapacityConfig(reservation_ttl=5), api_factory=lambda: api)
         assert c1 is c2
-        await wait_for(lambda: len(api.calls) == 2, what="both informers listing")
+        expected = {"list_node", "list_pod_for_all_namespaces", "get_api_resources"}
+        await wait_for(lambda: {m for m, _ in api.calls} == expected, what="both informers listing, DRA discovery")
         before = len(api.calls)
         for _ in range(100):
             c1.snapshot()
@@ -345,7 +362,8 @@ async def sim():
     def make(**kw):
         kw.setdefault("backoff_base", 0.02)
         kw.setdefault("backoff_cap", 0.1)
-        c = CapacityCache(CapacityConfig(), api_factory=sim_api(url), **kw)
+        # DRA off: these tests count the node and pod informers' requests (DRA: test_dracache.py)
+        c = CapacityCache(CapacityConfig(dra_drivers=()), api_factory=sim_api(url), **kw)
         caches.append(c)
         c.start()
         return c

@@ -116,6 +116,26 @@ async def test_each_problem_is_found(sim, expected, absent):
     assert "profile-checks-skipped" in got
 
 
+@pytest.mark.parametrize("sim", ["dra"], indirect=True)
+async def test_dra_problems_are_found(sim):
+    rc, doc = await run_json("--server", sim.url, "--pending-after", "0")
+    got = found(doc)
+    assert rc == 1
+    assert got["dra-no-deviceclass"] == {"dra-0"}
+    assert got["dra-gpus-published-twice"] == {"both-0"}
+    assert got["dra-claim-unallocated"] == {"forgotten"}
+    (incomplete,) = [f for f in doc["findings"] if f["id"] == "dra-slices-incomplete"]
+    assert incomplete["details"]["pools"] == ["gpu.nvidia.com/dra-1"]
+    # DRA GPU nodes publish no extended resource: that is no device-plugin problem
+    assert not {"gpu-node-no-allocatable", "no-gpu-nodes"} & set(got)
+    assert doc["summary"]["dra"] == {"classes": 1, "slices": 3, "claims": 1}
+    assert doc["summary"]["gpu_nodes"] == 3
+    rc, out, _ = await run_doctor("--server", sim.url)
+    assert "Dynamic Resource Allocation (resource.k8s.io/v1): 1 DeviceClasses, 3 ResourceSlices, 1 ResourceClaims" in out
+    rc, doc = await run_json("--server", sim.url)
+    assert "dra-claim-unallocated" not in found(doc)  # younger than the default 5m
+
+
 @pytest.mark.parametrize("sim", ["healthy"], indirect=True)
 async def test_healthy_cluster_json_shape(sim):
     rc, doc = await run_json("--server", sim.url)

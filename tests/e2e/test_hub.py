@@ -20,7 +20,7 @@ if not shutil.which("configurable-http-proxy"):
     )
 
 POOL_FIELDS = {
-    "id", "resource", "product", "memory_mib", "nodes", "total", "free",
+    "id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free",
     "max_free_per_node", "driver_version", "cuda_version", "scale_up",
 }
 
@@ -74,10 +74,10 @@ def node_pool_matches(hub: DemoHub, pod: dict, pool: dict) -> None:
 
 
 def pick_pool(hub: DemoHub, need: int, taken: set[str] = frozenset()) -> dict:
+    """A device-plugin NVIDIA pool with ``need`` free GPUs on one node (DRA pools: test_dra_e2e.py)."""
     for p in hub.gpus()["pools"]:
-        if p["nodes"] and p["max_free_per_node"] >= need and p["id"] not in taken and not p["resource"].startswith(
-            "amd.com"
-        ):
+        if (p["nodes"] and p["max_free_per_node"] >= need and p["id"] not in taken
+                and not p["resource"].startswith("amd.com") and p["allocation"] == "device-plugin"):
             return p
     raise AssertionError(f"the demo cluster has no pool with {need} free GPUs on one node: {hub.gpus()}")
 

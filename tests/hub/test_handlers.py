@@ -28,7 +28,7 @@ from gpuspawner.hub.spawner import GPUSpawner
 from tests.builders import FakeCache, make_spawner, pool_view
 
 SNIPPET = Path(str(config_snippet()))
-KEYS = ["id", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
+KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
         "driver_version", "cuda_version", "scale_up"]
 
 
@@ -129,6 +129,7 @@ async def test_capacity_for_a_plain_user_token(hub, install_cache):
     # admin's order (h100 rule first), hidden pool left out, exact keys
     assert [p["id"] for p in body["pools"]] == [H100.id, A100.id]
     assert all(list(p) == KEYS for p in body["pools"])
+    assert {p["allocation"] for p in body["pools"]} == {"device-plugin"}
     assert body["pools"][0]["scale_up"] == {"max_nodes": 4, "gpus_per_node": 8, "minutes": 6.5}
     assert body["pools"][1] == A100.to_json()
     assert fake.snapshots == 1

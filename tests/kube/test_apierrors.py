@@ -11,7 +11,12 @@ import yaml
 from gpuspawner.kube.apierrors import (
     CLUSTER_ROLE_NAME,
     CLUSTER_ROLE_RULES,
+    DRA_CLUSTER_ROLE_RULES,
+    DRA_GROUP,
+    DRA_ROLE_NAME,
+    DRA_ROLE_RULES,
     ApiStatus,
+    dra_missing_rules_message,
     explain,
     missing_rules_message,
     rules_text,
@@ -65,18 +70,34 @@ def test_explain(status, words):
     assert words in explain(status)
 
 
+def _rules(role: dict, group: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A role's rules of one API group: (resource, verbs) per resource, in order."""
+    return tuple((resource, tuple(r["verbs"])) for r in role["rules"] if r["apiGroups"] == [group]
+                 for resource in r["resources"])
+
+
 def test_the_rules_are_deploy_rbac_yaml():
     docs = list(yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text(encoding="utf-8")))
     (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
     assert role["metadata"]["name"] == CLUSTER_ROLE_NAME
-    rules = tuple((r["resources"][0], tuple(r["verbs"])) for r in role["rules"])
-    assert rules == CLUSTER_ROLE_RULES
-    assert all(r["apiGroups"] == [""] and len(r["resources"]) == 1 for r in role["rules"])
+    assert _rules(role, "") == CLUSTER_ROLE_RULES
+    assert _rules(role, DRA_GROUP) == DRA_CLUSTER_ROLE_RULES
+    assert all(r["apiGroups"] in ([""], [DRA_GROUP]) for r in role["rules"])
+    (ns_role,) = [d for d in docs if d["kind"] == "Role"]
+    assert ns_role["metadata"]["name"] == DRA_ROLE_NAME
+    assert _rules(ns_role, DRA_GROUP) == DRA_ROLE_RULES and len(ns_role["rules"]) == 1
 
 
 def test_rules_text():
     assert rules_text() == "nodes: get, list, watch; pods: list, watch"
     assert rules_text([("pods", ["list"])], sep=" ", verb_sep="/") == "pods list"
+
+
+def test_dra_missing_rules_message_names_the_group_and_keeps_the_device_plugin_path():
+    msg = dra_missing_rules_message(["resourceslices", "resourceclaims"])
+    assert msg.startswith("forbidden: the hub cannot list/watch resourceslices and list/watch resourceclaims")
+    assert '{apiGroups: ["resource.k8s.io"], resources: [resourceslices, resourceclaims], verbs: ["list", "watch"]}' in msg
+    assert "device-plugin GPUs are counted as usual" in msg
 
 
 def test_missing_rules_message_names_what_the_informers_need():

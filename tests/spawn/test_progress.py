@@ -721,5 +721,46 @@ def test_context_rejects_bad_values_with_a_clear_error(overrides, fragment):
 
 
 # ---------------------------------------------------------------------------
-# time waiting for a GPU
+# a server whose GPUs come from a ResourceClaim (DRA): the dynamicresources plugin's words
+# (pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go)
 # ---------------------------------------------------------------------------
+
+DRA_POOL = "dra-a100:nvidia-a100-sxm4-80gb:gpu.nvidia.com"
+
+
+def dra_ctx(**kw):
+    return ctx(pool_id=DRA_POOL, resource="gpu.nvidia.com", **kw)
+
+
+@pytest.mark.parametrize(
+    "message, kind, fatal",
+    [
+        ("0/5 nodes are available: 2 cannot allocate all claims, 3 node(s) didn't match Pod's node "
+         "affinity/selector. preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling.",
+         "waiting_for_gpu", False),
+        ("0/3 nodes are available: 1 resourceclaim not available on the node, 2 node(s) didn't match Pod's "
+         "node affinity/selector.", "waiting_for_gpu", False),
+        ('0/3 nodes are available: pod "jhub/jupyter-ada": ResourceClaim not created yet.',
+         "waiting_for_claim", False),
+        ("0/3 nodes are available: resource claim jhub/jupyter-ada-gpuspawner-gpus-x7k2p is in the process of "
+         "being allocated.", "waiting_for_claim", False),
+        ("0/3 nodes are available: request gpus: device class gpu.nvidia.com does not exist.",
+         "gpu_class_missing", True),
+    ],
+    ids=["cannot-allocate", "not-available-on-node", "claim-not-created", "being-allocated", "class-missing"],
+)
+def test_dra_scheduling_words(message, kind, fatal):
+    t = translate(ev("FailedScheduling", message, "Warning"), dra_ctx(free=0, total=8))
+    assert (t.kind, t.fatal) == (kind, fatal)
+    assert kind in FATAL_KINDS if fatal else kind not in FATAL_KINDS
+    if kind == "waiting_for_gpu":
+        assert t.message.startswith("Waiting for a free GPU in pool A100 80GB: all 8 of its GPUs are in use")
+    if kind == "gpu_class_missing":
+        assert "no DeviceClass gpu.nvidia.com" in t.reason
+
+
+def test_dra_claim_bigger_than_any_node_fails_at_once():
+    msg = "0/2 nodes are available: 2 cannot allocate all claims."
+    t = translate(ev("FailedScheduling", msg, "Warning"), dra_ctx(gpus=8, max_node_allocatable=4, free=8))
+    assert (t.kind, t.fatal) == ("too_many_gpus", True)
+    assert "largest node of pool A100 80GB has 4" in t.reason

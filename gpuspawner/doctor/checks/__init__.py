@@ -5,10 +5,12 @@
 * ``taints``: taints on GPU nodes no GPU server tolerates;
 * ``images``: profile images whose CUDA fits no (or not every) node's driver;
 * ``pending``: pods stuck Pending on GPUs;
-* ``rbac``: access the hub lacks.
+* ``rbac``: access the hub lacks;
+* ``dra``: Dynamic Resource Allocation: DeviceClasses, ResourceSlices, ResourceClaims, GPUs
+  published by both paths, the hub's DRA rights (and the device-plugin findings DRA explains).
 
 Every check is pure: plain Node and Pod dicts (as the API server sends them), the hub's facts
-(``doctor.facts``) and its access rights (``doctor.rbac``) in, :class:`~gpuspawner.doctor.findings.Finding`
+(``doctor.facts``), its access rights (``doctor.rbac``) and the DRA objects (``doctor.dra``) in, :class:`~gpuspawner.doctor.findings.Finding`
 objects out.  GPU facts are read with the capacity layer's readers, taints and tolerations with
 the spawn layer's rules, so doctor judges a cluster exactly as the spawner will.
 """
@@ -19,23 +21,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.doctor.checks.dra import check_dra, dra_gpu_nodes, reconcile
 from gpuspawner.doctor.checks.gfd import check_gfd_labels
 from gpuspawner.doctor.checks.images import check_images
 from gpuspawner.doctor.checks.nodes import check_nodes, gpu_evidence
 from gpuspawner.doctor.checks.pending import check_pending_pods
 from gpuspawner.doctor.checks.rbac import check_rbac
 from gpuspawner.doctor.checks.taints import check_taints
+from gpuspawner.doctor.dra import DraState
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.findings import Finding, ObjectRef, by_severity
 from gpuspawner.doctor.rbac import RbacFacts
 
 __all__ = [
+    "check_dra",
     "check_gfd_labels",
     "check_images",
     "check_nodes",
     "check_pending_pods",
     "check_rbac",
     "check_taints",
+    "dra_gpu_nodes",
     "gpu_evidence",
     "run_checks",
 ]
@@ -90,10 +96,12 @@ def run_checks(
     rbac: RbacFacts | None,
     now: float,
     pending_after: float,
+    dra: DraState | None = None,
 ) -> list[Finding]:
     """All checks, errors first.  ``nodes``/``pods`` None: they could not be
     listed (the reason is then an ``rbac-missing`` finding) and their checks
-    are reported as skipped."""
+    are reported as skipped.  ``dra``: what ``gather`` read of ``resource.k8s.io/v1``
+    (None or not served: no DRA checks); the device-plugin findings it explains are dropped."""
     out: list[Finding] = list(check_rbac(rbac))
     if nodes is not None:
         out += check_nodes(nodes, config)
@@ -104,4 +112,7 @@ def run_checks(
         out += check_pending_pods(pods, config, now, pending_after)
     out += _skipped(nodes, pods)
     out += _profiles_skipped(hub)
+    out = reconcile(out, dra, config)
+    subject = rbac.subject if rbac is not None else "the hub"
+    out += check_dra(dra, nodes, config=config, subject=subject, now=now, pending_after=pending_after)
     return by_severity(out)
