@@ -1,7 +1,8 @@
 """``SimCluster``: the whole simulated cluster in one object.
 
 It assembles the in-process ``Store``, the HTTP ``ApiServer`` on loopback,
-the node lifecycle controller, the scheduler and the kubelet, loads the
+the controllers (node lifecycle, garbage collector, namespace), the
+scheduler and the kubelet, loads the
 cluster file, and stops everything (every process the kubelet started) on
 ``stop()``::
 
@@ -28,6 +29,8 @@ import yaml
 from . import loader
 from .devices import DeviceLedger
 from .controller import MERGE, now_rfc3339
+from .garbagecollector import GarbageCollector
+from .namespacecontroller import NamespaceController
 from .nodelifecycle import NodeLifecycleController
 from .plugins import MessageStyle
 from .scheduler import Scheduler
@@ -62,6 +65,8 @@ class SimCluster:
         self.ledger = DeviceLedger()
         self.scheduler: Scheduler | None = None
         self.node_lifecycle: NodeLifecycleController | None = None
+        self.garbage_collector: GarbageCollector | None = None
+        self.namespace_controller: NamespaceController | None = None
         self.kubelet = None
         self.url: str | None = None
         self.load_seconds: float | None = None
@@ -97,6 +102,10 @@ class SimCluster:
                 self.url = await self.apiserver.start()
             self.node_lifecycle = NodeLifecycleController(self.store)
             await self.node_lifecycle.start()
+            self.garbage_collector = GarbageCollector(self.store)
+            await self.garbage_collector.start()
+            self.namespace_controller = NamespaceController(self.store)
+            await self.namespace_controller.start()
             # the kubelet first: loaded pods take their devices before anything new is bound
             self.kubelet = Kubelet(self.store, ledger=self.ledger, run_pods=self.run_pods, stand_in=self.stand_in,
                                    api_url=self.url, restart_backoff=self.restart_backoff,
@@ -113,7 +122,8 @@ class SimCluster:
 
     async def stop(self) -> None:
         """Stop every component; kills every process the kubelet started."""
-        for part in (self.scheduler, self.kubelet, self.node_lifecycle):
+        for part in (self.scheduler, self.kubelet, self.namespace_controller, self.garbage_collector,
+                     self.node_lifecycle):
             if part is not None:
                 with contextlib.suppress(Exception):
                     await part.stop()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 __all__ = ["ResourceInfo", "RESOURCES", "DEFAULT_NAMESPACES", "IMMORTAL_NAMESPACES",
            "GENERATE_NAME_ALPHABET", "MAX_GENERATED_BASE",
-           "group_versions", "SUBRESOURCES"]
+           "group_versions", "SUBRESOURCES", "SUBRESOURCE_GROUPS"]
 
 
 # --- resources ------------------------------------------------------------------
@@ -69,7 +69,13 @@ RESOURCES: dict[str, ResourceInfo] = {
 
 # Subresources other than status, as discovery lists them: plural -> (name, kind, verbs).
 SUBRESOURCES: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
-    "pods": (("binding", "Binding", ("create",)), ("log", "Pod", ("get",))),
+    "pods": (("binding", "Binding", ("create",)), ("eviction", "Eviction", ("create",)), ("log", "Pod", ("get",))),
+    "namespaces": (("finalize", "Namespace", ("update",)),),
+}
+# Subresources whose kind lives in another API group, as discovery names it:
+# (plural, subresource) -> (group, version) (pods/eviction takes a policy/v1 Eviction).
+SUBRESOURCE_GROUPS: dict[tuple[str, str], tuple[str, str]] = {
+    ("pods", "eviction"): ("policy", "v1"),
 }
 
 
