@@ -48,7 +48,8 @@ class SimCluster:
     def __init__(self, cluster_file: str | Path | None = None, manifests: list[dict] | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, run_pods: bool = True, stand_in: bool = False,
                  message_style: MessageStyle = MessageStyle(), restart_backoff: tuple[float, float] = (10.0, 300.0),
-                 serve_http: bool = True, store: Store | None = None, pod_subnet: str | None = None):
+                 serve_http: bool = True, store: Store | None = None, pod_subnet: str | None = None,
+                 keep_timestamps: bool = False):
         if cluster_file is not None and manifests is not None:
             raise ValueError("give either cluster_file or manifests, not both")
         self.cluster_file = cluster_file
@@ -60,6 +61,8 @@ class SimCluster:
         self.restart_backoff = restart_backoff
         self.serve_http = serve_http
         self.pod_subnet = pod_subnet
+        # keep the file's creationTimestamp and status times (a snapshot replays with its ages)
+        self.keep_timestamps = keep_timestamps
         self.store = store or Store()
         self.apiserver = None
         self.ledger = DeviceLedger()
@@ -87,7 +90,7 @@ class SimCluster:
         from .kubelet import Kubelet
 
         t0 = time.perf_counter()
-        loader.apply(self.store, self.load())
+        loader.apply(self.store, self.load(), keep_timestamps=self.keep_timestamps)
         self.load_seconds = time.perf_counter() - t0
         # a loaded cluster is long-lived: move it out of the cyclic collector's reach, whose full
         # passes over 100,000s of stored objects would otherwise stall the loop for seconds

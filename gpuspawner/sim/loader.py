@@ -2,9 +2,15 @@
 
 Accepted: multi-document YAML, a ``kind: List`` (what ``kubectl get
 nodes,pods -A -o yaml`` prints) or the same as JSON (``-o json``, much faster
-to parse for big clusters).  Read-only fields such output carries
-(``uid``, ``resourceVersion``, ``creationTimestamp``, ``managedFields``,
-``selfLink``, ``generation``) are accepted and dropped by the store.
+to parse for big clusters), of any kind the simulated API server serves.
+Read-only fields such output carries (``resourceVersion``, ``managedFields``,
+``selfLink``, ``generation``) are accepted and dropped by the store.  A
+``metadata.uid`` is kept, as restoring etcd keeps it, so that owner
+references and events (``involvedObject.uid``) still point at their objects.
+Timestamps (``creationTimestamp``, a pod's ``startTime``, its containers'
+``startedAt``, conditions' ``lastTransitionTime``, events' times, taints'
+``timeAdded``) become the load time, unless ``keep_timestamps`` asks to keep
+them as the file has them (a snapshot then replays with its ages).
 
 * Nodes keep labels, taints, ``spec.unschedulable``, ``status.capacity``/
   ``allocatable`` (allocatable defaults to capacity, as
@@ -17,7 +23,8 @@ to parse for big clusters).  Read-only fields such output carries
 * Namespaces the objects use are created.
 
 Bad input raises ``LoadError`` naming the document (1-based, with the item
-index inside a List), the object and the field, and what to write instead.
+index inside a List), the object and the field, and what to write instead;
+an object the API server refuses gives the server's own message.
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ from typing import Any, Iterable
 
 import yaml
 
+from . import timestamps
+from .errors import ApiError
 from .podresources import QuantityError, parse_quantity
+from .resources import RESOURCES
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
 
@@ -42,11 +52,8 @@ class _Loader(_Base):  # type: ignore[valid-type,misc]
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
 
-KINDS = {
-    "Namespace": "namespaces", "Node": "nodes", "Pod": "pods", "ConfigMap": "configmaps",
-    "Secret": "secrets", "Service": "services", "ServiceAccount": "serviceaccounts",
-    "PersistentVolumeClaim": "persistentvolumeclaims", "Event": "events",
-}
+# every served kind can be loaded: kind -> plural
+KINDS = {info.kind: plural for plural, info in RESOURCES.items()}
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 _BUILTIN_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -64,12 +71,13 @@ class LoadError(ValueError):
 
 @dataclass
 class Manifests:
-    """Validated objects, in the order they must be created."""
+    """Validated objects, in the order they must be created; ``where`` names each one's place in the input."""
 
     namespaces: list[dict] = field(default_factory=list)
     nodes: list[dict] = field(default_factory=list)
     pods: list[dict] = field(default_factory=list)
-    others: list[tuple[str, dict]] = field(default_factory=list)  # (plural, object)
+    others: list[tuple[str, dict]] = field(default_factory=list)  # (plural, object), cluster-scoped first
+    where: dict[int, str] = field(default_factory=dict)  # id(object) -> "file: document N (Kind name)"
 
     def __len__(self) -> int:
         return len(self.namespaces) + len(self.nodes) + len(self.pods) + len(self.others)
@@ -136,8 +144,6 @@ def _check_string_map(where: str, path: str, value: Any) -> None:
 
 def check_node(where: str, node: dict) -> dict:
     """Validate one Node and fill what a real node always has; returns it."""
-    name = _name(where, node)
-    where = f"{where} (Node {name})"
     meta = node["metadata"]
     _check_string_map(where, "metadata.labels", meta.get("labels"))
     spec = node.get("spec") or {}
@@ -147,9 +153,7 @@ def check_node(where: str, node: dict) -> dict:
     if not isinstance(taints, list):
         raise LoadError(where, "spec.taints", "must be a list of {key, value, effect}")
     for i, t in enumerate(taints):
-        if not isinstance(t, dict) or not t.get("key"):
-            raise LoadError(where, f"spec.taints[{i}].key", "every taint needs a key")
-        if t.get("effect") not in _TAINT_EFFECTS:
+        if isinstance(t, dict) and t.get("effect") not in _TAINT_EFFECTS:
             raise LoadError(where, f"spec.taints[{i}].effect",
                             f"{t.get('effect')!r} is not one of {', '.join(_TAINT_EFFECTS)}")
     if "unschedulable" in spec and not isinstance(spec["unschedulable"], bool):
@@ -196,8 +200,6 @@ def _check_container(where: str, path: str, c: Any) -> None:
 
 
 def check_pod(where: str, pod: dict) -> dict:
-    name = _name(where, pod)
-    where = f"{where} (Pod {name})"
     meta = pod["metadata"]
     _check_string_map(where, "metadata.labels", meta.get("labels"))
     _check_string_map(where, "metadata.annotations", meta.get("annotations"))
@@ -223,48 +225,103 @@ def check_pod(where: str, pod: dict) -> dict:
     return pod
 
 
+def _check_kind(where: str, obj: Any) -> str:
+    """The plural of a loadable object; its apiVersion must be the served one."""
+    if not isinstance(obj, dict):
+        raise LoadError(where, None, f"expected a Kubernetes object (a map), got {type(obj).__name__}")
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise LoadError(where, "kind", f"{kind!r} cannot be loaded; supported kinds: {', '.join(sorted(KINDS))}")
+    info = RESOURCES[KINDS[kind]]
+    api = obj.get("apiVersion")
+    if api not in (None, info.api_version):
+        raise LoadError(where, "apiVersion", f"{api!r}: a {kind} is {info.api_version!r}")
+    return info.plural
+
+
+def _check_uid(where: str, obj: dict, uids: dict[str, str]) -> None:
+    uid = obj["metadata"].get("uid")
+    if uid is None:
+        return
+    if not isinstance(uid, str) or not uid:
+        raise LoadError(where, "metadata.uid", "must be a non-empty string (or left out)")
+    if uid in uids:
+        raise LoadError(where, "metadata.uid", f"{uid!r} is also the uid of {uids[uid]}: uids must be unique")
+    uids[uid] = where
+
+
+def _check_owners(objects: list[tuple[str, str, dict]]) -> None:
+    """An owner reference to an object of the file must carry that object's uid, or the
+    garbage collector would delete the dependent as soon as the cluster starts."""
+    by_name = {(RESOURCES[p].kind, (o["metadata"].get("namespace") if RESOURCES[p].namespaced else None),
+                o["metadata"]["name"]): o for _, p, o in objects}
+    for where, plural, obj in objects:
+        for i, ref in enumerate(obj["metadata"].get("ownerReferences") or []):
+            if not isinstance(ref, dict):
+                continue
+            target = None
+            if ref.get("kind") in KINDS:
+                ns = obj["metadata"].get("namespace") if RESOURCES[KINDS[ref["kind"]]].namespaced else None
+                target = by_name.get((ref["kind"], ns, ref.get("name")))
+            if target is None:
+                continue
+            uid = target["metadata"].get("uid")
+            if uid != ref.get("uid"):
+                hint = (f"give the {ref['kind']} metadata.uid {ref.get('uid')!r}" if not uid
+                        else f"write uid {uid!r}")
+                raise LoadError(where, f"metadata.ownerReferences[{i}].uid",
+                                f"{ref.get('uid')!r} is not the uid of {ref['kind']} {ref.get('name')} in this "
+                                f"file: {hint}, or the garbage collector deletes this object")
+
+
 def validate(docs: list[tuple[str, Any]]) -> Manifests:
     """Check each object and sort them into what the store creates, in order."""
     out = Manifests()
     node_names: set[str] = set()
     namespaces_defined: set[str] = set()
     namespaces_used: dict[str, str] = {}
-    pod_wheres: list[str] = []
+    seen: dict[tuple[str, str | None, str], str] = {}
+    uids: dict[str, str] = {}
+    objects: list[tuple[str, str, dict]] = []
+    cluster_scoped: list[tuple[str, dict]] = []
     for where, obj in docs:
-        if not isinstance(obj, dict):
-            raise LoadError(where, None, f"expected a Kubernetes object (a map), got {type(obj).__name__}")
-        kind = obj.get("kind")
-        if kind not in KINDS:
-            raise LoadError(where, "kind", f"{kind!r} cannot be loaded; supported kinds: {', '.join(KINDS)}")
-        api = obj.get("apiVersion")
-        if api not in (None, "v1"):
-            raise LoadError(where, "apiVersion", f"{api!r}: these kinds are core 'v1'")
-        if kind == "Node":
-            n = check_node(where, obj)
-            if n["metadata"]["name"] in node_names:
-                raise LoadError(where, "metadata.name", f"node {n['metadata']['name']!r} is defined twice")
-            node_names.add(n["metadata"]["name"])
-            out.nodes.append(n)
-            continue
+        plural = _check_kind(where, obj)
+        info = RESOURCES[plural]
         name = _name(where, obj)
-        if kind == "Namespace":
+        ns = (obj["metadata"].get("namespace") or "default") if info.namespaced else None
+        if (plural, ns, name) in seen:
+            raise LoadError(where, "metadata.name", f"{info.singular} {name!r} is defined twice "
+                                                    f"(also {seen[plural, ns, name]})")
+        seen[plural, ns, name] = where
+        where = f"{where} ({info.kind} {name})"
+        _check_uid(where, obj, uids)
+        objects.append((where, plural, obj))
+        out.where[id(obj)] = where
+        if plural == "nodes":
+            out.nodes.append(check_node(where, obj))
+            node_names.add(name)
+        elif plural == "namespaces":
             namespaces_defined.add(name)
             if name not in _BUILTIN_NAMESPACES:
                 out.namespaces.append(obj)
-            continue
-        ns = obj["metadata"].get("namespace") or "default"
-        obj["metadata"]["namespace"] = ns
-        namespaces_used.setdefault(ns, where)
-        if kind == "Pod":
-            out.pods.append(check_pod(where, obj))
-            pod_wheres.append(where)
+        elif not info.namespaced:
+            obj["metadata"].pop("namespace", None)
+            cluster_scoped.append((plural, obj))
         else:
-            out.others.append((KINDS[kind], obj))
-    for pod, where in zip(out.pods, pod_wheres):
+            obj["metadata"]["namespace"] = ns
+            namespaces_used.setdefault(str(ns), where)
+            if plural == "pods":
+                out.pods.append(check_pod(where, obj))
+            else:
+                out.others.append((plural, obj))
+    # cluster-scoped kinds first: a claim's StorageClass must exist when the claim is admitted
+    out.others = cluster_scoped + out.others
+    for pod in out.pods:
         node = pod["spec"].get("nodeName")
         if node and node not in node_names:
-            raise LoadError(f"{where} (Pod {pod['metadata']['name']})", "spec.nodeName",
+            raise LoadError(out.where[id(pod)], "spec.nodeName",
                             f"node {node!r} is not in the file: add the Node or remove the nodeName")
+    _check_owners(objects)
     for ns in sorted(namespaces_used):
         if ns not in namespaces_defined and ns not in _BUILTIN_NAMESPACES:
             out.namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -298,21 +355,32 @@ def load_objects(objects: list[dict], source: str = "manifests") -> Manifests:
     return validate(docs)
 
 
-def apply(store, manifests: Manifests) -> None:
+def apply(store, manifests: Manifests, *, keep_timestamps: bool = False) -> None:
     """Create the objects in the store: namespaces, nodes, other objects, pods.
 
     The store discards a pod's status on create (as the API server does), so
     a pod with a status in the file gets it back through ``pods/status``.
+    An object the store refuses raises ``LoadError`` with the server's message.
     """
+    now = store.now()
+    restore = ("uid", "creationTimestamp") if keep_timestamps else ("uid",)
+
+    def create(plural: str, obj: dict) -> dict:
+        if not keep_timestamps:
+            timestamps.restamp(plural, obj, now)
+        try:
+            return store.create(plural, obj, namespace=obj["metadata"].get("namespace"), restore=restore)
+        except ApiError as e:
+            raise _load_error(manifests.where.get(id(obj), "manifests"), e) from None
+
     for ns in manifests.namespaces:
-        store.create("namespaces", ns)
+        create("namespaces", ns)
     for n in manifests.nodes:
-        store.create("nodes", n)
+        create("nodes", n)
     for plural, obj in manifests.others:
-        store.create(plural, obj, namespace=obj["metadata"]["namespace"])
+        create(plural, obj)
     for p in manifests.pods:
-        ns = p["metadata"]["namespace"]
-        created = store.create("pods", p, namespace=ns)
+        created = create("pods", p)
         status = p.get("status")
         if status:
             merged = dict(created.get("status") or {})
@@ -320,7 +388,19 @@ def apply(store, manifests: Manifests) -> None:
             if merged.get("phase") == "Running":
                 _fill_running(created, merged)
             store.replace("pods", created["metadata"]["name"], {"metadata": {}, "status": merged},
-                          namespace=ns, subresource="status")
+                          namespace=created["metadata"]["namespace"], subresource="status")
+
+
+def _load_error(where: str, e: ApiError) -> LoadError:
+    """The API server's refusal, as the loader words errors: where, the field, the real message."""
+    causes = (e.details or {}).get("causes") or []
+    if not causes or not causes[0].get("field"):
+        return LoadError(where, None, f"the API server refuses it: {e.message}")
+    first, rest = causes[0], causes[1:]
+    text = first.get("message") or ""
+    if rest:
+        text += "; and " + "; ".join(f"{c.get('field')}: {c.get('message')}" for c in rest)
+    return LoadError(where, first["field"], text)
 
 
 def _fill_running(pod: dict, status: dict) -> None:

@@ -57,12 +57,15 @@ RESOURCES: dict[str, ResourceInfo] = {
         ResourceInfo("nodes", "node", "Node", False, ("no",), True),
         ResourceInfo("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim",
                      True, ("pvc",), True, True),
+        ResourceInfo("persistentvolumes", "persistentvolume", "PersistentVolume", False, ("pv",), True, True),
         # No kind served here keeps metadata.generation in 1.32, the version
         # /version reports (pods gained it in 1.33, KEP-5067).
         ResourceInfo("pods", "pod", "Pod", True, ("po",), True, True, categories=("all",)),
         ResourceInfo("secrets", "secret", "Secret", True),
         ResourceInfo("serviceaccounts", "serviceaccount", "ServiceAccount", True, ("sa",), False, True),
         ResourceInfo("services", "service", "Service", True, ("svc",), True, True, categories=("all",)),
+        ResourceInfo("storageclasses", "storageclass", "StorageClass", False, ("sc",), False, True,
+                     group="storage.k8s.io"),
     )
 }
 

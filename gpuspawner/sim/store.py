@@ -37,9 +37,9 @@ import json
 import random
 import time
 import uuid
-from typing import Any, Callable, Generator, Iterator
+from typing import Any, Callable, Generator, Iterable, Iterator
 
-from . import deletion, patching
+from . import deletion, patching, storageapi
 from .errors import (CONTINUE_EXPIRED, LIST_EXPIRED, MODIFIED, ApiError, already_exists, bad_request, conflict,
                      expired, invalid, not_found)
 from .resources import (DEFAULT_NAMESPACES, GENERATE_NAME_ALPHABET, IMMORTAL_NAMESPACES, MAX_GENERATED_BASE,
@@ -170,7 +170,14 @@ class Store:
                                             "field": "metadata.namespace"}]})
 
     # -- verbs --
-    def create(self, plural: str, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    def create(self, plural: str, obj: dict[str, Any], namespace: str | None = None, *,
+               restore: Iterable[str] = ()) -> dict[str, Any]:
+        """Create (POST).  ``restore`` names server-owned metadata the body keeps instead:
+        ``uid`` and/or ``creationTimestamp`` (loading a snapshot, as restoring etcd would;
+        never reachable over HTTP)."""
+        keep = set(restore)
+        if keep - {"uid", "creationTimestamp"}:
+            raise ValueError(f"only uid and creationTimestamp can be restored, not {sorted(keep)}")
         info = self.resource(plural)
         if not isinstance(obj, dict):
             raise bad_request(f"the body of the request must be a {info.kind} object")
@@ -195,7 +202,8 @@ class Store:
             meta.pop("namespace", None)
         for server_owned in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                              "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields"):
-            meta.pop(server_owned, None)
+            if server_owned not in keep or not meta.get(server_owned):
+                meta.pop(server_owned, None)
         generated = not meta.get("name") and bool(meta.get("generateName"))
         if generated:
             meta["name"] = self._generate_name(info, namespace, str(meta["generateName"]))
@@ -203,10 +211,13 @@ class Store:
         key = key_of(namespace, meta["name"])
         if key in self._objects[plural]:
             raise already_exists(plural, meta["name"])
-        meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
-        meta["creationTimestamp"] = self.now()
+        if "uid" not in meta:
+            meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+        if "creationTimestamp" not in meta:
+            meta["creationTimestamp"] = self.now()
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
         default_object(plural, obj, self._next_cluster_ip)
+        storageapi.admit(plural, obj, self._objects["storageclasses"].values())
         stored = self._commit("ADDED", info, key, obj, None)
         if plural == "namespaces":
             # The serviceaccounts controller creates "default" in every new
@@ -310,7 +321,7 @@ class Store:
                     spec.pop("finalizers", None)
                 new["spec"] = spec
             new["kind"], new["apiVersion"] = info.kind, info.api_version
-            validate_object(info.plural, new, on_create=False)
+            validate_object(info.plural, new, on_create=False, old=old)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             # etcd3 GuaranteedUpdate: identical bytes are not written, no new revision.

@@ -63,10 +63,12 @@ def test_apply_keeps_bound_pods_running_and_drops_read_only_fields():
     assert pod["status"]["phase"] == "Running"
     assert pod["status"]["podIP"] == "10.0.0.5"
     assert all(c["ready"] for c in pod["status"]["containerStatuses"])
-    assert pod["metadata"]["uid"] != "x"
+    # the uid is kept (owner references and events point at it); the revision is the store's
+    assert pod["metadata"]["uid"] == "x" and pod["metadata"]["resourceVersion"] != "9"
     node = store.get("nodes", "gpu-1")
     assert node["spec"]["taints"][0]["key"] == "sku"
     assert "managedFields" not in node["metadata"]
+    assert node["metadata"]["creationTimestamp"] != "2025-01-01T00:00:00Z"  # the load time
 
 
 def _bad(mutate, kind="node"):
