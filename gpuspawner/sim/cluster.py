@@ -1,8 +1,9 @@
 """``SimCluster``: the whole simulated cluster in one object.
 
 It assembles the in-process ``Store``, the HTTP ``ApiServer`` on loopback,
-the controllers (node lifecycle, garbage collector, namespace), the
-scheduler and the kubelet, loads the
+the controllers (node lifecycle, garbage collector, namespace, persistent
+volume binding and protection), a dynamic provisioner, the scheduler and the
+kubelet, loads the
 cluster file, and stops everything (every process the kubelet started) on
 ``stop()``::
 
@@ -32,6 +33,9 @@ from .controller import MERGE, now_rfc3339
 from .garbagecollector import GarbageCollector
 from .namespacecontroller import NamespaceController
 from .nodelifecycle import NodeLifecycleController
+from .provisioner import HostPathProvisioner
+from .pvcontroller import PersistentVolumeController
+from .volumeprotection import VolumeProtectionController
 from .plugins import MessageStyle
 from .scheduler import Scheduler
 from .store import Store
@@ -43,7 +47,7 @@ def default_cluster_file() -> Path:
 
 
 class SimCluster:
-    """Store + API server + scheduler + node lifecycle controller + kubelet."""
+    """Store + API server + controllers + provisioner + scheduler + kubelet."""
 
     def __init__(self, cluster_file: str | Path | None = None, manifests: list[dict] | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, run_pods: bool = True, stand_in: bool = False,
@@ -70,6 +74,9 @@ class SimCluster:
         self.node_lifecycle: NodeLifecycleController | None = None
         self.garbage_collector: GarbageCollector | None = None
         self.namespace_controller: NamespaceController | None = None
+        self.pv_controller: PersistentVolumeController | None = None
+        self.volume_protection: VolumeProtectionController | None = None
+        self.provisioner: HostPathProvisioner | None = None
         self.kubelet = None
         self.url: str | None = None
         self.load_seconds: float | None = None
@@ -109,6 +116,12 @@ class SimCluster:
             await self.garbage_collector.start()
             self.namespace_controller = NamespaceController(self.store)
             await self.namespace_controller.start()
+            self.pv_controller = PersistentVolumeController(self.store)
+            await self.pv_controller.start()
+            self.volume_protection = VolumeProtectionController(self.store)
+            await self.volume_protection.start()
+            self.provisioner = HostPathProvisioner(self.store)
+            await self.provisioner.start()
             # the kubelet first: loaded pods take their devices before anything new is bound
             self.kubelet = Kubelet(self.store, ledger=self.ledger, run_pods=self.run_pods, stand_in=self.stand_in,
                                    api_url=self.url, restart_backoff=self.restart_backoff,
@@ -125,8 +138,8 @@ class SimCluster:
 
     async def stop(self) -> None:
         """Stop every component; kills every process the kubelet started."""
-        for part in (self.scheduler, self.kubelet, self.namespace_controller, self.garbage_collector,
-                     self.node_lifecycle):
+        for part in (self.scheduler, self.kubelet, self.provisioner, self.volume_protection, self.pv_controller,
+                     self.namespace_controller, self.garbage_collector, self.node_lifecycle):
             if part is not None:
                 with contextlib.suppress(Exception):
                     await part.stop()

@@ -22,7 +22,7 @@ Objects are plain JSON dicts as they travel over the wire.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol
 
 from .podresources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
 
@@ -197,9 +197,21 @@ class MessageStyle:
     dra_postfilter: bool = False
 
 
+class VolumeFilter(Protocol):
+    """The volume plugins' state for one pod (``volumebinding.PodVolumes``)."""
+
+    message: str | None
+
+    def filter(self, node: Mapping[str, Any]) -> Status | None: ...
+
+
 def filter_node(pod: Mapping[str, Any], info: NodeInfo, requests: Mapping[str, int],
-                style: MessageStyle = MessageStyle()) -> Status | None:
-    """Run the filters in the default profile's order; ``None`` means the pod fits."""
+                style: MessageStyle = MessageStyle(), volumes: VolumeFilter | None = None) -> Status | None:
+    """Run the filters in the default profile's order; ``None`` means the pod fits.
+
+    ``volumes`` runs VolumeBinding and VolumeZone after NodeResourcesFit
+    (``volumebinding.py``; VolumeRestrictions and NodeVolumeLimits are not modelled).
+    """
     node = info.node
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or []
@@ -228,6 +240,8 @@ def filter_node(pod: Mapping[str, Any], info: NodeInfo, requests: Mapping[str, i
     reasons = insufficient_resources(requests, info)
     if reasons:
         return Status("NodeResourcesFit", tuple(reasons), False)
+    if volumes is not None:
+        return volumes.filter(node)
     return None
 
 
@@ -256,7 +270,8 @@ def prefilter_node_names(pod: Mapping[str, Any]) -> set[str] | None:
 
 
 def evaluate(pod: Mapping[str, Any], nodes: Iterable[NodeInfo], requests: Mapping[str, int],
-             style: MessageStyle = MessageStyle()) -> tuple[list[NodeInfo], dict[str, Status], str | None]:
+             style: MessageStyle = MessageStyle(), volumes: VolumeFilter | None = None
+             ) -> tuple[list[NodeInfo], dict[str, Status], str | None]:
     """One scheduling cycle's PreFilter + Filter over every node.
 
     Returns the feasible nodes, the rejecting status per node, and the
@@ -269,6 +284,10 @@ def evaluate(pod: Mapping[str, Any], nodes: Iterable[NodeInfo], requests: Mappin
     if names is not None and not names:
         st = Status("NodeAffinity", (), True)
         return [], {n.name: st for n in nodes}, ERR_AFFINITY_CONFLICT
+    if volumes is not None and volumes.message:
+        # VolumeBinding's PreFilter: UnschedulableAndUnresolvable for the whole pod
+        st = Status("VolumeBinding", (), True)
+        return [], {n.name: st for n in nodes}, volumes.message
     feasible: list[NodeInfo] = []
     statuses: dict[str, Status] = {}
     skipped = Status("NodeAffinity", ("node(s) didn't satisfy plugin(s) [NodeAffinity]",), True)
@@ -276,7 +295,7 @@ def evaluate(pod: Mapping[str, Any], nodes: Iterable[NodeInfo], requests: Mappin
         if names is not None and info.name not in names:
             statuses[info.name] = skipped
             continue
-        st = filter_node(pod, info, requests, style)
+        st = filter_node(pod, info, requests, style, volumes)
         if st is None:
             feasible.append(info)
         else:

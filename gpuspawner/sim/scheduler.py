@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Callable
 
-from . import plugins
+from . import plugins, storageapi, volumebinding
 from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
 from .podresources import QuantityError, pod_requests
 
@@ -42,6 +42,8 @@ class Scheduler:
     INITIAL_BACKOFF = 1.0
     MAX_BACKOFF = 10.0
     FLUSH_UNSCHEDULABLE = 300.0
+    BIND_TIMEOUT = 600.0  # VolumeBindingArgs.bindTimeoutSeconds
+    BIND_POLL = 0.1  # the real binder polls every second
 
     def __init__(self, store, *, style: plugins.MessageStyle = plugins.MessageStyle(),
                  clock: Callable[[], float] = time.monotonic):
@@ -63,6 +65,8 @@ class Scheduler:
         self._nodes_synced = asyncio.Event()
         self._pods_synced = asyncio.Event()
         self.bound_count = 0
+        self._binding: set[str] = set()  # assumed pods whose volumes are being bound (PreBind)
+        self._bind_tasks: set[asyncio.Task] = set()
 
     # -- cache ------------------------------------------------------------
 
@@ -123,7 +127,7 @@ class Scheduler:
                     info = self.nodes[node] = plugins.NodeInfo({"metadata": {"name": node}, "status": {}})
                 info.add_pod(key, reqs)
             return False
-        if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+        if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER or key in self._binding:
             return False
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             self._forget(key)
@@ -175,6 +179,11 @@ class Scheduler:
         self._tasks.start(informer(self.store, "nodes", self._node_list, self._node_event,
                                    self._stopping, self._nodes_synced), "scheduler-nodes")
         self._tasks.start(self._pods_after_nodes(), "scheduler-pods")
+        for plural in ("persistentvolumeclaims", "persistentvolumes", "storageclasses"):
+            # VolumeBinding's EventsToRegister: any change may make a parked pod schedulable
+            self._tasks.start(informer(self.store, plural, lambda items: self._move_all_to_active(),
+                                       lambda kind, obj: self._move_all_to_active(), self._stopping),
+                              f"scheduler-{plural}")
         self._tasks.start(self._run(), "scheduler-loop")
         await asyncio.wait_for(self.synced.wait(), 60)
 
@@ -185,6 +194,8 @@ class Scheduler:
     async def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
+        for task in list(self._bind_tasks):
+            task.cancel()
         await self._tasks.stop()
 
     # -- the loop ---------------------------------------------------------
@@ -239,12 +250,23 @@ class Scheduler:
             return None
         # skip placeholders for nodes known only from a bound pod
         nodes = [i for i in self.nodes.values() if i.node.get("spec") or i.node.get("status")]
-        feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style)
+        volumes = volumebinding.prefilter(pod, self._storage_view(pod))
+        feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style, volumes)
         chosen = plugins.pick_node(reqs, feasible)
         if chosen is None:
             self._fail(pod, plugins.fit_error_message(len(nodes), statuses, pod, self.style, pre_msg))
             return None
-        self._bind(pod, chosen.name, reqs)
+        decisions = volumes.decisions(chosen.node) if volumes is not None and volumes.to_bind else None
+        if decisions is not None:
+            # Reserve, then PreBind (bind the volumes) and Bind in the background, as the binding cycle does
+            self._assume(key, chosen.name, reqs)
+            self._binding.add(key)
+            task = asyncio.create_task(self._bind_volumes_then_pod(pod, chosen.name, reqs, *decisions),
+                                       name=f"bind-{key}")
+            self._bind_tasks.add(task)
+            task.add_done_callback(self._bind_tasks.discard)
+        else:
+            self._bind(pod, chosen.name, reqs)
         self._pending.pop(key, None)
         self._attempts.pop(key, None)
         self._not_before.pop(key, None)
@@ -276,15 +298,17 @@ class Scheduler:
                              MERGE, namespace=meta.get("namespace"), subresource="status")
         self.recorder.emit(current, "Warning", "FailedScheduling", message, action="Scheduling")
 
+    def _assume(self, key: str, node: str, reqs: dict[str, int]) -> None:
+        # the scheduler cache's AssumePod: the next cycle does not offer the same last GPU
+        self._placed[key] = (node, reqs)
+        self.nodes[node].add_pod(key, reqs)
+
     def _bind(self, pod: dict, node: str, reqs: dict[str, int]) -> None:
         """POST pods/binding, as the DefaultBinder plugin does: nodeName set, PodScheduled=True."""
         meta = pod["metadata"]
         ns = meta.get("namespace")
         key = pod_key(pod)
-        # assume the pod at once (the scheduler cache's AssumePod) so the next
-        # cycle does not offer the same last GPU
-        self._placed[key] = (node, reqs)
-        self.nodes[node].add_pod(key, reqs)
+        self._assume(key, node, reqs)
         try:
             self.store.bind(meta["name"], node, namespace=ns)
         except Exception as e:
@@ -298,3 +322,74 @@ class Scheduler:
         self.recorder.emit(current, "Normal", "Scheduled",
                            f"Successfully assigned {ns}/{meta['name']} to {node}", action="Binding")
 
+
+    # -- volumes (VolumeBinding's listers, Reserve and PreBind) ------------
+
+    def _storage_view(self, pod: dict) -> volumebinding.StorageView:
+        """The claims of the pod's namespace, the volumes and the classes, read as listers read them."""
+        if not volumebinding.claim_names(pod):
+            return volumebinding.StorageView({}, {}, {})
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        claims = {c["metadata"]["name"]: c for c in self.store.list_page("persistentvolumeclaims", ns)[1]}
+        volumes = {v["metadata"]["name"]: v for v in self.store.list_page("persistentvolumes")[1]}
+        classes = {c["metadata"]["name"]: c for c in self.store.list_page("storageclasses")[1]}
+        return volumebinding.StorageView(claims, volumes, classes)
+
+    async def _bind_volumes_then_pod(self, pod: dict, node: str, reqs: dict[str, int],
+                                     static: list, provision: list) -> None:
+        """``BindPodVolumes``: pre-bind the chosen volumes, ask for provisioning on ``node``
+        (``volume.kubernetes.io/selected-node``), wait until the PV controller has bound every
+        claim, then bind the pod.  A failure sends the pod back with a FailedScheduling event."""
+        key = pod_key(pod)
+        try:
+            error = await self._bind_volumes(pod, node, static, provision)
+        except Exception as e:  # an API error while binding: the scheduling attempt fails
+            error = f"binding volumes: {getattr(e, 'message', e)}"
+        self._binding.discard(key)
+        if error is None:
+            self._bind(pod, node, reqs)
+            return
+        self._forget(key)
+        self._pending[key] = pod
+        self._fail(pod, f'running PreBind plugin "VolumeBinding": {error}')
+        self._wake.set()
+
+    async def _bind_volumes(self, pod: dict, node: str, static: list, provision: list) -> str | None:
+        ns = pod["metadata"].get("namespace") or "default"
+        for pv, pvc in static:
+            ref = {"kind": "PersistentVolumeClaim", "namespace": ns, "name": pvc["metadata"]["name"],
+                   "uid": pvc["metadata"]["uid"], "apiVersion": "v1",
+                   "resourceVersion": pvc["metadata"]["resourceVersion"]}
+            self.store.patch("persistentvolumes", pv["metadata"]["name"],
+                             {"metadata": {"annotations": {storageapi.ANN_BOUND_BY_CONTROLLER: "yes"}},
+                              "spec": {"claimRef": ref}}, MERGE)
+        for pvc in provision:
+            self.store.patch("persistentvolumeclaims", pvc["metadata"]["name"],
+                             {"metadata": {"annotations": {storageapi.ANN_SELECTED_NODE: node}}}, MERGE, ns)
+        claims = [pvc["metadata"]["name"] for _, pvc in static] + [p["metadata"]["name"] for p in provision]
+        deadline = self.clock() + self.BIND_TIMEOUT
+        while self.clock() < deadline and not self._stopping.is_set():
+            done = self._claims_bound(pod, node, ns, claims, {p["metadata"]["name"] for p in provision})
+            if done is True:
+                return None
+            if isinstance(done, str):
+                return f"binding volumes: {done}"
+            await asyncio.sleep(self.BIND_POLL)
+        return "binding volumes: context deadline exceeded"
+
+    def _claims_bound(self, pod: dict, node: str, ns: str, claims: list[str], provisioned: set[str]) -> bool | str:
+        """``checkBindings``: True when all are bound, a message when binding must be retried."""
+        try:
+            self.store.get("pods", pod["metadata"]["name"], ns)
+        except Exception as e:
+            if code_of(e) == 404:
+                return f'pod does not exist any more: pods "{pod["metadata"]["name"]}" not found'
+            raise
+        for name in claims:
+            pvc = self.store.get("persistentvolumeclaims", name, ns)
+            ann = pvc["metadata"].get("annotations") or {}
+            if name in provisioned and ann.get(storageapi.ANN_SELECTED_NODE) != node:
+                return f'provisioning failed for PVC "{name}"'
+            if not (pvc["spec"].get("volumeName") and storageapi.ANN_BIND_COMPLETED in ann):
+                return False
+        return True

@@ -21,15 +21,18 @@ Pure: JSON dicts in, values out.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
 from .plugins import term_matches
+from .podresources import QuantityError, parse_quantity
 from .selectors import validate_qualified_name
 from .validation import Cause, invalid, not_supported, required
 
 __all__ = ["ACCESS_MODES", "ANN_SELECTED_NODE", "ANN_BIND_COMPLETED", "ANN_BOUND_BY_CONTROLLER",
            "ANN_STORAGE_PROVISIONER", "ANN_BETA_STORAGE_PROVISIONER", "ANN_PROVISIONED_BY", "ANN_DEFAULT_CLASS",
-           "PVC_PROTECTION", "PV_PROTECTION", "is_default_class", "default_class", "claim_class", "volume_class",
+           "PVC_PROTECTION", "PV_PROTECTION", "NO_PROVISIONER", "is_default_class", "find_matching_volume",
+           "is_volume_bound_to_claim", "label_selector_matches", "storage_request", "default_class", "claim_class", "volume_class",
            "access_modes_string", "node_affinity_matches", "default_storage_object", "validate_storage_object",
            "admit"]
 
@@ -44,6 +47,7 @@ ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
 PV_PROTECTION = "kubernetes.io/pv-protection"
+NO_PROVISIONER = "kubernetes.io/no-provisioner"  # volume.NotSupportedProvisioner
 
 ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
 _SHORT_MODES = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
@@ -173,15 +177,15 @@ def _storage_class(sc: Mapping[str, Any], old: Mapping[str, Any] | None) -> list
     policy = sc.get("reclaimPolicy")
     if policy and policy not in ("Delete", "Retain"):
         out.append(not_supported("reclaimPolicy", policy, ("Delete", "Retain")))
-    mode = sc.get("volumeBindingMode")
+    mode = sc.get("volumeBindingMode", "Immediate")  # defaulted when the body is decoded
     if mode not in ("Immediate", "WaitForFirstConsumer"):
         out.append(not_supported("volumeBindingMode", mode, ("Immediate", "WaitForFirstConsumer")))
     if old is not None:
         for key in ("parameters", "provisioner", "reclaimPolicy"):
             if (sc.get(key) or None) != (old.get(key) or None):
                 out.append(("FieldValueForbidden", key, f"Forbidden: updates to {key} are forbidden."))
-        if sc.get("volumeBindingMode") != old.get("volumeBindingMode"):
-            out.append(invalid("volumeBindingMode", sc.get("volumeBindingMode"), "field is immutable"))
+        if mode != old.get("volumeBindingMode", "Immediate"):
+            out.append(invalid("volumeBindingMode", mode, "field is immutable"))
     return out
 
 
@@ -217,3 +221,89 @@ def admit(plural: str, obj: dict[str, Any], classes: Iterable[Mapping[str, Any]]
     finalizers = list(meta.get("finalizers") or [])
     if finalizer not in finalizers:
         meta["finalizers"] = finalizers + [finalizer]
+
+
+# --- matching a claim to a volume (component-helpers/storage/volume/pv_helpers.go) ------
+
+
+def storage_request(pvc: Mapping[str, Any]) -> Decimal:
+    value = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage", "0")
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return Decimal(0)
+
+
+def _capacity(pv: Mapping[str, Any]) -> Decimal:
+    try:
+        return parse_quantity(((pv.get("spec") or {}).get("capacity") or {}).get("storage", "0"))
+    except QuantityError:
+        return Decimal(0)
+
+
+def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector (matchLabels AND matchExpressions); None matches everything."""
+    if selector is None:
+        return True
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for req in selector.get("matchExpressions") or []:
+        key, op, values = req.get("key"), req.get("operator"), req.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def is_volume_bound_to_claim(pv: Mapping[str, Any], pvc: Mapping[str, Any]) -> bool:
+    """``IsVolumeBoundToClaim``: the claimRef names the claim (and its uid, when set)."""
+    ref = (pv.get("spec") or {}).get("claimRef")
+    if not ref:
+        return False
+    meta = _meta(pvc)
+    if ref.get("name") != meta.get("name") or (ref.get("namespace") or "") != (meta.get("namespace") or ""):
+        return False
+    return not ref.get("uid") or ref.get("uid") == meta.get("uid")
+
+
+def find_matching_volume(pvc: Mapping[str, Any], volumes: Iterable[Mapping[str, Any]],
+                         node_labels: Mapping[str, str] | None, delay_binding: bool,
+                         excluded: frozenset[str] = frozenset()) -> Mapping[str, Any] | None:
+    """``FindMatchingVolume``: the volume pre-bound to the claim, else the smallest available one
+    of the claim's class that is large enough, has its access modes, matches its selector and
+    (scheduler path, ``node_labels`` given) the node.  The PV controller (no node) leaves a
+    claim of a WaitForFirstConsumer class to the scheduler unless it is pre-bound."""
+    spec = pvc.get("spec") or {}
+    wanted = storage_request(pvc)
+    modes = set(spec.get("accessModes") or [])
+    cls = claim_class(pvc)
+    best, best_size = None, None
+    for pv in volumes:
+        pv_spec, name = pv.get("spec") or {}, _meta(pv).get("name", "")
+        if name in excluded or (pv_spec.get("claimRef") and not is_volume_bound_to_claim(pv, pvc)):
+            continue
+        size = _capacity(pv)
+        if size < wanted or (pv_spec.get("volumeMode") or "Filesystem") != (spec.get("volumeMode") or "Filesystem"):
+            continue
+        if _meta(pv).get("deletionTimestamp"):
+            continue
+        fits_node = node_labels is None or node_affinity_matches(pv, node_labels)
+        if is_volume_bound_to_claim(pv, pvc):
+            return pv if fits_node else None
+        if node_labels is None and delay_binding:
+            continue
+        if (pv.get("status") or {}).get("phase") != "Available" or volume_class(pv) != cls or not fits_node:
+            continue
+        if not label_selector_matches(spec.get("selector"), _meta(pv).get("labels") or {}):
+            continue
+        if not modes <= set(pv_spec.get("accessModes") or []):
+            continue
+        if best_size is None or size < best_size:
+            best, best_size = pv, size
+    return best

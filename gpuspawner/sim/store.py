@@ -288,6 +288,8 @@ class Store:
             merged = dict(old)
             if "status" in new:
                 merged["status"] = new["status"]
+                if info.plural == "persistentvolumes":
+                    _stamp_phase_transition(merged, old, self.now())
             new = merged
             new["metadata"] = dict(old["metadata"])
         else:
@@ -864,6 +866,14 @@ class Store:
 
     def count(self, plural: str) -> int:
         return len(self._objects[self.resource(plural).plural])
+
+
+def _stamp_phase_transition(new: dict[str, Any], old: dict[str, Any], now: str) -> None:
+    """PV status strategy (PersistentVolumeLastPhaseTransitionTime, GA 1.31): a phase change
+    stamps ``status.lastPhaseTransitionTime``."""
+    status = new.get("status")
+    if isinstance(status, dict) and status.get("phase") != (old.get("status") or {}).get("phase"):
+        new["status"] = dict(status, lastPhaseTransitionTime=now)
 
 
 def _should_delete_during_update(info: ResourceInfo, new: dict[str, Any], old: dict[str, Any]) -> bool:
