@@ -32,6 +32,7 @@ from .devices import DeviceLedger
 from .controller import MERGE, now_rfc3339
 from .garbagecollector import GarbageCollector
 from .namespacecontroller import NamespaceController
+from .nodelease import NodeLeases
 from .nodelifecycle import NodeLifecycleController
 from .provisioner import HostPathProvisioner
 from .pvcontroller import PersistentVolumeController
@@ -77,6 +78,7 @@ class SimCluster:
         self.pv_controller: PersistentVolumeController | None = None
         self.volume_protection: VolumeProtectionController | None = None
         self.provisioner: HostPathProvisioner | None = None
+        self.node_leases: NodeLeases | None = None
         self.kubelet = None
         self.url: str | None = None
         self.load_seconds: float | None = None
@@ -122,6 +124,8 @@ class SimCluster:
             await self.volume_protection.start()
             self.provisioner = HostPathProvisioner(self.store)
             await self.provisioner.start()
+            self.node_leases = NodeLeases(self.store)
+            await self.node_leases.start()
             # the kubelet first: loaded pods take their devices before anything new is bound
             self.kubelet = Kubelet(self.store, ledger=self.ledger, run_pods=self.run_pods, stand_in=self.stand_in,
                                    api_url=self.url, restart_backoff=self.restart_backoff,
@@ -138,7 +142,7 @@ class SimCluster:
 
     async def stop(self) -> None:
         """Stop every component; kills every process the kubelet started."""
-        for part in (self.scheduler, self.kubelet, self.provisioner, self.volume_protection, self.pv_controller,
+        for part in (self.scheduler, self.kubelet, self.node_leases, self.provisioner, self.volume_protection, self.pv_controller,
                      self.namespace_controller, self.garbage_collector, self.node_lifecycle):
             if part is not None:
                 with contextlib.suppress(Exception):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import json
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -181,7 +182,32 @@ def check_node(where: str, node: dict) -> dict:
         conds.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
                       "message": "kubelet is posting ready status"})
     status["conditions"] = conds
+    if not status.get("addresses"):
+        # the simulated kubelet serves pods on this machine: the node's InternalIP is loopback
+        status["addresses"] = [{"type": "InternalIP", "address": "127.0.0.1"},
+                               {"type": "Hostname", "address": meta["name"]}]
+    info = status.get("nodeInfo")
+    if info is not None and not isinstance(info, dict):
+        raise LoadError(where, "status.nodeInfo", "must be a map (kubeletVersion, osImage, ...)")
+    status["nodeInfo"] = {**_host_node_info(), **(info or {})}
     return node
+
+
+def _host_node_info() -> dict[str, str]:
+    """What a kubelet reports of its host (``NodeSystemInfo``), for a node the file gives none of:
+    this machine's kernel, OS and architecture, the API server's version, the simulated runtime."""
+    os_image = "Linux"
+    try:
+        for line in Path("/etc/os-release").read_text(encoding="utf-8").splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_image = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    machine = platform.machine()
+    return {"kubeletVersion": "v1.32.0", "kubeProxyVersion": "", "containerRuntimeVersion": "gpuspawner-sim://1",
+            "kernelVersion": platform.release(), "osImage": os_image, "operatingSystem": "linux",
+            "architecture": {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine),
+            "machineID": "", "systemUUID": "", "bootID": ""}
 
 
 def _check_container(where: str, path: str, c: Any) -> None:
@@ -376,6 +402,7 @@ def apply(store, manifests: Manifests, *, keep_timestamps: bool = False) -> None
     for ns in manifests.namespaces:
         create("namespaces", ns)
     for n in manifests.nodes:
+        timestamps.fill_node_conditions(n, now)
         create("nodes", n)
     for plural, obj in manifests.others:
         create(plural, obj)

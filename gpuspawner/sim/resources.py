@@ -53,6 +53,7 @@ RESOURCES: dict[str, ResourceInfo] = {
     for r in (
         ResourceInfo("configmaps", "configmap", "ConfigMap", True, ("cm",)),
         ResourceInfo("events", "event", "Event", True, ("ev",)),
+        ResourceInfo("leases", "lease", "Lease", True, group="coordination.k8s.io"),
         ResourceInfo("namespaces", "namespace", "Namespace", False, ("ns",), True, True),
         ResourceInfo("nodes", "node", "Node", False, ("no",), True),
         ResourceInfo("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim",

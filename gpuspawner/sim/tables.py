@@ -179,6 +179,11 @@ _COLUMNS.update({
         _AGE,
         _col("VolumeMode", "string", "volumeMode defines what type of volume is required by the claim.", 1),
     ],
+    "leases": [
+        _NAME,
+        _col("Holder", "string", "holderIdentity contains the identity of the holder of a current lease."),
+        _AGE,
+    ],
     "storageclasses": [
         _NAME,
         _col("Provisioner", "string", "provisioner indicates the type of the provisioner."),
@@ -407,6 +412,12 @@ def _storageclass_cells(sc: dict[str, Any], now: float) -> list[Any]:
             _since(meta.get("creationTimestamp"), now)]
 
 
+def _lease_cells(obj: dict[str, Any], now: float) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    return [meta.get("name", ""), (obj.get("spec") or {}).get("holderIdentity") or "",
+            _since(meta.get("creationTimestamp"), now)]
+
+
 def _default_cells(obj: dict[str, Any], now: float) -> list[Any]:
     meta = obj.get("metadata") or {}
     return [meta.get("name", ""), meta.get("creationTimestamp")]
@@ -424,6 +435,7 @@ _CELLS: dict[str, Callable[[dict[str, Any], float], list[Any]]] = {
     "persistentvolumes": _pv_cells,
     "persistentvolumeclaims": _pvc_cells,
     "storageclasses": _storageclass_cells,
+    "leases": _lease_cells,
 }
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["restamp"]
+__all__ = ["restamp", "fill_node_conditions"]
 
 _CONDITION_TIMES = ("lastTransitionTime", "lastProbeTime", "lastHeartbeatTime", "lastUpdateTime")
 
@@ -72,3 +72,12 @@ def restamp(plural: str, obj: dict[str, Any], now: str) -> None:
             obj["series"]["lastObservedTime"] = now[:-1] + ".000000Z"
     elif plural in ("namespaces", "persistentvolumeclaims"):
         _conditions(status, now)
+
+
+def fill_node_conditions(node: dict[str, Any], now: str) -> None:
+    """A node condition without times (a hand-written file) gets the load time, as a kubelet's
+    first status post would stamp it."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict):
+            c.setdefault("lastHeartbeatTime", now)
+            c.setdefault("lastTransitionTime", now)
