@@ -84,6 +84,8 @@ class GarbageCollector:
     def __init__(self, store) -> None:
         self.store = store
         self.nodes: dict[str, _Node] = {}
+        # every object seen, by uid: an owner outside the graph is still known by its coordinates
+        self.identities: dict[str, tuple[ResourceInfo, str | None, str]] = {}
         self.attempt_to_delete: WorkQueue[str] = WorkQueue()
         self.attempt_to_orphan: WorkQueue[str] = WorkQueue()
         self.recorder = EventRecorder(store, COMPONENT)
@@ -145,6 +147,7 @@ class GarbageCollector:
         uid = meta.get("uid")
         if not uid:
             return
+        self.identities[uid] = (info, meta.get("namespace"), meta.get("name", ""))
         owners = list(meta.get("ownerReferences") or [])
         finalizers = frozenset(meta.get("finalizers") or ())
         being_deleted = bool(meta.get("deletionTimestamp"))
@@ -211,6 +214,9 @@ class GarbageCollector:
             if not owner_uid:
                 continue
             owner = self.nodes.get(owner_uid)
+            if owner is None and owner_uid in self.identities:
+                info, ns, name = self.identities[owner_uid]
+                owner = self.nodes[owner_uid] = _Node(owner_uid, info, ns, name, observed=True)
             if owner is None:
                 info = resolve_owner_kind(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
                 ns = node.namespace if info is not None and info.namespaced else None
@@ -232,7 +238,9 @@ class GarbageCollector:
                     self.attempt_to_delete.add(uid)
 
     def observe_deleted(self, obj: dict[str, Any]) -> None:
-        node = self.nodes.get((obj.get("metadata") or {}).get("uid") or "")
+        uid = (obj.get("metadata") or {}).get("uid") or ""
+        self.identities.pop(uid, None)
+        node = self.nodes.get(uid)
         if node is not None:
             self._remove(node)
 
