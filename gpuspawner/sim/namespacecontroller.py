@@ -167,8 +167,9 @@ class NamespaceController:
         if not ns["metadata"].get("deletionTimestamp"):
             return None
         if (ns.get("status") or {}).get("phase") != "Terminating":
-            ns = self.store.replace("namespaces", name, {"metadata": {"resourceVersion": ns["metadata"]["resourceVersion"]},
-                                                         "status": dict(ns.get("status") or {}, phase="Terminating")},
+            ns = self.store.replace("namespaces", name,
+                                    {"metadata": {"resourceVersion": ns["metadata"]["resourceVersion"]},
+                                     "status": dict(ns.get("status") or {}, phase="Terminating")},
                                     subresource="status")
         if not (ns.get("spec") or {}).get("finalizers"):
             self._delete_namespace(ns)

@@ -151,7 +151,8 @@ class HostPathProvisioner:
         pv = self._volume(pvc, cls, zone)
         (self.root / pv["metadata"]["name"]).mkdir(parents=True, exist_ok=True)
         self.store.create("persistentvolumes", pv)
-        self.recorder.emit(pvc, "Normal", "ProvisioningSucceeded", f"Successfully provisioned volume {pv['metadata']['name']}")
+        self.recorder.emit(pvc, "Normal", "ProvisioningSucceeded",
+                           f"Successfully provisioned volume {pv['metadata']['name']}")
 
     def _zone(self, pvc: dict, cls: dict) -> tuple[str | None, str | None]:
         """The zone to create the volume in, or an error."""
@@ -197,7 +198,9 @@ class HostPathProvisioner:
             return
         if (pv["metadata"].get("annotations") or {}).get(sa.ANN_PROVISIONED_BY) != self.name:
             return
-        if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Delete" or pv["metadata"].get("deletionTimestamp"):
+        if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Delete":
+            return
+        if pv["metadata"].get("deletionTimestamp"):
             return
         path = Path(((pv.get("spec") or {}).get("hostPath") or {}).get("path") or "")
         if path.parent == self.root:

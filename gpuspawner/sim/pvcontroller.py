@@ -191,7 +191,8 @@ class PersistentVolumeController:
     def _sync_bound_claim(self, pvc: dict) -> None:
         name = (pvc.get("spec") or {}).get("volumeName")
         if not name:
-            self._lose(pvc, "ClaimLost", "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!")
+            self._lose(pvc, "ClaimLost",
+                       "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!")
             return
         volume = self._get("persistentvolumes", name)
         if volume is None:

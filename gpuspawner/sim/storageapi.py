@@ -32,7 +32,8 @@ from .validation import Cause, invalid, not_supported, required
 __all__ = ["ACCESS_MODES", "ANN_SELECTED_NODE", "ANN_BIND_COMPLETED", "ANN_BOUND_BY_CONTROLLER",
            "ANN_STORAGE_PROVISIONER", "ANN_BETA_STORAGE_PROVISIONER", "ANN_PROVISIONED_BY", "ANN_DEFAULT_CLASS",
            "PVC_PROTECTION", "PV_PROTECTION", "NO_PROVISIONER", "is_default_class", "find_matching_volume",
-           "is_volume_bound_to_claim", "label_selector_matches", "storage_request", "default_class", "claim_class", "volume_class",
+           "is_volume_bound_to_claim", "label_selector_matches", "storage_request", "default_class", "claim_class",
+           "volume_class",
            "access_modes_string", "node_affinity_matches", "default_storage_object", "validate_storage_object",
            "admit"]
 

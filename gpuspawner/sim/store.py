@@ -508,7 +508,8 @@ class Store:
         key, old = self._get_stored(info, name, None)
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         if meta.get("name") not in (None, "", name):
-            raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
+            raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL "
+                              f"({name})")
         want_rv = meta.get("resourceVersion")
         if want_rv not in (None, "") and str(want_rv) != old["metadata"]["resourceVersion"]:
             raise conflict("namespaces", name, MODIFIED)

@@ -150,3 +150,36 @@ async def test_a_cluster_scoped_owner_of_namespaced_dependents(gc):
     assert exists(s, "configmaps", "node-info")
     s.delete("nodes", "gpu-1")
     await until(lambda: not exists(s, "configmaps", "node-info"))
+
+
+@pytest.mark.integration
+async def test_kubespawners_stop_removes_the_service_and_secret_over_http():
+    """The objects KubeSpawner makes (kubespawner.objects.make_owner_reference) and the delete its
+    stop() sends (V1DeleteOptions with a grace period, through kubernetes_asyncio)."""
+    from kubernetes_asyncio import client
+    from kubespawner.objects import make_owner_reference
+
+    from gpuspawner.sim.cluster import SimCluster
+    from tests.builders import node
+
+    c = SimCluster(manifests=[node("cpu-1")], run_pods=False)
+    await c.start()
+    try:
+        async with client.ApiClient(client.Configuration(host=c.url)) as api_client:
+            api = client.CoreV1Api(api_client)
+            made = await api.create_namespaced_pod("default", pod("jupyter-carol", node_name="cpu-1"))
+            ref = api_client.sanitize_for_serialization(make_owner_reference(made.metadata.name, made.metadata.uid))
+            await api.create_namespaced_secret("default", {"metadata": {"name": "jupyter-carol",
+                                                                        "ownerReferences": [ref]},
+                                                           "stringData": {"token": "t"}})
+            await api.create_namespaced_service("default", {"metadata": {"name": "jupyter-carol",
+                                                                         "ownerReferences": [ref]},
+                                                            "spec": {"ports": [{"port": 8888}]}})
+            await api.delete_namespaced_pod("jupyter-carol", "default",
+                                            body=client.V1DeleteOptions(grace_period_seconds=1),
+                                            grace_period_seconds=1)
+            await until(lambda: not exists(c.store, "pods", "jupyter-carol", "default")
+                        and not exists(c.store, "services", "jupyter-carol", "default")
+                        and not exists(c.store, "secrets", "jupyter-carol", "default"))
+    finally:
+        await c.stop()

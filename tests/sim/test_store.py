@@ -360,7 +360,8 @@ def test_deleting_a_namespace_marks_it_terminating_and_refuses_new_content(store
     assert (e.value.code, e.value.reason, e.value.message) == (
         403, "Forbidden",
         'configmaps "late" is forbidden: unable to create new content in namespace hub because it is being terminated')
-    assert e.value.details["causes"] == [{"reason": "NamespaceTerminating", "message": "namespace hub is being terminated",
+    assert e.value.details["causes"] == [{"reason": "NamespaceTerminating",
+                                          "message": "namespace hub is being terminated",
                                           "field": "metadata.namespace"}]
     # deleting again changes nothing while spec.finalizers is not empty
     assert store.delete("namespaces", "hub")["metadata"]["resourceVersion"] == out["metadata"]["resourceVersion"]
