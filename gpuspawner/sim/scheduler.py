@@ -312,9 +312,10 @@ class Scheduler:
         try:
             self.store.bind(meta["name"], node, namespace=ns)
         except Exception as e:
-            # deleted or bound by someone else meanwhile (409/404): forget the assumption
+            # deleted or bound by someone else meanwhile (409/404), or its namespace is being
+            # deleted (403, NamespaceLifecycle): forget the assumption
             self._forget(key)
-            if code_of(e) in (404, 409):
+            if code_of(e) in (403, 404, 409):
                 return
             raise
         current = self.store.get("pods", meta["name"], namespace=ns)

@@ -19,6 +19,10 @@ What follows the real kube-apiserver, with the source of each rule:
   ``k8s.io/apiserver/pkg/registry/rest/delete.go`` and
   ``k8s.io/apiserver/pkg/storage/etcd3/store.go``;
 * pod grace periods: ``pkg/registry/core/pod/strategy.go`` (CheckGracefulDelete);
+* propagation policies and the garbage collector's finalizers (``deletion.py``),
+  namespace termination: ``pkg/registry/core/namespace/storage/storage.go``;
+* admission: NamespaceLifecycle (no new content in a terminating namespace),
+  DefaultStorageClass and StorageObjectInUseProtection (``storageapi.py``);
 * pod defaulting: ``pkg/apis/core/v1/defaults.go`` plus the admission plugins
   that every cluster runs (ServiceAccount, DefaultTolerationSeconds, Priority);
 * the watch cache's history, selector transitions and "too old resource
