@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="Kubernetes manifests (Nodes, Pods) to load; default: the built-in GPU cluster",
     )
+    parser.add_argument(
+        "--keep-timestamps",
+        action="store_true",
+        help="keep the cluster file's creationTimestamp and status times (a snapshot of a real cluster "
+             "replays with its ages)",
+    )
     parser.add_argument("--port", type=port, default=8000, help="JupyterHub's public port (default 8000)")
     parser.add_argument(
         "--k8s-port",
@@ -178,7 +184,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     from gpuspawner.sim.loader import LoadError
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
-    cluster = SimCluster(cluster_file=args.cluster, port=args.k8s_port)
+    cluster = SimCluster(cluster_file=args.cluster, port=args.k8s_port, keep_timestamps=args.keep_timestamps)
     hub: asyncio.subprocess.Process | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run NVIDIA's DCGM exporter (simulated) as a pod on each NVIDIA GPU node "
                              "(namespace gpu-operator, port 9400): GPU activity follows the pods' CPU use "
                              "or their gpuspawner.sim/gpu-activity annotation")
+    parser.add_argument("--keep-timestamps", action="store_true",
+                        help="keep the cluster file's creationTimestamp and status times, so that a snapshot of a "
+                             "real cluster replays with its ages (default: everything is created now)")
     parser.add_argument("--hide-taints", action="store_true",
                         help="word FailedScheduling like Kubernetes >= 1.35: 'node(s) had untolerated taint(s)'")
 
@@ -51,7 +54,7 @@ async def _serve(args: argparse.Namespace) -> int:
     cluster = SimCluster(cluster_file=args.cluster, host=args.host, port=args.port,
                          run_pods=not args.no_run_pods, stand_in=args.stand_in,
                          message_style=MessageStyle(taint_details=not args.hide_taints),
-                         dcgm_exporter=args.dcgm_exporter)
+                         dcgm_exporter=args.dcgm_exporter, keep_timestamps=args.keep_timestamps)
     try:
         url = await cluster.start()
     except LoadError as e:

@@ -24,10 +24,10 @@ from typing import Any, Callable
 import yaml
 from aiohttp import web
 
-from . import tables
+from . import deletion, protobuf, tables
 from .faults import Faults, RequestCounters
 from .errors import ApiError, bad_request
-from .resources import RESOURCES, SUBRESOURCES, ResourceInfo, group_versions
+from .resources import RESOURCES, SUBRESOURCE_GROUPS, SUBRESOURCES, ResourceInfo, group_versions
 from .store import Store
 from .watch import Watcher
 
@@ -50,6 +50,12 @@ SERVER_VERSION = {
 }
 
 _JSON = "application/json"
+# subresources that only take one write: (plural, subresource) -> (method, audit verb)
+_WRITE_SUBRESOURCES = {
+    ("pods", "binding"): ("POST", "create"),
+    ("pods", "eviction"): ("POST", "create"),
+    ("namespaces", "finalize"): ("PUT", "update"),
+}
 _PAGE_CHUNK = 250  # items serialized between two yields to the event loop (~10 ms)
 _NOT_FOUND = "the server could not find the requested resource"
 
@@ -313,8 +319,11 @@ class ApiServer:
                 entry["categories"] = list(info.categories)
             resources.append(entry)
             for sub, kind, sub_verbs in SUBRESOURCES.get(info.plural, ()):
-                resources.append({"name": f"{info.plural}/{sub}", "singularName": "", "namespaced": info.namespaced,
-                                  "kind": kind, "verbs": list(sub_verbs)})
+                entry = {"name": f"{info.plural}/{sub}", "singularName": "", "namespaced": info.namespaced}
+                group = SUBRESOURCE_GROUPS.get((info.plural, sub))
+                if group:
+                    entry["group"], entry["version"] = group
+                resources.append(dict(entry, kind=kind, verbs=list(sub_verbs)))
             if info.status_subresource:
                 resources.append({"name": f"{info.plural}/status", "singularName": "",
                                   "namespaced": info.namespaced, "kind": info.kind,
@@ -377,7 +386,10 @@ class ApiServer:
             return await self._create(request, route)
         if verb == "update":
             body = await self._read_body(request, route.info)
-            obj = self.store.replace(route.info.plural, route.name, body, route.namespace, route.sub)
+            if route.sub == "finalize":
+                obj = self.store.finalize_namespace(str(route.name), body)
+            else:
+                obj = self.store.replace(route.info.plural, route.name, body, route.namespace, route.sub)
             return self._object_response(request, route, obj)
         if verb == "patch":
             raw = await request.read()
@@ -394,14 +406,15 @@ class ApiServer:
             if method != "GET":
                 raise not_allowed
             return "get"
-        if route.sub not in (None, "status", "binding") or (route.sub == "binding" and route.info.plural != "pods"):
+        write_only = _WRITE_SUBRESOURCES.get((route.info.plural, route.sub or ""))
+        if route.sub not in (None, "status") and write_only is None:
             raise ApiError(404, "NotFound", _NOT_FOUND, details={})
         if route.sub == "status" and not route.info.status_subresource:
             raise ApiError(404, "NotFound", _NOT_FOUND, details={})
-        if route.sub == "binding":
-            if method != "POST":
+        if write_only is not None:
+            if route.name is None or method != write_only[0]:
                 raise not_allowed
-            return "create"
+            return write_only[1]
         if route.name is None:
             if method == "GET":
                 return "watch" if watching else "list"
@@ -475,23 +488,32 @@ class ApiServer:
 
     # -- bodies --
     async def _read_body(self, request: web.Request, info: ResourceInfo) -> dict[str, Any]:
-        raw = await request.read()
-        ctype = (request.headers.get("Content-Type") or _JSON).split(";", 1)[0].strip().lower()
-        try:
-            if ctype in (_JSON, "*/*", ""):
-                data = json.loads(raw or b"null")
-            elif ctype in ("application/yaml", "application/x-yaml", "text/yaml"):
-                data = yaml.safe_load(raw)
-            else:
-                # The real message also lists protobuf, which is not served here.
-                raise ApiError(415, "UnsupportedMediaType",
-                               "the body of the request was in an unknown format - accepted media types "
-                               "include: application/json, application/yaml")
-        except (ValueError, yaml.YAMLError) as e:
-            raise bad_request(f"the body of the request could not be decoded as {info.kind}: {e}") from None
+        data = self._decode(await request.read(), request.headers.get("Content-Type"), info.kind)
         if not isinstance(data, dict):
             raise bad_request(f"the body of the request must be a JSON object ({info.kind})")
         return data
+
+    @staticmethod
+    def _decode(raw: bytes, content_type: str | None, kind: str) -> Any:
+        """A request body in JSON, YAML or the Kubernetes protobuf encoding (``protobuf.py``)."""
+        ctype = (content_type or _JSON).split(";", 1)[0].strip().lower()
+        try:
+            if ctype in (_JSON, "*/*", ""):
+                return json.loads(raw or b"null")
+            if ctype in ("application/yaml", "application/x-yaml", "text/yaml"):
+                return yaml.safe_load(raw)
+            if ctype == protobuf.PROTOBUF:
+                return protobuf.decode_object(raw)
+        except (ValueError, yaml.YAMLError) as e:
+            raise bad_request(f"the body of the request could not be decoded as {kind}: {e}") from None
+        except KeyError as e:
+            raise ApiError(415, "UnsupportedMediaType",
+                           f"the body of the request was in an unknown format - accepted media types include: "
+                           f"application/json, application/yaml (the simulated API server decodes protobuf "
+                           f"only for {', '.join(protobuf.kinds())}; this body is {e.args[0]})") from None
+        raise ApiError(415, "UnsupportedMediaType",
+                       "the body of the request was in an unknown format - accepted media types include: "
+                       "application/json, application/yaml, application/vnd.kubernetes.protobuf")
 
     # -- verbs --
     def _get(self, route: _Route) -> dict[str, Any]:
@@ -521,32 +543,22 @@ class ApiServer:
             annotations = (body.get("metadata") or {}).get("annotations")
             out = self.store.bind(route.name, str(target.get("name") or ""), route.namespace, annotations)
             return web.Response(status=201, body=_json_bytes(out), content_type=_JSON)
+        if route.sub == "eviction":
+            assert route.name is not None and route.namespace is not None
+            out = self.store.evict(route.name, route.namespace, body)
+            return web.Response(status=201, body=_json_bytes(out), content_type=_JSON)
         obj = self.store.create(route.info.plural, body, route.namespace)
         return self._object_response(request, route, obj, status=201)
 
     async def _delete(self, request: web.Request, route: _Route) -> web.Response:
+        """DELETE (handlers/delete.go): a body is the DeleteOptions, else the query parameters are."""
         assert route.name is not None
-        q = request.query
-        grace = _parse_int("gracePeriodSeconds", q.get("gracePeriodSeconds"))
-        preconditions = None
         raw = await request.read()
         if raw.strip():
-            try:
-                opts = json.loads(raw)
-            except ValueError as e:
-                raise bad_request(f"the body of the request could not be decoded as DeleteOptions: {e}") from None
-            if not isinstance(opts, dict):
-                raise bad_request("the body of a DELETE must be a DeleteOptions object")
-            if opts.get("gracePeriodSeconds") is not None and grace is None:
-                try:
-                    grace = int(opts["gracePeriodSeconds"])
-                except (TypeError, ValueError):
-                    raise bad_request("DeleteOptions.gracePeriodSeconds must be an integer") from None
-            preconditions = opts.get("preconditions")
-            if preconditions is not None and not isinstance(preconditions, dict):
-                raise bad_request("DeleteOptions.preconditions must be an object")
-        out = self.store.delete(route.info.plural, route.name, route.namespace, grace,
-                                preconditions=preconditions)
+            opts = deletion.from_body(self._decode(raw, request.headers.get("Content-Type"), "DeleteOptions"))
+        else:
+            opts = deletion.from_query(request.query)
+        out = self.store.delete(route.info.plural, route.name, route.namespace, options=opts)
         return web.Response(status=200, body=_json_bytes(out), content_type=_JSON)
 
     async def _list(self, request: web.Request, route: _Route) -> web.StreamResponse:

@@ -1,9 +1,11 @@
 """``SimCluster``: the whole simulated cluster in one object.
 
 It assembles the in-process ``Store``, the HTTP ``ApiServer`` on loopback,
-the node lifecycle controller, the scheduler and the kubelet, loads the
-cluster file, and stops everything (every process the kubelet started) on
-``stop()``::
+the controllers (node lifecycle, garbage collector, namespace, persistent
+volume binding and protection, resource claims), node leases, a dynamic
+provisioner, the scheduler, the kubelet and, when asked, the DCGM exporters;
+loads the cluster file, and stops everything (every process the kubelet
+started) on ``stop()``::
 
     async with SimCluster(cluster_file="cluster.yaml") as cluster:
         cluster.write_kubeconfig("kubeconfig")
@@ -29,7 +31,13 @@ from . import loader
 from .devices import DeviceLedger
 from .controller import MERGE, now_rfc3339
 from .dra.claimcontroller import ResourceClaimController
+from .garbagecollector import GarbageCollector
+from .namespacecontroller import NamespaceController
+from .nodelease import NodeLeases
 from .nodelifecycle import NodeLifecycleController
+from .provisioner import HostPathProvisioner
+from .pvcontroller import PersistentVolumeController
+from .volumeprotection import VolumeProtectionController
 from .plugins import MessageStyle
 from .scheduler import Scheduler
 from .store import Store
@@ -41,13 +49,13 @@ def default_cluster_file() -> Path:
 
 
 class SimCluster:
-    """Store + API server + scheduler + node lifecycle controller + kubelet."""
+    """Store + API server + controllers + provisioner + scheduler + kubelet."""
 
     def __init__(self, cluster_file: str | Path | None = None, manifests: list[dict] | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, run_pods: bool = True, stand_in: bool = False,
                  message_style: MessageStyle = MessageStyle(), restart_backoff: tuple[float, float] = (10.0, 300.0),
                  serve_http: bool = True, store: Store | None = None, pod_subnet: str | None = None,
-                 dcgm_exporter: bool = False, dcgm_interval: float = 1.0):
+                 dcgm_exporter: bool = False, dcgm_interval: float = 1.0, keep_timestamps: bool = False):
         if cluster_file is not None and manifests is not None:
             raise ValueError("give either cluster_file or manifests, not both")
         if dcgm_exporter and (stand_in or not run_pods):
@@ -62,12 +70,20 @@ class SimCluster:
         self.restart_backoff = restart_backoff
         self.serve_http = serve_http
         self.pod_subnet = pod_subnet
+        # keep the file's creationTimestamp and status times (a snapshot replays with its ages)
+        self.keep_timestamps = keep_timestamps
         self.store = store or Store()
         self.apiserver = None
         self.ledger = DeviceLedger()
         self.scheduler: Scheduler | None = None
         self.node_lifecycle: NodeLifecycleController | None = None
         self.claim_controller: ResourceClaimController | None = None
+        self.garbage_collector: GarbageCollector | None = None
+        self.namespace_controller: NamespaceController | None = None
+        self.pv_controller: PersistentVolumeController | None = None
+        self.volume_protection: VolumeProtectionController | None = None
+        self.provisioner: HostPathProvisioner | None = None
+        self.node_leases: NodeLeases | None = None
         self.kubelet = None
         self.dcgm_exporter, self.dcgm_interval = dcgm_exporter, dcgm_interval
         self.dcgm = None  # sim/dcgm.py's Dcgm when dcgm_exporter: GPU activity and the exporter pods
@@ -90,7 +106,7 @@ class SimCluster:
         from .kubelet import Kubelet
 
         t0 = time.perf_counter()
-        loader.apply(self.store, self.load())
+        loader.apply(self.store, self.load(), keep_timestamps=self.keep_timestamps)
         self.load_seconds = time.perf_counter() - t0
         # a loaded cluster is long-lived: move it out of the cyclic collector's reach, whose full
         # passes over 100,000s of stored objects would otherwise stall the loop for seconds
@@ -105,6 +121,18 @@ class SimCluster:
                 self.url = await self.apiserver.start()
             self.node_lifecycle = NodeLifecycleController(self.store)
             await self.node_lifecycle.start()
+            self.garbage_collector = GarbageCollector(self.store)
+            await self.garbage_collector.start()
+            self.namespace_controller = NamespaceController(self.store)
+            await self.namespace_controller.start()
+            self.pv_controller = PersistentVolumeController(self.store)
+            await self.pv_controller.start()
+            self.volume_protection = VolumeProtectionController(self.store)
+            await self.volume_protection.start()
+            self.provisioner = HostPathProvisioner(self.store)
+            await self.provisioner.start()
+            self.node_leases = NodeLeases(self.store)
+            await self.node_leases.start()
             self.claim_controller = ResourceClaimController(self.store)
             await self.claim_controller.start()
             # the kubelet first: loaded pods take their devices before anything new is bound
@@ -128,7 +156,9 @@ class SimCluster:
 
     async def stop(self) -> None:
         """Stop every component; kills every process the kubelet started."""
-        for part in (self.dcgm, self.scheduler, self.kubelet, self.claim_controller, self.node_lifecycle):
+        for part in (self.dcgm, self.scheduler, self.kubelet, self.claim_controller, self.node_leases, self.provisioner,
+                     self.volume_protection, self.pv_controller, self.namespace_controller, self.garbage_collector,
+                     self.node_lifecycle):
             if part is not None:
                 with contextlib.suppress(Exception):
                     await part.stop()

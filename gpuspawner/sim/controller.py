@@ -77,13 +77,15 @@ class EventRecorder:
             "apiVersion": obj.get("apiVersion") or "v1",
             "kind": obj.get("kind") or "Pod",
             "name": meta.get("name"),
-            "namespace": ns,
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
         }
+        if meta.get("namespace"):
+            # a cluster-scoped object's reference has no namespace; its events live in "default"
+            involved["namespace"] = meta["namespace"]
         if field_path:
             involved["fieldPath"] = field_path
-        key = (self.component, host, involved["kind"], ns, involved["name"], involved["uid"],
+        key = (self.component, host, involved["kind"], involved.get("namespace"), involved["name"], involved["uid"],
                field_path, type_, reason, message)
         ts = self.clock()
         seen = self._seen.get(key)
@@ -119,7 +121,15 @@ class EventRecorder:
         if self.events_api:
             ev["eventTime"] = now_micro(ts)
             ev["action"] = action or reason
-        self.store.create("events", ev, namespace=ns)
+        try:
+            self.store.create("events", ev, namespace=ns)
+        except Exception as e:
+            # client-go's recorder drops an event the server refuses (a terminating or
+            # missing namespace: "Server rejected event ... will not retry")
+            if code_of(e) in (403, 404):
+                log.debug("event %s/%s %s rejected: %s", ns, name, reason, e)
+                return
+            raise
         self._seen[key] = (ns, name)
         if len(self._seen) > self.CACHE_SIZE:
             # client-go keeps an LRU of 4096 (maxLruCacheEntries); drop the oldest

@@ -91,7 +91,9 @@ def bad_request(message: str) -> ApiError:
 
 
 def invalid(kind: str, name: str, causes: list[tuple[str, str, str]], group: str = "") -> ApiError:
-    """422 Invalid: ``causes`` are (reason, field, message) as field.Error renders them."""
+    """422 Invalid: ``causes`` are (reason, field, message) as field.Error renders them; the
+    message names the kind with its group (``errors.NewInvalid``: ``GroupKind.String()``,
+    ``StorageClass.storage.k8s.io "s" is invalid: ...``)."""
     texts = [f"{f}: {m}" for _, f, m in causes]
     joined = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
     details: dict[str, Any] = {}
@@ -101,7 +103,7 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str, str]], group: str
         details["group"] = group
     details["kind"] = kind
     details["causes"] = [{"reason": r, "message": m, "field": f} for r, f, m in causes]
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {joined}', details=details)
+    return ApiError(422, "Invalid", f'{_qualified(kind, group)} "{name}" is invalid: {joined}', details=details)
 
 
 def expired(message: str, continue_token: str | None = None) -> ApiError:

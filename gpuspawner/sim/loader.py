@@ -2,9 +2,15 @@
 
 Accepted: multi-document YAML, a ``kind: List`` (what ``kubectl get
 nodes,pods -A -o yaml`` prints) or the same as JSON (``-o json``, much faster
-to parse for big clusters).  Read-only fields such output carries
-(``uid``, ``resourceVersion``, ``creationTimestamp``, ``managedFields``,
-``selfLink``, ``generation``) are accepted and dropped by the store.
+to parse for big clusters), of any kind the simulated API server serves.
+Read-only fields such output carries (``resourceVersion``, ``managedFields``,
+``selfLink``, ``generation``) are accepted and dropped by the store.  A
+``metadata.uid`` is kept, as restoring etcd keeps it, so that owner
+references and events (``involvedObject.uid``) still point at their objects.
+Timestamps (``creationTimestamp``, a pod's ``startTime``, its containers'
+``startedAt``, conditions' ``lastTransitionTime``, events' times, taints'
+``timeAdded``) become the load time, unless ``keep_timestamps`` asks to keep
+them as the file has them (a snapshot then replays with its ages).
 
 * Nodes keep labels, taints, ``spec.unschedulable``, ``status.capacity``/
   ``allocatable`` (allocatable defaults to capacity, as
@@ -20,21 +26,26 @@ to parse for big clusters).  Read-only fields such output carries
   status (an allocation) is restored after create.
 
 Bad input raises ``LoadError`` naming the document (1-based, with the item
-index inside a List), the object and the field, and what to write instead.
+index inside a List), the object and the field, and what to write instead;
+an object the API server refuses gives the server's own message.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
+from . import timestamps
 from .dra import api as dra_api
+from .errors import ApiError
 from .podresources import QuantityError, parse_quantity
+from .resources import RESOURCES
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
 
@@ -46,16 +57,8 @@ class _Loader(_Base):  # type: ignore[valid-type,misc]
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
 
-KINDS = {
-    "Namespace": "namespaces", "Node": "nodes", "Pod": "pods", "ConfigMap": "configmaps",
-    "Secret": "secrets", "Service": "services", "ServiceAccount": "serviceaccounts",
-    "PersistentVolumeClaim": "persistentvolumeclaims", "Event": "events",
-    # Dynamic Resource Allocation
-    "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
-    "ResourceClaimTemplate": "resourceclaimtemplates",
-}
-_GROUP_KINDS = {"DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"}
-_CLUSTER_SCOPED = {"DeviceClass", "ResourceSlice"}
+# every served kind can be loaded: kind -> plural
+KINDS = {info.kind: plural for plural, info in RESOURCES.items()}
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 _BUILTIN_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -73,12 +76,13 @@ class LoadError(ValueError):
 
 @dataclass
 class Manifests:
-    """Validated objects, in the order they must be created."""
+    """Validated objects, in the order they must be created; ``where`` names each one's place in the input."""
 
     namespaces: list[dict] = field(default_factory=list)
     nodes: list[dict] = field(default_factory=list)
     pods: list[dict] = field(default_factory=list)
-    others: list[tuple[str, dict]] = field(default_factory=list)  # (plural, object)
+    others: list[tuple[str, dict]] = field(default_factory=list)  # (plural, object), cluster-scoped first
+    where: dict[int, str] = field(default_factory=dict)  # id(object) -> "file: document N (Kind name)"
 
     def __len__(self) -> int:
         return len(self.namespaces) + len(self.nodes) + len(self.pods) + len(self.others)
@@ -145,8 +149,6 @@ def _check_string_map(where: str, path: str, value: Any) -> None:
 
 def check_node(where: str, node: dict) -> dict:
     """Validate one Node and fill what a real node always has; returns it."""
-    name = _name(where, node)
-    where = f"{where} (Node {name})"
     meta = node["metadata"]
     _check_string_map(where, "metadata.labels", meta.get("labels"))
     spec = node.get("spec") or {}
@@ -156,9 +158,7 @@ def check_node(where: str, node: dict) -> dict:
     if not isinstance(taints, list):
         raise LoadError(where, "spec.taints", "must be a list of {key, value, effect}")
     for i, t in enumerate(taints):
-        if not isinstance(t, dict) or not t.get("key"):
-            raise LoadError(where, f"spec.taints[{i}].key", "every taint needs a key")
-        if t.get("effect") not in _TAINT_EFFECTS:
+        if isinstance(t, dict) and t.get("effect") not in _TAINT_EFFECTS:
             raise LoadError(where, f"spec.taints[{i}].effect",
                             f"{t.get('effect')!r} is not one of {', '.join(_TAINT_EFFECTS)}")
     if "unschedulable" in spec and not isinstance(spec["unschedulable"], bool):
@@ -186,7 +186,32 @@ def check_node(where: str, node: dict) -> dict:
         conds.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
                       "message": "kubelet is posting ready status"})
     status["conditions"] = conds
+    if not status.get("addresses"):
+        # the simulated kubelet serves pods on this machine: the node's InternalIP is loopback
+        status["addresses"] = [{"type": "InternalIP", "address": "127.0.0.1"},
+                               {"type": "Hostname", "address": meta["name"]}]
+    info = status.get("nodeInfo")
+    if info is not None and not isinstance(info, dict):
+        raise LoadError(where, "status.nodeInfo", "must be a map (kubeletVersion, osImage, ...)")
+    status["nodeInfo"] = {**_host_node_info(), **(info or {})}
     return node
+
+
+def _host_node_info() -> dict[str, str]:
+    """What a kubelet reports of its host (``NodeSystemInfo``), for a node the file gives none of:
+    this machine's kernel, OS and architecture, the API server's version, the simulated runtime."""
+    os_image = "Linux"
+    try:
+        for line in Path("/etc/os-release").read_text(encoding="utf-8").splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_image = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    machine = platform.machine()
+    return {"kubeletVersion": "v1.32.0", "kubeProxyVersion": "", "containerRuntimeVersion": "gpuspawner-sim://1",
+            "kernelVersion": platform.release(), "osImage": os_image, "operatingSystem": "linux",
+            "architecture": {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine),
+            "machineID": "", "systemUUID": "", "bootID": ""}
 
 
 def _check_container(where: str, path: str, c: Any) -> None:
@@ -205,8 +230,6 @@ def _check_container(where: str, path: str, c: Any) -> None:
 
 
 def check_pod(where: str, pod: dict) -> dict:
-    name = _name(where, pod)
-    where = f"{where} (Pod {name})"
     meta = pod["metadata"]
     _check_string_map(where, "metadata.labels", meta.get("labels"))
     _check_string_map(where, "metadata.annotations", meta.get("annotations"))
@@ -232,14 +255,63 @@ def check_pod(where: str, pod: dict) -> dict:
     return pod
 
 
-def check_dra(where: str, kind: str, obj: dict) -> None:
-    """A resource.k8s.io object, checked as the API server will (defaults first)."""
-    plural = KINDS[kind]
+def check_dra(where: str, plural: str, obj: dict) -> None:
+    """A resource.k8s.io object, checked as the API server will (defaults first), so that a bad
+    one is refused before anything is created."""
     dra_api.default_spec(plural, obj)
     causes = dra_api.validate(plural, obj)
     if causes:
         _, field_path, message = causes[0]
-        raise LoadError(f"{where} ({kind} {obj['metadata']['name']})", field_path, message)
+        raise LoadError(where, field_path, message)
+
+
+def _check_kind(where: str, obj: Any) -> str:
+    """The plural of a loadable object; its apiVersion must be the served one."""
+    if not isinstance(obj, dict):
+        raise LoadError(where, None, f"expected a Kubernetes object (a map), got {type(obj).__name__}")
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise LoadError(where, "kind", f"{kind!r} cannot be loaded; supported kinds: {', '.join(sorted(KINDS))}")
+    info = RESOURCES[KINDS[kind]]
+    api = obj.get("apiVersion")
+    if api not in (None, info.api_version):
+        raise LoadError(where, "apiVersion", f"{api!r}: a {kind} is {info.api_version!r}")
+    return info.plural
+
+
+def _check_uid(where: str, obj: dict, uids: dict[str, str]) -> None:
+    uid = obj["metadata"].get("uid")
+    if uid is None:
+        return
+    if not isinstance(uid, str) or not uid:
+        raise LoadError(where, "metadata.uid", "must be a non-empty string (or left out)")
+    if uid in uids:
+        raise LoadError(where, "metadata.uid", f"{uid!r} is also the uid of {uids[uid]}: uids must be unique")
+    uids[uid] = where
+
+
+def _check_owners(objects: list[tuple[str, str, dict]]) -> None:
+    """An owner reference to an object of the file must carry that object's uid, or the
+    garbage collector would delete the dependent as soon as the cluster starts."""
+    by_name = {(RESOURCES[p].kind, (o["metadata"].get("namespace") if RESOURCES[p].namespaced else None),
+                o["metadata"]["name"]): o for _, p, o in objects}
+    for where, plural, obj in objects:
+        for i, ref in enumerate(obj["metadata"].get("ownerReferences") or []):
+            if not isinstance(ref, dict):
+                continue
+            target = None
+            if ref.get("kind") in KINDS:
+                ns = obj["metadata"].get("namespace") if RESOURCES[KINDS[ref["kind"]]].namespaced else None
+                target = by_name.get((ref["kind"], ns, ref.get("name")))
+            if target is None:
+                continue
+            uid = target["metadata"].get("uid")
+            if uid != ref.get("uid"):
+                hint = (f"give the {ref['kind']} metadata.uid {ref.get('uid')!r}" if not uid
+                        else f"write uid {uid!r}")
+                raise LoadError(where, f"metadata.ownerReferences[{i}].uid",
+                                f"{ref.get('uid')!r} is not the uid of {ref['kind']} {ref.get('name')} in this "
+                                f"file: {hint}, or the garbage collector deletes this object")
 
 
 def validate(docs: list[tuple[str, Any]]) -> Manifests:
@@ -248,49 +320,50 @@ def validate(docs: list[tuple[str, Any]]) -> Manifests:
     node_names: set[str] = set()
     namespaces_defined: set[str] = set()
     namespaces_used: dict[str, str] = {}
-    pod_wheres: list[str] = []
+    seen: dict[tuple[str, str | None, str], str] = {}
+    uids: dict[str, str] = {}
+    objects: list[tuple[str, str, dict]] = []
+    cluster_scoped: list[tuple[str, dict]] = []
     for where, obj in docs:
-        if not isinstance(obj, dict):
-            raise LoadError(where, None, f"expected a Kubernetes object (a map), got {type(obj).__name__}")
-        kind = obj.get("kind")
-        if kind not in KINDS:
-            raise LoadError(where, "kind", f"{kind!r} cannot be loaded; supported kinds: {', '.join(KINDS)}")
-        api = obj.get("apiVersion")
-        want_api = dra_api.API_VERSION if kind in _GROUP_KINDS else "v1"
-        if api not in (None, want_api):
-            raise LoadError(where, "apiVersion", f"{api!r}: a {kind} is {want_api!r}")
-        if kind == "Node":
-            n = check_node(where, obj)
-            if n["metadata"]["name"] in node_names:
-                raise LoadError(where, "metadata.name", f"node {n['metadata']['name']!r} is defined twice")
-            node_names.add(n["metadata"]["name"])
-            out.nodes.append(n)
-            continue
+        plural = _check_kind(where, obj)
+        info = RESOURCES[plural]
         name = _name(where, obj)
-        if kind in _GROUP_KINDS:
-            check_dra(where, kind, obj)
-        if kind in _CLUSTER_SCOPED:
-            obj["metadata"].pop("namespace", None)
-            out.others.append((KINDS[kind], obj))
-            continue
-        if kind == "Namespace":
+        ns = (obj["metadata"].get("namespace") or "default") if info.namespaced else None
+        if (plural, ns, name) in seen:
+            raise LoadError(where, "metadata.name", f"{info.singular} {name!r} is defined twice "
+                                                    f"(also {seen[plural, ns, name]})")
+        seen[plural, ns, name] = where
+        where = f"{where} ({info.kind} {name})"
+        _check_uid(where, obj, uids)
+        if plural in dra_api.PLURALS:
+            check_dra(where, plural, obj)
+        objects.append((where, plural, obj))
+        out.where[id(obj)] = where
+        if plural == "nodes":
+            out.nodes.append(check_node(where, obj))
+            node_names.add(name)
+        elif plural == "namespaces":
             namespaces_defined.add(name)
             if name not in _BUILTIN_NAMESPACES:
                 out.namespaces.append(obj)
-            continue
-        ns = obj["metadata"].get("namespace") or "default"
-        obj["metadata"]["namespace"] = ns
-        namespaces_used.setdefault(ns, where)
-        if kind == "Pod":
-            out.pods.append(check_pod(where, obj))
-            pod_wheres.append(where)
+        elif not info.namespaced:
+            obj["metadata"].pop("namespace", None)
+            cluster_scoped.append((plural, obj))
         else:
-            out.others.append((KINDS[kind], obj))
-    for pod, where in zip(out.pods, pod_wheres):
+            obj["metadata"]["namespace"] = ns
+            namespaces_used.setdefault(str(ns), where)
+            if plural == "pods":
+                out.pods.append(check_pod(where, obj))
+            else:
+                out.others.append((plural, obj))
+    # cluster-scoped kinds first: a claim's StorageClass must exist when the claim is admitted
+    out.others = cluster_scoped + out.others
+    for pod in out.pods:
         node = pod["spec"].get("nodeName")
         if node and node not in node_names:
-            raise LoadError(f"{where} (Pod {pod['metadata']['name']})", "spec.nodeName",
+            raise LoadError(out.where[id(pod)], "spec.nodeName",
                             f"node {node!r} is not in the file: add the Node or remove the nodeName")
+    _check_owners(objects)
     for ns in sorted(namespaces_used):
         if ns not in namespaces_defined and ns not in _BUILTIN_NAMESPACES:
             out.namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -324,25 +397,37 @@ def load_objects(objects: list[dict], source: str = "manifests") -> Manifests:
     return validate(docs)
 
 
-def apply(store, manifests: Manifests) -> None:
+def apply(store, manifests: Manifests, *, keep_timestamps: bool = False) -> None:
     """Create the objects in the store: namespaces, nodes, other objects, pods.
 
     The store discards a pod's status on create (as the API server does), so
     a pod with a status in the file gets it back through ``pods/status``.
+    An object the store refuses raises ``LoadError`` with the server's message.
     """
+    now = store.now()
+    restore = ("uid", "creationTimestamp") if keep_timestamps else ("uid",)
+
+    def create(plural: str, obj: dict) -> dict:
+        if not keep_timestamps:
+            timestamps.restamp(plural, obj, now)
+        try:
+            return store.create(plural, obj, namespace=obj["metadata"].get("namespace"), restore=restore)
+        except ApiError as e:
+            raise _load_error(manifests.where.get(id(obj), "manifests"), e) from None
+
     for ns in manifests.namespaces:
-        store.create("namespaces", ns)
+        create("namespaces", ns)
     for n in manifests.nodes:
-        store.create("nodes", n)
+        timestamps.fill_node_conditions(n, now)
+        create("nodes", n)
     for plural, obj in manifests.others:
-        created = store.create(plural, obj, namespace=obj["metadata"].get("namespace"))
+        created = create(plural, obj)
         if plural == "resourceclaims" and obj.get("status"):
             # the server drops a new claim's status: an allocated claim gets it back through /status
             store.replace(plural, created["metadata"]["name"], dict(created, status=obj["status"]),
                           namespace=created["metadata"].get("namespace"), subresource="status")
     for p in manifests.pods:
-        ns = p["metadata"]["namespace"]
-        created = store.create("pods", p, namespace=ns)
+        created = create("pods", p)
         status = p.get("status")
         if status:
             merged = dict(created.get("status") or {})
@@ -350,7 +435,19 @@ def apply(store, manifests: Manifests) -> None:
             if merged.get("phase") == "Running":
                 _fill_running(created, merged)
             store.replace("pods", created["metadata"]["name"], {"metadata": {}, "status": merged},
-                          namespace=ns, subresource="status")
+                          namespace=created["metadata"]["namespace"], subresource="status")
+
+
+def _load_error(where: str, e: ApiError) -> LoadError:
+    """The API server's refusal, as the loader words errors: where, the field, the real message."""
+    causes = (e.details or {}).get("causes") or []
+    if not causes or not causes[0].get("field"):
+        return LoadError(where, None, f"the API server refuses it: {e.message}")
+    first, rest = causes[0], causes[1:]
+    text = first.get("message") or ""
+    if rest:
+        text += "; and " + "; ".join(f"{c.get('field')}: {c.get('message')}" for c in rest)
+    return LoadError(where, first["field"], text)
 
 
 def _fill_running(pod: dict, status: dict) -> None:

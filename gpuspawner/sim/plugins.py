@@ -10,6 +10,15 @@ and stops at the first plugin that rejects a node, as
 3. TaintToleration    (``plugins/tainttoleration/taint_toleration.go``)
 4. NodeAffinity       (``plugins/nodeaffinity/node_affinity.go``)
 5. NodeResourcesFit   (``plugins/noderesources/fit.go``)
+6. VolumeBinding      (``plugins/volumebinding/volume_binding.go``)  } ``volumebinding.py``
+7. VolumeZone         (``plugins/volumezone/volume_zone.go``)        }
+8. DynamicResources   (``plugins/dynamicresources/dynamicresources.go``; ``dra/plugin.py``)
+
+The last three keep per-pod state from their PreFilter (:class:`CyclePlugin`); their PreFilter
+rejections come in the same order, after NodeAffinity's.  DynamicResources sits just before
+DefaultPreemption (``applyFeatureGates`` inserts it there), after PodTopologySpread and
+InterPodAffinity, which the simulation does not model, nor NodePorts, VolumeRestrictions and
+NodeVolumeLimits.
 
 The failure message is ``FitError.Error()`` (``pkg/scheduler/framework/types.go``)
 followed by the DefaultPreemption PostFilter message
@@ -22,7 +31,7 @@ Objects are plain JSON dicts as they travel over the wire.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
 
 from .podresources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
 
@@ -197,9 +206,30 @@ class MessageStyle:
     dra_postfilter: bool = False
 
 
+class CyclePlugin(Protocol):
+    """A filter plugin with state from its PreFilter for one pod (the scheduler's CycleState):
+    ``volumebinding.PodVolumes`` (VolumeBinding and VolumeZone), the scheduler's DynamicResources."""
+
+    @property
+    def plugin(self) -> str:
+        """The plugin named when its PreFilter rejects the pod."""
+
+    @property
+    def message(self) -> str | None:
+        """Its PreFilter's rejection (UnschedulableAndUnresolvable for the whole pod), if any."""
+
+    def filter(self, node: Mapping[str, Any]) -> Status | None: ...
+
+
 def filter_node(pod: Mapping[str, Any], info: NodeInfo, requests: Mapping[str, int],
-                style: MessageStyle = MessageStyle(), dra_backed: Collection[str] = ()) -> Status | None:
-    """Run the filters in the default profile's order; ``None`` means the pod fits."""
+                style: MessageStyle = MessageStyle(), later: Sequence[CyclePlugin] = (),
+                dra_backed: Collection[str] = ()) -> Status | None:
+    """Run the filters in the default profile's order; ``None`` means the pod fits.
+
+    ``later``: the filters after NodeResourcesFit, in the profile's order (VolumeBinding and
+    VolumeZone, then DynamicResources).  ``dra_backed`` names the extended resources a DeviceClass
+    maps (NodeResourcesFit leaves them to DRA on nodes whose allocatable lacks them, KEP-5004).
+    """
     node = info.node
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or []
@@ -228,6 +258,10 @@ def filter_node(pod: Mapping[str, Any], info: NodeInfo, requests: Mapping[str, i
     reasons = insufficient_resources(requests, info, dra_backed)
     if reasons:
         return Status("NodeResourcesFit", tuple(reasons), False)
+    for plugin in later:
+        st = plugin.filter(node)
+        if st is not None:
+            return st
     return None
 
 
@@ -256,24 +290,30 @@ def prefilter_node_names(pod: Mapping[str, Any]) -> set[str] | None:
 
 
 def evaluate(pod: Mapping[str, Any], nodes: Iterable[NodeInfo], requests: Mapping[str, int],
-             style: MessageStyle = MessageStyle(), *, dra_backed: Collection[str] = (),
-             later_filters: Callable[[NodeInfo], Status | None] | None = None,
+             style: MessageStyle = MessageStyle(), volumes: CyclePlugin | None = None, *,
+             dra: CyclePlugin | None = None, dra_backed: Collection[str] = (),
              ) -> tuple[list[NodeInfo], dict[str, Status], str | None]:
     """One scheduling cycle's PreFilter + Filter over every node.
 
     Returns the feasible nodes, the rejecting status per node, and the
-    PreFilter message when PreFilter rejected the pod outright.  ``later_filters`` runs the
-    filters after NodeResourcesFit (DynamicResources) on nodes that passed; ``dra_backed`` names
-    the extended resources a DeviceClass maps (NodeResourcesFit leaves them to DRA on nodes whose
-    allocatable lacks them, KEP-5004).  Nodes a
-    PreFilterResult leaves out get ``node(s) didn't satisfy plugin(s)
+    PreFilter message when PreFilter rejected the pod outright.  PreFilter runs in the
+    profile's order and stops at the first UnschedulableAndUnresolvable plugin
+    (``RunPreFilterPlugins`` in ``framework/runtime/framework.go``): NodeAffinity, then the
+    volume plugins (``volumes``), then DynamicResources (``dra``); on each node the filters
+    after NodeResourcesFit run in the same order (see :func:`filter_node` for ``dra_backed``).
+    Nodes a PreFilterResult leaves out get ``node(s) didn't satisfy plugin(s)
     [NodeAffinity]`` (``findNodesThatFitPod`` in ``schedule_one.go``).
     """
     nodes = list(nodes)
+    later = [p for p in (volumes, dra) if p is not None]
     names = prefilter_node_names(pod)
     if names is not None and not names:
         st = Status("NodeAffinity", (), True)
         return [], {n.name: st for n in nodes}, ERR_AFFINITY_CONFLICT
+    for plugin in later:
+        if plugin.message:
+            st = Status(plugin.plugin, (), True)
+            return [], {n.name: st for n in nodes}, plugin.message
     feasible: list[NodeInfo] = []
     statuses: dict[str, Status] = {}
     skipped = Status("NodeAffinity", ("node(s) didn't satisfy plugin(s) [NodeAffinity]",), True)
@@ -281,9 +321,7 @@ def evaluate(pod: Mapping[str, Any], nodes: Iterable[NodeInfo], requests: Mappin
         if names is not None and info.name not in names:
             statuses[info.name] = skipped
             continue
-        st = filter_node(pod, info, requests, style, dra_backed)
-        if st is None and later_filters is not None:
-            st = later_filters(info)
+        st = filter_node(pod, info, requests, style, later, dra_backed)
         if st is None:
             feasible.append(info)
         else:

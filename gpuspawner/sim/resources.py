@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 __all__ = ["ResourceInfo", "RESOURCES", "DEFAULT_NAMESPACES", "IMMORTAL_NAMESPACES",
            "GENERATE_NAME_ALPHABET", "MAX_GENERATED_BASE",
-           "group_versions", "SUBRESOURCES"]
+           "group_versions", "SUBRESOURCES", "SUBRESOURCE_GROUPS"]
 
 
 # --- resources ------------------------------------------------------------------
@@ -53,10 +53,12 @@ RESOURCES: dict[str, ResourceInfo] = {
     for r in (
         ResourceInfo("configmaps", "configmap", "ConfigMap", True, ("cm",)),
         ResourceInfo("events", "event", "Event", True, ("ev",)),
+        ResourceInfo("leases", "lease", "Lease", True, group="coordination.k8s.io"),
         ResourceInfo("namespaces", "namespace", "Namespace", False, ("ns",), True, True),
         ResourceInfo("nodes", "node", "Node", False, ("no",), True),
         ResourceInfo("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim",
                      True, ("pvc",), True, True),
+        ResourceInfo("persistentvolumes", "persistentvolume", "PersistentVolume", False, ("pv",), True, True),
         # No kind served here keeps metadata.generation in 1.32, the version
         # /version reports (pods gained it in 1.33, KEP-5067).
         ResourceInfo("pods", "pod", "Pod", True, ("po",), True, True, categories=("all",)),
@@ -73,13 +75,22 @@ RESOURCES: dict[str, ResourceInfo] = {
                      True, group="resource.k8s.io"),
         ResourceInfo("resourceslices", "resourceslice", "ResourceSlice", False, (), False, True,
                      group="resource.k8s.io"),
+        # storage.k8s.io/v1: pkg/registry/storage/storageclass/storage (no status subresource)
+        ResourceInfo("storageclasses", "storageclass", "StorageClass", False, ("sc",), False, True,
+                     group="storage.k8s.io"),
     )
 }
 
 
 # Subresources other than status, as discovery lists them: plural -> (name, kind, verbs).
 SUBRESOURCES: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
-    "pods": (("binding", "Binding", ("create",)), ("log", "Pod", ("get",))),
+    "pods": (("binding", "Binding", ("create",)), ("eviction", "Eviction", ("create",)), ("log", "Pod", ("get",))),
+    "namespaces": (("finalize", "Namespace", ("update",)),),
+}
+# Subresources whose kind lives in another API group, as discovery names it:
+# (plural, subresource) -> (group, version) (pods/eviction takes a policy/v1 Eviction).
+SUBRESOURCE_GROUPS: dict[tuple[str, str], tuple[str, str]] = {
+    ("pods", "eviction"): ("policy", "v1"),
 }
 
 

@@ -2,7 +2,10 @@
 
 It runs in the simulation's event loop against the shared in-process ``Store``
 (``docs/architecture.md``) and uses only its documented API.  The filter and score
-rules live in ``gpuspawner.sim.plugins`` (pure); this module is the loop: it keeps an
+rules live in ``gpuspawner.sim.plugins`` (pure), with the per-pod state of the volume
+plugins (``volumebinding``) and of DynamicResources (``dra.plugin``), whose Reserve and
+PreBind steps run here (volumes first, then claims, then the binding, in the background
+when volumes must be bound first); this module is the loop: it keeps an
 incremental cache of nodes and of what bound pods request (list, then watch, as the
 real scheduler's informers do), binds Pending pods with no ``spec.nodeName`` and
 ``schedulerName: default-scheduler``, and parks pods that fit nowhere as
@@ -20,9 +23,9 @@ import logging
 import time
 from typing import Callable
 
-from . import plugins
+from . import plugins, storageapi, volumebinding
 from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
-from .dra.plugin import PLUGIN as DRA_PLUGIN, DynamicResources, SchedulerError
+from .dra.plugin import PLUGIN as DRA_PLUGIN, Cycle, DynamicResources, FilterStage, SchedulerError
 from .podresources import QuantityError, pod_requests
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,8 @@ class Scheduler:
     INITIAL_BACKOFF = 1.0
     MAX_BACKOFF = 10.0
     FLUSH_UNSCHEDULABLE = 300.0
+    BIND_TIMEOUT = 600.0  # VolumeBindingArgs.bindTimeoutSeconds
+    BIND_POLL = 0.1  # the real binder polls every second
 
     def __init__(self, store, *, style: plugins.MessageStyle = plugins.MessageStyle(),
                  clock: Callable[[], float] = time.monotonic):
@@ -68,6 +73,8 @@ class Scheduler:
         self.bound_count = 0
         # claims, slices or classes changing may help a parked pod (EventsToRegister)
         self.dra = DynamicResources(store, self._move_all_to_active)
+        self._binding: set[str] = set()  # assumed pods whose volumes are being bound (PreBind)
+        self._bind_tasks: set[asyncio.Task] = set()
 
     # -- cache ------------------------------------------------------------
 
@@ -128,7 +135,7 @@ class Scheduler:
                     info = self.nodes[node] = plugins.NodeInfo({"metadata": {"name": node}, "status": {}})
                 info.add_pod(key, reqs)
             return False
-        if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+        if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER or key in self._binding:
             return False
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             self._forget(key)
@@ -182,6 +189,11 @@ class Scheduler:
         for i, watch in enumerate(self.dra.informers(self._stopping)):
             self._tasks.start(watch, f"scheduler-dra-{i}")
         self._tasks.start(self._pods_after_nodes(), "scheduler-pods")
+        for plural in ("persistentvolumeclaims", "persistentvolumes", "storageclasses"):
+            # VolumeBinding's EventsToRegister: any change may make a parked pod schedulable
+            self._tasks.start(informer(self.store, plural, lambda items: self._move_all_to_active(),
+                                       lambda kind, obj: self._move_all_to_active(), self._stopping),
+                              f"scheduler-{plural}")
         self._tasks.start(self._run(), "scheduler-loop")
         await asyncio.wait_for(self.synced.wait(), 60)
 
@@ -194,6 +206,8 @@ class Scheduler:
     async def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
+        for task in list(self._bind_tasks):
+            task.cancel()
         await self._tasks.stop()
 
     # -- the loop ---------------------------------------------------------
@@ -252,34 +266,38 @@ class Scheduler:
             return None
         # skip placeholders for nodes known only from a bound pod
         nodes = [i for i in self.nodes.values() if i.node.get("spec") or i.node.get("status")]
-        cycle = self.dra.pre_filter(pod)
-        if isinstance(cycle, str):
-            st = plugins.Status(DRA_PLUGIN, (), True)
-            self._fail(pod, plugins.fit_error_message(len(nodes), {n.name: st for n in nodes}, pod, self.style,
-                                                      cycle, self.dra.post_filter(None)))
-            return None
-
-        def dra_filter(info: plugins.NodeInfo) -> plugins.Status | None:
-            reason = self.dra.filter(cycle, info.node)
-            return None if reason is None else plugins.Status(DRA_PLUGIN, (reason,), True)
+        volumes = volumebinding.prefilter(pod, self._storage_view(pod))
+        dra = FilterStage.pre_filter(self.dra, pod)
         try:
-            feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style,
-                                                           dra_backed=self.dra.backed_resources(),
-                                                           later_filters=dra_filter)
+            feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style, volumes, dra=dra,
+                                                           dra_backed=self.dra.backed_resources())
         except SchedulerError as e:
             self._fail(pod, str(e), reason="SchedulerError")
             return None
         chosen = plugins.pick_node(reqs, feasible)
         if chosen is None:
-            post = self.dra.post_filter(cycle) if not cycle.empty else None
-            self._fail(pod, plugins.fit_error_message(len(nodes), statuses, pod, self.style, pre_msg, post))
+            self._fail(pod, plugins.fit_error_message(len(nodes), statuses, pod, self.style, pre_msg,
+                                                      dra.post_filter()))
             return None
-        try:
-            self.dra.pre_bind(cycle, chosen.name)
-        except Exception as e:  # a claim changed under us: the attempt fails, the pod is retried
-            self._fail(pod, f'running PreBind plugin "{DRA_PLUGIN}": {e}', reason="SchedulerError")
-            return None
-        self._bind(pod, chosen.name, reqs)
+        cycle = dra.cycle
+        assert cycle is not None  # a PreFilter rejection leaves no feasible node
+        self.dra.reserve(cycle, chosen.name)
+        decisions = volumes.decisions(chosen.node) if volumes is not None and volumes.to_bind else None
+        if decisions is not None:
+            # Reserve, then PreBind (bind the volumes, then the claims) and Bind in the background,
+            # as the binding cycle does
+            self._assume(key, chosen.name, reqs)
+            self._binding.add(key)
+            task = asyncio.create_task(self._bind_volumes_then_pod(pod, chosen.name, reqs, cycle, *decisions),
+                                       name=f"bind-{key}")
+            self._bind_tasks.add(task)
+            task.add_done_callback(self._bind_tasks.discard)
+        else:
+            error = self._bind_claims(pod, cycle, chosen.name)
+            if error is not None:  # the attempt fails, the pod is retried
+                self._fail(pod, error, reason="SchedulerError")
+                return None
+            self._bind(pod, chosen.name, reqs)
         self._pending.pop(key, None)
         self._attempts.pop(key, None)
         self._not_before.pop(key, None)
@@ -311,21 +329,24 @@ class Scheduler:
                              MERGE, namespace=meta.get("namespace"), subresource="status")
         self.recorder.emit(current, "Warning", "FailedScheduling", message, action="Scheduling")
 
+    def _assume(self, key: str, node: str, reqs: dict[str, int]) -> None:
+        # the scheduler cache's AssumePod: the next cycle does not offer the same last GPU
+        self._placed[key] = (node, reqs)
+        self.nodes[node].add_pod(key, reqs)
+
     def _bind(self, pod: dict, node: str, reqs: dict[str, int]) -> None:
         """POST pods/binding, as the DefaultBinder plugin does: nodeName set, PodScheduled=True."""
         meta = pod["metadata"]
         ns = meta.get("namespace")
         key = pod_key(pod)
-        # assume the pod at once (the scheduler cache's AssumePod) so the next
-        # cycle does not offer the same last GPU
-        self._placed[key] = (node, reqs)
-        self.nodes[node].add_pod(key, reqs)
+        self._assume(key, node, reqs)
         try:
             self.store.bind(meta["name"], node, namespace=ns)
         except Exception as e:
-            # deleted or bound by someone else meanwhile (409/404): forget the assumption
+            # deleted or bound by someone else meanwhile (409/404), or its namespace is being
+            # deleted (403, NamespaceLifecycle): forget the assumption
             self._forget(key)
-            if code_of(e) in (404, 409):
+            if code_of(e) in (403, 404, 409):
                 return
             raise
         current = self.store.get("pods", meta["name"], namespace=ns)
@@ -333,3 +354,91 @@ class Scheduler:
         self.recorder.emit(current, "Normal", "Scheduled",
                            f"Successfully assigned {ns}/{meta['name']} to {node}", action="Binding")
 
+    # -- volumes (VolumeBinding's listers, Reserve and PreBind) ------------
+
+    def _storage_view(self, pod: dict) -> volumebinding.StorageView:
+        """The claims of the pod's namespace, the volumes and the classes, read as listers read them."""
+        if not volumebinding.claim_names(pod):
+            return volumebinding.StorageView({}, {}, {})
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        claims = {c["metadata"]["name"]: c for c in self.store.list_page("persistentvolumeclaims", ns)[1]}
+        volumes = {v["metadata"]["name"]: v for v in self.store.list_page("persistentvolumes")[1]}
+        classes = {c["metadata"]["name"]: c for c in self.store.list_page("storageclasses")[1]}
+        return volumebinding.StorageView(claims, volumes, classes)
+
+    async def _bind_volumes_then_pod(self, pod: dict, node: str, reqs: dict[str, int], cycle: Cycle,
+                                     static: list, provision: list) -> None:
+        """The binding cycle of a pod with volumes to bind: VolumeBinding's PreBind
+        (``BindPodVolumes``: pre-bind the chosen volumes, ask for provisioning on ``node`` with
+        ``volume.kubernetes.io/selected-node``, wait until the PV controller has bound every
+        claim), then DynamicResources' PreBind, then Bind.  A failure sends the pod back with a
+        FailedScheduling event."""
+        key = pod_key(pod)
+        try:
+            error = await self._bind_volumes(pod, node, static, provision)
+        except Exception as e:  # an API error while binding: the scheduling attempt fails
+            error = f"binding volumes: {getattr(e, 'message', e)}"
+        self._binding.discard(key)
+        if error is not None:
+            self.dra.unreserve(cycle)
+            error = f'running PreBind plugin "VolumeBinding": {error}'
+        else:
+            error = self._bind_claims(pod, cycle, node)
+        if error is None:
+            self._bind(pod, node, reqs)
+            return
+        # forgetting an assumed pod counts as an assigned pod's deletion for the others
+        # (handleBindingCycleError in schedule_one.go), not for the pod itself
+        self._forget(key)
+        self._move_all_to_active()
+        self._pending[key] = pod
+        # a PreBind error is no rejection: reason SchedulerError (handleSchedulingFailure)
+        self._fail(pod, error, reason="SchedulerError")
+
+    def _bind_claims(self, pod: dict, cycle: Cycle, node: str) -> str | None:
+        """DynamicResources' PreBind; the failure message when a claim changed under us."""
+        try:
+            self.dra.pre_bind(cycle, node)
+        except Exception as e:
+            return f'running PreBind plugin "{DRA_PLUGIN}": {e}'
+        return None
+
+    async def _bind_volumes(self, pod: dict, node: str, static: list, provision: list) -> str | None:
+        ns = pod["metadata"].get("namespace") or "default"
+        for pv, pvc in static:
+            ref = {"kind": "PersistentVolumeClaim", "namespace": ns, "name": pvc["metadata"]["name"],
+                   "uid": pvc["metadata"]["uid"], "apiVersion": "v1",
+                   "resourceVersion": pvc["metadata"]["resourceVersion"]}
+            self.store.patch("persistentvolumes", pv["metadata"]["name"],
+                             {"metadata": {"annotations": {storageapi.ANN_BOUND_BY_CONTROLLER: "yes"}},
+                              "spec": {"claimRef": ref}}, MERGE)
+        for pvc in provision:
+            self.store.patch("persistentvolumeclaims", pvc["metadata"]["name"],
+                             {"metadata": {"annotations": {storageapi.ANN_SELECTED_NODE: node}}}, MERGE, ns)
+        claims = [pvc["metadata"]["name"] for _, pvc in static] + [p["metadata"]["name"] for p in provision]
+        deadline = self.clock() + self.BIND_TIMEOUT
+        while self.clock() < deadline and not self._stopping.is_set():
+            done = self._claims_bound(pod, node, ns, claims, {p["metadata"]["name"] for p in provision})
+            if done is True:
+                return None
+            if isinstance(done, str):
+                return f"binding volumes: {done}"
+            await asyncio.sleep(self.BIND_POLL)
+        return "binding volumes: context deadline exceeded"
+
+    def _claims_bound(self, pod: dict, node: str, ns: str, claims: list[str], provisioned: set[str]) -> bool | str:
+        """``checkBindings``: True when all are bound, a message when binding must be retried."""
+        try:
+            self.store.get("pods", pod["metadata"]["name"], ns)
+        except Exception as e:
+            if code_of(e) == 404:
+                return f'pod does not exist any more: pods "{pod["metadata"]["name"]}" not found'
+            raise
+        for name in claims:
+            pvc = self.store.get("persistentvolumeclaims", name, ns)
+            ann = pvc["metadata"].get("annotations") or {}
+            if name in provisioned and ann.get(storageapi.ANN_SELECTED_NODE) != node:
+                return f'provisioning failed for PVC "{name}"'
+            if not (pvc["spec"].get("volumeName") and storageapi.ANN_BIND_COMPLETED in ann):
+                return False
+        return True

@@ -19,6 +19,10 @@ What follows the real kube-apiserver, with the source of each rule:
   ``k8s.io/apiserver/pkg/registry/rest/delete.go`` and
   ``k8s.io/apiserver/pkg/storage/etcd3/store.go``;
 * pod grace periods: ``pkg/registry/core/pod/strategy.go`` (CheckGracefulDelete);
+* propagation policies and the garbage collector's finalizers (``deletion.py``),
+  namespace termination: ``pkg/registry/core/namespace/storage/storage.go``;
+* admission: NamespaceLifecycle (no new content in a terminating namespace),
+  DefaultStorageClass and StorageObjectInUseProtection (``storageapi.py``);
 * pod defaulting: ``pkg/apis/core/v1/defaults.go`` plus the admission plugins
   that every cluster runs (ServiceAccount, DefaultTolerationSeconds, Priority);
 * the watch cache's history, selector transitions and "too old resource
@@ -37,14 +41,15 @@ import json
 import random
 import time
 import uuid
-from typing import Any, Callable, Generator, Iterator
+from typing import Any, Callable, Generator, Iterable, Iterator
 
-from . import patching
+from . import deletion, patching, storageapi
 from .errors import (CONTINUE_EXPIRED, LIST_EXPIRED, MODIFIED, ApiError, already_exists, bad_request, conflict,
                      expired, invalid, not_found)
 from .resources import (DEFAULT_NAMESPACES, GENERATE_NAME_ALPHABET, IMMORTAL_NAMESPACES, MAX_GENERATED_BASE,
                         RESOURCES, ResourceInfo)
-from .selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
+from .selectors import (FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector,
+                        validate_qualified_name)
 from .strategy import (clone, default_object, key_of, now_rfc3339_at, parse_rfc3339, parse_rv, validate_object,
                        validate_status_update)
 from .watch import Change, Watcher
@@ -151,12 +156,34 @@ class Store:
             raise not_found(info.plural, name, info.group)
         return key, obj
 
-    def _check_namespace(self, namespace: str) -> None:
-        if namespace not in self._objects["namespaces"]:
+    def _admit_create(self, info: ResourceInfo, namespace: str, name: str) -> None:
+        """The NamespaceLifecycle admission plugin for a create (subresources included):
+        the namespace must exist and must not be terminating
+        (``apiserver/pkg/admission/plugin/namespace/lifecycle/admission.go``)."""
+        ns = self._objects["namespaces"].get(namespace)
+        if ns is None:
             raise not_found("namespaces", namespace)
+        if (ns.get("status") or {}).get("phase") != "Terminating":
+            return
+        resource = f"{info.plural}.{info.group}" if info.group else info.plural  # GroupResource.String()
+        what = f'{resource} "{name}"' if name else resource
+        raise ApiError(403, "Forbidden",
+                       f"{what} is forbidden: unable to create new content in namespace {namespace} "
+                       "because it is being terminated",
+                       details={"name": name, **({"group": info.group} if info.group else {}), "kind": info.plural,
+                                "causes": [{"reason": "NamespaceTerminating",
+                                            "message": f"namespace {namespace} is being terminated",
+                                            "field": "metadata.namespace"}]})
 
     # -- verbs --
-    def create(self, plural: str, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    def create(self, plural: str, obj: dict[str, Any], namespace: str | None = None, *,
+               restore: Iterable[str] = ()) -> dict[str, Any]:
+        """Create (POST).  ``restore`` names server-owned metadata the body keeps instead:
+        ``uid`` and/or ``creationTimestamp`` (loading a snapshot, as restoring etcd would;
+        never reachable over HTTP)."""
+        keep = set(restore)
+        if keep - {"uid", "creationTimestamp"}:
+            raise ValueError(f"only uid and creationTimestamp can be restored, not {sorted(keep)}")
         info = self.resource(plural)
         if not isinstance(obj, dict):
             raise bad_request(f"the body of the request must be a {info.kind} object")
@@ -176,12 +203,13 @@ class Store:
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             meta["namespace"] = namespace
-            self._check_namespace(namespace)
+            self._admit_create(info, namespace, str(meta.get("name") or ""))
         else:
             meta.pop("namespace", None)
         for server_owned in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                              "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields"):
-            meta.pop(server_owned, None)
+            if server_owned not in keep or not meta.get(server_owned):
+                meta.pop(server_owned, None)
         generated = not meta.get("name") and bool(meta.get("generateName"))
         if generated:
             meta["name"] = self._generate_name(info, namespace, str(meta["generateName"]))
@@ -189,10 +217,13 @@ class Store:
         key = key_of(namespace, meta["name"])
         if key in self._objects[plural]:
             raise already_exists(plural, meta["name"], info.group)
-        meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
-        meta["creationTimestamp"] = self.now()
+        if "uid" not in meta:
+            meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+        if "creationTimestamp" not in meta:
+            meta["creationTimestamp"] = self.now()
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
         default_object(plural, obj, self._next_cluster_ip)
+        storageapi.admit(plural, obj, self._objects["storageclasses"].values())
         stored = self._commit("ADDED", info, key, obj, None)
         if plural == "namespaces":
             # The serviceaccounts controller creates "default" in every new
@@ -263,6 +294,8 @@ class Store:
             merged = dict(old)
             if "status" in new:
                 merged["status"] = new["status"]
+                if info.plural == "persistentvolumes":
+                    _stamp_phase_transition(merged, old, self.now())
             new = merged
             new["metadata"] = dict(old["metadata"])
             validate_status_update(info.plural, new, old)
@@ -288,15 +321,21 @@ class Store:
                     "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
                     "(allow it to be set to 1 if it was previously negative)",
                 )])
+            if info.plural == "namespaces":
+                # namespace strategy PrepareForUpdate: spec.finalizers change only through /finalize
+                spec = dict(new.get("spec") or {})
+                if (old.get("spec") or {}).get("finalizers"):
+                    spec["finalizers"] = old["spec"]["finalizers"]
+                else:
+                    spec.pop("finalizers", None)
+                new["spec"] = spec
             new["kind"], new["apiVersion"] = info.kind, info.api_version
             validate_object(info.plural, new, on_create=False, old=old)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             # etcd3 GuaranteedUpdate: identical bytes are not written, no new revision.
             return old
-        m = new["metadata"]
-        if m.get("deletionTimestamp") and not m.get("finalizers") and m.get("deletionGracePeriodSeconds") == 0:
-            # registry Store.Update shouldDeleteDuringUpdate: the last finalizer is gone.
+        if _should_delete_during_update(info, new, old):
             return self._commit("DELETED", info, key, None, new)
         return self._commit("MODIFIED", info, key, new, old)
 
@@ -320,47 +359,46 @@ class Store:
 
     def delete(self, plural: str, name: str, namespace: str | None = None,
                grace_period_seconds: int | None = None, *,
-               preconditions: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Delete; returns the object (kinds with ReturnDeletedObject) or a Success Status."""
+               preconditions: dict[str, Any] | None = None, propagation_policy: str | None = None,
+               orphan_dependents: bool | None = None,
+               options: deletion.DeleteOptions | None = None) -> dict[str, Any]:
+        """Delete; returns the object (kinds with ReturnDeletedObject, or one still being deleted)
+        or a Success Status.
+
+        ``options`` (a parsed DeleteOptions) replaces the keyword arguments when given.
+        Graceful deletion (pods), the ``orphan``/``foregroundDeletion`` finalizers of the
+        propagation policy and pending finalizers follow the registry's ``Store.Delete``.
+        """
+        opts = options or deletion.DeleteOptions(grace_period_seconds, preconditions, orphan_dependents,
+                                                 propagation_policy)
+        opts.validate()
         info = self.resource(plural)
         ns = self._scope(info, namespace, required=True)
+        if plural == "namespaces" and name in IMMORTAL_NAMESPACES:
+            # The NamespaceLifecycle admission plugin.
+            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                           details={"name": name, "kind": "namespaces"})
         key, old = self._get_stored(info, name, ns)
-        self._check_preconditions(info, name, old, preconditions)
-        if grace_period_seconds is not None and grace_period_seconds < 0:
-            grace_period_seconds = 1  # rest.BeforeDelete: negative means "as soon as possible"
-        meta = old["metadata"]
+        self._check_preconditions(info, name, old, opts.preconditions)
         if plural == "namespaces":
-            if name in IMMORTAL_NAMESPACES:
-                # The NamespaceLifecycle admission plugin.
-                raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted',
-                               details={"name": name, "kind": "namespaces"})
-            self._delete_namespace_contents(name)
-        if plural == "pods":
-            result = self._delete_pod(info, key, old, grace_period_seconds)
-        elif meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                result = old
-            else:
-                upd = dict(old)
-                upd["metadata"] = dict(meta, deletionTimestamp=self.now(), deletionGracePeriodSeconds=0)
-                result = self._commit("MODIFIED", info, key, upd, old)
+            result = self._delete_namespace(info, key, old, opts)
         else:
-            result = self._commit("DELETED", info, key, None, old)
+            result = self._delete_object(info, key, old, opts)
         return self._delete_response(info, name, result)
 
     def _check_preconditions(self, info: ResourceInfo, name: str, old: dict[str, Any],
-                             pre: dict[str, Any] | None) -> None:
+                             pre: Any) -> None:
         if not pre:
             return
         meta = old["metadata"]
         if pre.get("uid") and pre["uid"] != meta.get("uid"):
             raise conflict(info.plural, name,
                            f"Precondition failed: UID in precondition: {pre['uid']}, "
-                           f"UID in object meta: {meta.get('uid')}")
+                           f"UID in object meta: {meta.get('uid')}", info.group)
         if pre.get("resourceVersion") and str(pre["resourceVersion"]) != meta.get("resourceVersion"):
             raise conflict(info.plural, name,
                            f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                           f"ResourceVersion in object meta: {meta.get('resourceVersion')}")
+                           f"ResourceVersion in object meta: {meta.get('resourceVersion')}", info.group)
 
     def _delete_response(self, info: ResourceInfo, name: str, obj: dict[str, Any]) -> dict[str, Any]:
         if info.returns_deleted_object or obj["metadata"].get("deletionTimestamp"):
@@ -374,67 +412,153 @@ class Store:
                         "uid": obj["metadata"].get("uid")},
         }
 
-    def _delete_pod(self, info: ResourceInfo, key: str, old: dict[str, Any], grace: int | None) -> dict[str, Any]:
-        meta, spec, status = old["metadata"], old.get("spec") or {}, old.get("status") or {}
-        # pod strategy CheckGracefulDelete: default to the pod's own period;
-        # an unscheduled or terminated pod goes at once.
-        if grace is None:
-            grace = int(spec.get("terminationGracePeriodSeconds", 30))
-        if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
-            grace = 0
-        current = meta.get("deletionGracePeriodSeconds")
-        if meta.get("deletionTimestamp"):
-            # rest.BeforeDelete: an object already being deleted may only have
-            # its grace period shortened.
-            if current is None or current == 0 or grace >= current:
-                if current == 0 and not meta.get("finalizers"):
-                    return self._commit("DELETED", info, key, None, old)
-                return old
-            started = parse_rfc3339(meta["deletionTimestamp"]) - current
-            new_ts = now_rfc3339_at(lambda: started + grace)
-        else:
-            new_ts = now_rfc3339_at(lambda: self._clock() + grace)
-        if grace == 0 and not meta.get("finalizers"):
-            return self._commit("DELETED", info, key, None, old)
-        upd = dict(old)
-        upd["metadata"] = dict(meta, deletionTimestamp=new_ts, deletionGracePeriodSeconds=grace)
-        return self._commit("MODIFIED", info, key, upd, old)
+    def _before_delete(self, info: ResourceInfo, old: dict[str, Any],
+                       grace: int | None) -> tuple[bool, bool, dict[str, Any] | None]:
+        """``rest.BeforeDelete``: (graceful, pending graceful, metadata with the deletion stamped).
 
-    def _delete_namespace_contents(self, namespace: str) -> None:
-        # The namespace controller empties a deleted namespace; here it happens
-        # at once and the namespace does not linger in "Terminating".
-        prefix = namespace + "/"
-        for plural, info in RESOURCES.items():
-            if not info.namespaced:
-                continue
-            keys = self._keys[plural]
-            start = bisect.bisect_left(keys, prefix)
-            doomed = []
-            for k in keys[start:]:
-                if not k.startswith(prefix):
-                    break
-                doomed.append(k)
-            for k in doomed:
-                self._commit("DELETED", info, k, None, self._objects[plural][k])
+        Only pods delete gracefully (pod strategy ``CheckGracefulDelete``): their own
+        ``terminationGracePeriodSeconds`` by default, 0 when unscheduled or terminated.
+        An object already being deleted may only have its grace period shortened.
+        """
+        meta, spec, status = old["metadata"], old.get("spec") or {}, old.get("status") or {}
+        if grace is not None and grace < 0:
+            grace = 1  # negative means "as soon as possible"
+        if meta.get("deletionTimestamp"):
+            current = meta.get("deletionGracePeriodSeconds")
+            if not current:
+                return False, False, None
+            if grace is None or grace >= current:
+                return False, True, None
+            started = parse_rfc3339(meta["deletionTimestamp"]) - current
+            stamp = now_rfc3339_at(lambda: started + grace)
+            return True, False, dict(meta, deletionTimestamp=stamp, deletionGracePeriodSeconds=grace)
+        if info.plural != "pods":
+            return False, False, None
+        period = grace if grace is not None else int(spec.get("terminationGracePeriodSeconds") or 0)
+        if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+            period = 0
+        stamp = now_rfc3339_at(lambda: self._clock() + period)
+        return True, False, dict(meta, deletionTimestamp=stamp, deletionGracePeriodSeconds=period)
+
+    def _delete_object(self, info: ResourceInfo, key: str, old: dict[str, Any],
+                       opts: deletion.DeleteOptions) -> dict[str, Any]:
+        """The registry's ``Store.Delete`` + ``updateForGracefulDeletionAndFinalizers``."""
+        graceful, pending_graceful, stamped = self._before_delete(info, old, opts.grace_period_seconds)
+        if pending_graceful:
+            # finalizers cannot be changed by DeleteOptions once a graceful deletion is pending
+            return old
+        finalizers = list(old["metadata"].get("finalizers") or [])
+        changed = deletion.gc_finalizers(finalizers, opts)
+        if not (graceful or finalizers or changed is not None):
+            return self._commit("DELETED", info, key, None, old)
+        meta = dict(stamped or old["metadata"])
+        pending = changed if changed is not None else finalizers
+        if pending:
+            meta["finalizers"] = pending
+        else:
+            meta.pop("finalizers", None)
+        if not graceful:
+            if not pending:
+                return self._commit("DELETED", info, key, None, old)
+            # markAsDeleting: deletionTimestamp now (or earlier), grace 0
+            now = self.now()
+            if not meta.get("deletionTimestamp") or meta["deletionTimestamp"] > now:
+                meta["deletionTimestamp"] = now
+            meta["deletionGracePeriodSeconds"] = 0
+            return self._write(info, key, dict(old, metadata=meta), old)
+        stored = self._write(info, key, dict(old, metadata=meta), old)
+        if pending or meta.get("deletionGracePeriodSeconds"):
+            return stored
+        return self._commit("DELETED", info, key, None, stored)
+
+    def _write(self, info: ResourceInfo, key: str, new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+        """A MODIFIED revision, unless nothing changed (GuaranteedUpdate writes no identical bytes)."""
+        if new == old:
+            return old
+        return self._commit("MODIFIED", info, key, new, old)
+
+    def _delete_namespace(self, info: ResourceInfo, key: str, old: dict[str, Any],
+                          opts: deletion.DeleteOptions) -> dict[str, Any]:
+        """``pkg/registry/core/namespace/storage/storage.go`` Delete.
+
+        The first delete sets ``deletionTimestamp`` and phase Terminating (and the
+        garbage collector's finalizers the options ask for); the namespace controller
+        then empties it, removes ``kubernetes`` from ``spec.finalizers`` and deletes it
+        again, which removes it.  While ``spec.finalizers`` is not empty a delete
+        returns the namespace unchanged.
+        """
+        meta = old["metadata"]
+        if not meta.get("deletionTimestamp"):
+            new_meta = dict(meta, deletionTimestamp=self.now())
+            finalizers = deletion.namespace_gc_finalizers(list(meta.get("finalizers") or []), opts)
+            if finalizers is not None:
+                if finalizers:
+                    new_meta["finalizers"] = finalizers
+                else:
+                    new_meta.pop("finalizers", None)
+            status = dict(old.get("status") or {}, phase="Terminating")
+            return self._commit("MODIFIED", info, key, dict(old, metadata=new_meta, status=status), old)
+        if (old.get("spec") or {}).get("finalizers"):
+            return old
+        return self._delete_object(info, key, old, opts)
+
+    def finalize_namespace(self, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """``PUT namespaces/{name}/finalize``: only ``spec.finalizers`` changes (FinalizeStrategy).
+
+        When that leaves no finalizer of either kind on a namespace being deleted, the
+        update removes it (``ShouldDeleteNamespaceDuringUpdate``).
+        """
+        info = RESOURCES["namespaces"]
+        if not isinstance(obj, dict):
+            raise bad_request("the body of the request must be a Namespace object")
+        self._check_type(info, obj)
+        key, old = self._get_stored(info, name, None)
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        if meta.get("name") not in (None, "", name):
+            raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL "
+                              f"({name})")
+        want_rv = meta.get("resourceVersion")
+        if want_rv not in (None, "") and str(want_rv) != old["metadata"]["resourceVersion"]:
+            raise conflict("namespaces", name, MODIFIED)
+        finalizers = list((obj.get("spec") or {}).get("finalizers") or [])
+        causes = [("FieldValueInvalid", f"spec.finalizers[{i}]", f"Invalid value: {json.dumps(f)}: {m}")
+                  for i, f in enumerate(finalizers) for m in validate_qualified_name(str(f))]
+        if causes:
+            raise invalid("Namespace", name, causes)
+        spec = dict(old.get("spec") or {})
+        if finalizers:
+            spec["finalizers"] = finalizers
+        else:
+            spec.pop("finalizers", None)
+        new = dict(old, spec=spec)
+        if new == old:
+            return clone(old)
+        return clone(self._commit("MODIFIED", info, key, new, old))
+
+    def evict(self, name: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST pods/{name}/eviction`` (``pkg/registry/core/pod/storage/eviction.go``).
+
+        No PodDisruptionBudgets are served, so an eviction is the delete its
+        ``deleteOptions`` describe; the answer is a Success Status.
+        """
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be an Eviction object")
+        if (body.get("metadata") or {}).get("name") != name:
+            raise bad_request("name in URL does not match name in Eviction object")
+        self._admit_create(RESOURCES["pods"], namespace, name)
+        opts = deletion.from_body(body.get("deleteOptions") or {})
+        self.delete("pods", name, namespace, options=opts)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def finalize_delete(self, plural: str, name: str, namespace: str | None = None) -> None:
-        """The kubelet's last step: remove a pod whose containers have stopped.
+        """The kubelet's last step: ``DELETE`` at grace 0 with the pod's uid as precondition.
 
-        The kubelet does this with a DELETE at grace 0; with finalizers left the
-        pod stays (grace 0) until an update removes the last one.
+        A pod whose finalizers remain stays (grace 0) until an update removes the last one.
         """
         info = self.resource(plural)
         ns = self._scope(info, namespace, required=True)
-        key, old = self._get_stored(info, name, ns)
-        meta = old["metadata"]
-        if meta.get("finalizers"):
-            if meta.get("deletionGracePeriodSeconds") != 0 or not meta.get("deletionTimestamp"):
-                upd = dict(old)
-                upd["metadata"] = dict(meta, deletionTimestamp=meta.get("deletionTimestamp") or self.now(),
-                                       deletionGracePeriodSeconds=0)
-                self._commit("MODIFIED", info, key, upd, old)
-            return
-        self._commit("DELETED", info, key, None, old)
+        _, old = self._get_stored(info, name, ns)
+        self.delete(plural, name, ns, 0, preconditions={"uid": old["metadata"].get("uid")})
 
     def bind(self, name: str, node_name: str, namespace: str | None = None,
              annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -447,6 +571,7 @@ class Store:
         if not node_name:
             raise invalid("Binding", name, [("FieldValueRequired", "target.name", "Required value")])
         key, old = self._get_stored(info, name, ns)
+        self._admit_create(info, ns, name)
         meta, spec = old["metadata"], old.get("spec") or {}
         if meta.get("deletionTimestamp"):
             raise conflict("pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host")
@@ -749,6 +874,26 @@ class Store:
 
     def count(self, plural: str) -> int:
         return len(self._objects[self.resource(plural).plural])
+
+
+def _stamp_phase_transition(new: dict[str, Any], old: dict[str, Any], now: str) -> None:
+    """PV status strategy (PersistentVolumeLastPhaseTransitionTime, GA 1.31): a phase change
+    stamps ``status.lastPhaseTransitionTime``."""
+    status = new.get("status")
+    if isinstance(status, dict) and status.get("phase") != (old.get("status") or {}).get("phase"):
+        new["status"] = dict(status, lastPhaseTransitionTime=now)
+
+
+def _should_delete_during_update(info: ResourceInfo, new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """registry ``ShouldDeleteDuringUpdate``: this update removed the last finalizer of an object
+    marked for deletion with grace 0; a namespace also needs an empty ``spec.finalizers``
+    (``ShouldDeleteNamespaceDuringUpdate``)."""
+    m = new["metadata"]
+    if m.get("finalizers") or not old["metadata"].get("finalizers"):
+        return False
+    if info.plural == "namespaces" and (new.get("spec") or {}).get("finalizers"):
+        return False
+    return bool(m.get("deletionTimestamp")) and m.get("deletionGracePeriodSeconds") == 0
 
 
 def _check_rv_match(match: str | None, rv: str | None, continue_token: str | None) -> None:

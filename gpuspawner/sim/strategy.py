@@ -14,6 +14,7 @@ import marshal
 import re
 from typing import Any, Callable
 
+from . import storageapi, validation
 from .dra import api as dra_api
 from .errors import bad_request, invalid
 from .resources import RESOURCES
@@ -223,9 +224,8 @@ def default_object(plural: str, obj: dict[str, Any], next_cluster_ip: Callable[[
         obj["status"] = {"phase": "Active"}
     elif plural == "services":
         _default_service(obj, next_cluster_ip())
-    elif plural == "persistentvolumeclaims":
-        obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
-        obj["status"] = {"phase": "Pending"}
+    elif plural in ("persistentvolumeclaims", "persistentvolumes", "storageclasses"):
+        storageapi.default_storage_object(plural, obj, meta.get("creationTimestamp") or "")
     elif plural == "secrets":
         obj.setdefault("type", "Opaque")
         string_data = obj.pop("stringData", None)
@@ -264,9 +264,15 @@ def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool,
             continue
         for msg in validate_label_value(v):
             causes.append(("FieldValueInvalid", "metadata.labels", f"Invalid value: {_go_q(v)}: {msg}"))
-    for k in meta.get("annotations") or {}:
-        for msg in validate_qualified_name(str(k)):
-            causes.append(("FieldValueInvalid", "metadata.annotations", f"Invalid value: {_go_q(k)}: {msg}"))
+    causes += validation.annotations(meta.get("annotations"))
+    causes += validation.owner_references(meta.get("ownerReferences"))
+    causes += validation.finalizers(meta.get("finalizers"))
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if plural == "nodes":
+        causes += validation.taints(spec.get("taints"))
+    if plural == "pods":
+        causes += validation.tolerations(spec.get("tolerations"))
+    causes += storageapi.validate_storage_object(plural, obj, None if on_create else old)
     if plural == "pods" and on_create:
         containers = (obj.get("spec") or {}).get("containers")
         if not containers:

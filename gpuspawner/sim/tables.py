@@ -3,16 +3,20 @@
 kubectl asks for ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and
 prints the columns the server chooses.  The columns and cell rules follow
 ``pkg/printers/internalversion/printers.go`` (printPod, printNode,
-printEvent, printNamespace); other kinds get the apiserver's default table
+printEvent, printNamespace, printService, printSecret, printConfigMap,
+printServiceAccount, printPersistentVolume, printPersistentVolumeClaim,
+printStorageClass); other kinds get the apiserver's default table
 (``k8s.io/apiserver/pkg/registry/rest/table.go``: Name, Created At).
 Ages use ``k8s.io/apimachinery/pkg/util/duration.HumanDuration``.
-Pure stdlib.
+Pure.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 from typing import Any, Callable
+
+from . import storageapi
 
 __all__ = ["human_duration", "table_for", "table_columns", "table_row"]
 
@@ -132,6 +136,82 @@ _COLUMNS: dict[str, list[dict[str, Any]]] = {
         _AGE,
     ],
 }
+_COLUMNS.update({
+    "services": [
+        _NAME,
+        _col("Type", "string", "type determines how the Service is exposed."),
+        _col("Cluster-IP", "string", "clusterIP is the IP address of the service and is usually assigned randomly."),
+        _col("External-IP", "string", "externalIPs is a list of IP addresses for which nodes in the cluster will "
+             "also accept traffic for this service."),
+        _col("Port(s)", "string", "The list of ports that are exposed by this service."),
+        _AGE,
+        _col("Selector", "string", "Route service traffic to pods with label keys and values matching this "
+             "selector.", 1),
+    ],
+    "secrets": [
+        _NAME,
+        _col("Type", "string", "Used to facilitate programmatic handling of secret data."),
+        _col("Data", "string", "Data contains the secret data."),
+        _AGE,
+    ],
+    "configmaps": [
+        _NAME,
+        _col("Data", "string", "Data contains the configuration data."),
+        _AGE,
+    ],
+    "serviceaccounts": [
+        _NAME,
+        _col("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods running using "
+             "this ServiceAccount are allowed to use."),
+        _AGE,
+    ],
+    "persistentvolumes": [
+        _NAME,
+        _col("Capacity", "string", "capacity is the description of the persistent volume's resources and capacity."),
+        _col("Access Modes", "string", "accessModes contains all ways the volume can be mounted."),
+        _col("Reclaim Policy", "string", "persistentVolumeReclaimPolicy defines what happens to a persistent volume "
+             "when released from its claim."),
+        _col("Status", "string", "phase indicates if a volume is available, bound to a claim, or released by a "
+             "claim."),
+        _col("Claim", "string", "claimRef is part of a bi-directional binding between PersistentVolume and "
+             "PersistentVolumeClaim."),
+        _col("StorageClass", "string", "StorageClass of the pv"),
+        _col("VolumeAttributesClass", "string", "VolumeAttributesClass of the pv"),
+        _col("Reason", "string", "reason is a brief CamelCase string that describes any failure and is meant for "
+             "machine parsing and tidy display in the CLI."),
+        _AGE,
+        _col("VolumeMode", "string", "volumeMode defines if a volume is intended to be used with a formatted "
+             "filesystem or to remain in raw block state.", 1),
+    ],
+    "persistentvolumeclaims": [
+        _NAME,
+        _col("Status", "string", "phase represents the current phase of PersistentVolumeClaim."),
+        _col("Volume", "string", "volumeName is the binding reference to the PersistentVolume backing this claim."),
+        _col("Capacity", "string", "capacity represents the actual resources of the underlying volume."),
+        _col("Access Modes", "string", "accessModes contains the actual access modes the volume backing the PVC "
+             "has."),
+        _col("StorageClass", "string", "StorageClass of the pvc"),
+        _col("VolumeAttributesClass", "string", "VolumeAttributesClass of the pvc"),
+        _AGE,
+        _col("VolumeMode", "string", "volumeMode defines what type of volume is required by the claim.", 1),
+    ],
+    "leases": [
+        _NAME,
+        _col("Holder", "string", "holderIdentity contains the identity of the holder of a current lease."),
+        _AGE,
+    ],
+    "storageclasses": [
+        _NAME,
+        _col("Provisioner", "string", "provisioner indicates the type of the provisioner."),
+        _col("ReclaimPolicy", "string", "reclaimPolicy controls the reclaimPolicy for dynamically provisioned "
+             "PersistentVolumes of this storage class."),
+        _col("VolumeBindingMode", "string", "volumeBindingMode indicates how PersistentVolumeClaims should be "
+             "provisioned and bound."),
+        _col("AllowVolumeExpansion", "string", "allowVolumeExpansion shows whether the storage class allow volume "
+             "expand."),
+        _AGE,
+    ],
+})
 _DEFAULT_COLUMNS = [
     _NAME,
     _col("Created At", "date", "CreationTimestamp is a timestamp representing the server time when this "
@@ -310,6 +390,82 @@ def _resource_slice_cells(rs: dict[str, Any], now: float) -> list[Any]:
             (spec.get("pool") or {}).get("name", ""), _since(meta.get("creationTimestamp"), now)]
 
 
+def _service_cells(svc: dict[str, Any], now: float) -> list[Any]:
+    """printService (server-side printing is always wide)."""
+    meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
+    stype = spec.get("type") or ""
+    external = ",".join(spec.get("externalIPs") or []) or "<none>"
+    if stype == "LoadBalancer":
+        ingress = ",".join(i.get("ip") or i.get("hostname") or ""
+                           for i in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [])
+        external = ",".join(x for x in (ingress, ",".join(spec.get("externalIPs") or [])) if x) or "<pending>"
+    elif stype == "ExternalName":
+        external = spec.get("externalName") or ""
+    ports = ",".join(
+        f"{p.get('port')}:{p['nodePort']}/{p.get('protocol') or 'TCP'}" if p.get("nodePort")
+        else f"{p.get('port')}/{p.get('protocol') or 'TCP'}" for p in spec.get("ports") or [])
+    selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items())) or "<none>"
+    return [meta.get("name", ""), stype, (spec.get("clusterIPs") or ["<none>"])[0], external, ports or "<none>",
+            _since(meta.get("creationTimestamp"), now), selector]
+
+
+def _secret_cells(obj: dict[str, Any], now: float) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    return [meta.get("name", ""), obj.get("type", ""), len(obj.get("data") or {}),
+            _since(meta.get("creationTimestamp"), now)]
+
+
+def _configmap_cells(obj: dict[str, Any], now: float) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    return [meta.get("name", ""), len(obj.get("data") or {}) + len(obj.get("binaryData") or {}),
+            _since(meta.get("creationTimestamp"), now)]
+
+
+def _serviceaccount_cells(obj: dict[str, Any], now: float) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    return [meta.get("name", ""), len(obj.get("secrets") or []), _since(meta.get("creationTimestamp"), now)]
+
+
+def _pv_cells(pv: dict[str, Any], now: float) -> list[Any]:
+    """printPersistentVolume."""
+    meta, spec, status = pv.get("metadata") or {}, pv.get("spec") or {}, pv.get("status") or {}
+    ref = spec.get("claimRef")
+    claim = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if ref else ""
+    phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
+    return [meta.get("name", ""), str((spec.get("capacity") or {}).get("storage", "")),
+            storageapi.access_modes_string(spec.get("accessModes")), spec.get("persistentVolumeReclaimPolicy", ""),
+            phase, claim, storageapi.volume_class(pv), spec.get("volumeAttributesClassName") or "<unset>",
+            status.get("reason", ""), _since(meta.get("creationTimestamp"), now), spec.get("volumeMode") or "<unset>"]
+
+
+def _pvc_cells(pvc: dict[str, Any], now: float) -> list[Any]:
+    """printPersistentVolumeClaim: capacity and access modes only once bound to a volume."""
+    meta, spec, status = pvc.get("metadata") or {}, pvc.get("spec") or {}, pvc.get("status") or {}
+    phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
+    capacity = modes = ""
+    if spec.get("volumeName"):
+        capacity = str((status.get("capacity") or {}).get("storage", ""))
+        modes = storageapi.access_modes_string(status.get("accessModes"))
+    return [meta.get("name", ""), phase, spec.get("volumeName", ""), capacity, modes, storageapi.claim_class(pvc),
+            spec.get("volumeAttributesClassName") or "<unset>", _since(meta.get("creationTimestamp"), now),
+            spec.get("volumeMode") or "<unset>"]
+
+
+def _storageclass_cells(sc: dict[str, Any], now: float) -> list[Any]:
+    """printStorageClass: the default class is named ``<name> (default)``."""
+    meta = sc.get("metadata") or {}
+    name = meta.get("name", "") + (" (default)" if storageapi.is_default_class(sc) else "")
+    return [name, sc.get("provisioner", ""), sc.get("reclaimPolicy") or "Delete",
+            sc.get("volumeBindingMode") or "Immediate", bool(sc.get("allowVolumeExpansion")),
+            _since(meta.get("creationTimestamp"), now)]
+
+
+def _lease_cells(obj: dict[str, Any], now: float) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    return [meta.get("name", ""), (obj.get("spec") or {}).get("holderIdentity") or "",
+            _since(meta.get("creationTimestamp"), now)]
+
+
 def _default_cells(obj: dict[str, Any], now: float) -> list[Any]:
     meta = obj.get("metadata") or {}
     return [meta.get("name", ""), meta.get("creationTimestamp")]
@@ -324,6 +480,14 @@ _CELLS: dict[str, Callable[[dict[str, Any], float], list[Any]]] = {
     "resourceclaims": _resource_claim_cells,
     "resourceclaimtemplates": _name_age_cells,
     "resourceslices": _resource_slice_cells,
+    "services": _service_cells,
+    "secrets": _secret_cells,
+    "configmaps": _configmap_cells,
+    "serviceaccounts": _serviceaccount_cells,
+    "persistentvolumes": _pv_cells,
+    "persistentvolumeclaims": _pvc_cells,
+    "storageclasses": _storageclass_cells,
+    "leases": _lease_cells,
 }
 
 

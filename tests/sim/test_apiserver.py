@@ -172,9 +172,10 @@ async def test_watch_resume_and_events(api, server):
     async with w:
         async for ev in w.stream(api.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=5):
             seen.append((ev["type"], ev["object"].metadata.name))
-            if len(seen) == 3:
+            if len(seen) == 4:
                 w.stop()
-    assert seen == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+    # the delete is two writes: deletionTimestamp set (grace 0), then removed
+    assert seen == [("ADDED", "a"), ("MODIFIED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
 
 
 async def test_watch_too_old_is_an_error_event_that_the_client_raises_as_410(api, server):

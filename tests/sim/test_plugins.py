@@ -276,3 +276,53 @@ def test_node_affinity_prefilter(p, feasible, message):
     assert [i.name for i in ok] == feasible
     if message:
         assert s.fit_error_message(3, statuses, p, prefilter_message=pre) == message
+
+
+# -- the plugins with PreFilter state: volumes, then DynamicResources (default_plugins.go) ----
+
+class Later:
+    """A stand-in CyclePlugin: a PreFilter verdict and a Filter rejecting the named nodes."""
+
+    def __init__(self, plugin, message=None, rejects=()):
+        self.plugin, self.message, self.rejects, self.asked = plugin, message, set(rejects), []
+
+    def filter(self, node):
+        self.asked.append(node["metadata"]["name"])
+        if node["metadata"]["name"] in self.rejects:
+            return s.Status(self.plugin, (f"{self.plugin} says no",), True)
+        return None
+
+
+CONFLICT = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]},
+                                                   {"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}
+
+
+@pytest.mark.parametrize("affinity, volume_msg, dra_msg, want", [
+    (CONFLICT, "pod has unbound immediate PersistentVolumeClaims", "resourceclaim in use",
+     s.ERR_AFFINITY_CONFLICT),
+    (None, "pod has unbound immediate PersistentVolumeClaims", "resourceclaim in use",
+     "pod has unbound immediate PersistentVolumeClaims"),
+    (None, None, "resourceclaim in use", "resourceclaim in use"),
+], ids=["node-affinity-first", "volumes-before-dra", "dra-alone"])
+def test_prefilter_rejections_come_in_the_profile_order(affinity, volume_msg, dra_msg, want):
+    p = pod(affinity=affinity)
+    volumes, dra = Later("VolumeBinding", volume_msg), Later("DynamicResources", dra_msg)
+    ok, statuses, pre = s.evaluate(p, [s.NodeInfo(node(x)) for x in "ab"], pod_requests(p), s.MessageStyle(),
+                                   volumes, dra=dra)
+    assert (ok, pre) == ([], want)
+    assert all(st.unresolvable and not st.reasons for st in statuses.values())
+    assert volumes.asked == dra.asked == []
+
+
+def test_filters_after_node_resources_fit_run_volumes_then_dynamic_resources():
+    p = pod(requests={"nvidia.com/gpu": "1"})
+    infos = [s.NodeInfo(node("small")), *(s.NodeInfo(node(x, alloc={"nvidia.com/gpu": "1"})) for x in "abc")]
+    volumes, dra = Later("VolumeZone", rejects={"a"}), Later("DynamicResources", rejects={"a", "b"})
+    ok, statuses, pre = s.evaluate(p, infos, pod_requests(p), s.MessageStyle(), volumes, dra=dra)
+    assert [i.name for i in ok] == ["c"] and pre is None
+    assert {n: st.plugin for n, st in statuses.items()} == {
+        "small": "NodeResourcesFit", "a": "VolumeZone", "b": "DynamicResources"}
+    # a node rejected earlier is not offered to the later plugins
+    assert volumes.asked == ["a", "b", "c"] and dra.asked == ["b", "c"]
+    assert s.fit_error_message(4, statuses, p, prefilter_message=pre).startswith(
+        "0/4 nodes are available: 1 DynamicResources says no, 1 Insufficient nvidia.com/gpu, 1 VolumeZone says no.")

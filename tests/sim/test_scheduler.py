@@ -9,9 +9,14 @@ import asyncio
 
 import pytest
 
+from gpuspawner.sim.controller import MERGE
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.scheduler import Scheduler
+from gpuspawner.sim.storageapi import ANN_BIND_COMPLETED, ANN_SELECTED_NODE
 from gpuspawner.sim.store import Store
+from tests.builders import sim as sv
+from tests.builders.dra import claim as dra_claim, device_classes, dra_node, gpu_slice
+from tests.builders.sim import storage_class
 
 
 def gpu_node(name, gpus=1):
@@ -162,3 +167,68 @@ async def test_other_schedulers_pods_and_gated_pods_are_left_alone(cluster):
     await asyncio.sleep(0.1)
     assert node_of(store, "theirs") is None and node_of(store, "gated") is None
     assert not events(store, "theirs", "FailedScheduling") and not events(store, "gated", "FailedScheduling")
+
+
+# -- a pod with volumes to bind and DRA claims: VolumeBinding's PreBind, then DynamicResources' --
+
+def dra_world(store):
+    """One node whose single GPU is published as a ResourceSlice; a WaitForFirstConsumer class whose
+    provisioner never answers, so a pod's volume binding waits until the test binds the claim."""
+    store.create("nodes", dict(dra_node("dra-1"), spec={}))
+    store.create("resourceslices", gpu_slice("dra-1", count=1))
+    for c in device_classes().values():
+        store.create("deviceclasses", c)
+    store.create("storageclasses", storage_class("slow", provisioner="example.com/nobody"))
+    store.create("persistentvolumeclaims", sv.claim("home-a", storage_class_name="slow"), namespace="default")
+    for name in ("ca", "cb"):
+        store.create("resourceclaims", dra_claim(name), namespace="default")
+
+
+def dra_pod(name, claim, volume_claim=None):
+    p = gpu_pod(name, gpus=0)
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    if volume_claim:
+        p["spec"]["volumes"] = [{"name": "home", "persistentVolumeClaim": {"claimName": volume_claim}}]
+    return p
+
+
+def allocation(store, claim):
+    return (store.get("resourceclaims", claim, namespace="default").get("status") or {}).get("allocation")
+
+
+NO_DEVICE = ("0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, preemption: 0/1 nodes "
+             "are available: 1 Preemption is not helpful for scheduling.")
+
+
+async def waiting_for_volumes(store):
+    """Pod a is reserved on dra-1 and waits for its volume; pod b wants the same (only) GPU."""
+    dra_world(store)
+    store.create("pods", dra_pod("a", "ca", "home-a"), namespace="default")
+    await until(lambda: (store.get("persistentvolumeclaims", "home-a", "default")["metadata"].get("annotations")
+                         or {}).get(ANN_SELECTED_NODE) == "dra-1")
+    store.create("pods", dra_pod("b", "cb"), namespace="default")
+    await until(lambda: events(store, "b", "FailedScheduling"))
+
+
+async def test_devices_reserved_for_a_pod_binding_its_volumes_go_to_no_other(cluster):
+    store, scheduler, clock = cluster
+    await waiting_for_volumes(store)
+    assert condition(store, "b")["message"] == NO_DEVICE
+    assert allocation(store, "ca") is None  # DynamicResources' PreBind runs after VolumeBinding's
+    store.patch("persistentvolumeclaims", "home-a", {"spec": {"volumeName": "pv-a"}, "metadata": {
+        "annotations": {ANN_BIND_COMPLETED: "yes"}}}, MERGE, namespace="default")
+    await until(lambda: node_of(store, "a") == "dra-1")
+    assert [r["device"] for r in allocation(store, "ca")["devices"]["results"]] == ["gpu-0"]
+    assert node_of(store, "b") is None and allocation(store, "cb") is None
+
+
+async def test_a_failed_volume_binding_gives_the_devices_back(cluster):
+    store, scheduler, clock = cluster
+    await waiting_for_volumes(store)
+    store.delete("pods", "a", namespace="default", grace_period_seconds=0)  # the binding cycle fails (Unreserve)
+    await until(lambda: not scheduler.dra.in_flight)
+    clock.t += Scheduler.MAX_BACKOFF  # b's backoff is over: it goes when the failure moves it to active
+    await until(lambda: node_of(store, "b") == "dra-1")
+    assert [r["device"] for r in allocation(store, "cb")["devices"]["results"]] == ["gpu-0"]
+    assert allocation(store, "ca") is None and not scheduler.dra.in_flight

@@ -346,13 +346,45 @@ def test_system_namespaces_cannot_be_deleted(store):
     assert (e.value.code, e.value.message) == (403, 'namespaces "kube-system" is forbidden: this namespace may not be deleted')
 
 
-def test_deleting_a_namespace_removes_its_objects(store):
+def test_deleting_a_namespace_marks_it_terminating_and_refuses_new_content(store, clock):
     store.create("namespaces", {"metadata": {"name": "hub"}})
     store.create("pods", pod("p"), "hub")
+    out = store.delete("namespaces", "hub")
+    assert out["status"] == {"phase": "Terminating"}
+    assert out["metadata"]["deletionTimestamp"] == "2023-11-14T22:13:20Z"
+    assert out["spec"] == {"finalizers": ["kubernetes"]}
+    # the content stays for the namespace controller to delete
+    assert [p["metadata"]["name"] for p in store.list("pods", "hub")["items"]] == ["p"]
+    with pytest.raises(ApiError) as e:
+        store.create("configmaps", {"metadata": {"name": "late"}}, "hub")
+    assert (e.value.code, e.value.reason, e.value.message) == (
+        403, "Forbidden",
+        'configmaps "late" is forbidden: unable to create new content in namespace hub because it is being terminated')
+    assert e.value.details["causes"] == [{"reason": "NamespaceTerminating",
+                                          "message": "namespace hub is being terminated",
+                                          "field": "metadata.namespace"}]
+    # deleting again changes nothing while spec.finalizers is not empty
+    assert store.delete("namespaces", "hub")["metadata"]["resourceVersion"] == out["metadata"]["resourceVersion"]
+    # a kind of another API group is named with its group (GroupResource.String())
+    with pytest.raises(ApiError) as e:
+        store.create("leases", {"metadata": {"name": "late"}}, "hub")
+    assert e.value.message.startswith('leases.coordination.k8s.io "late" is forbidden: unable to create new content')
+
+
+def test_finalize_removes_a_namespace_whose_content_is_gone(store):
+    store.create("namespaces", {"metadata": {"name": "hub"}})
     store.delete("namespaces", "hub")
-    assert store.list("pods", "hub")["items"] == []
+    ns = store.finalize_namespace("hub", {"metadata": {"name": "hub"}, "spec": {"finalizers": []}})
+    assert "finalizers" not in ns["spec"]
+    store.delete("namespaces", "hub", preconditions={"uid": ns["metadata"]["uid"]})
     with pytest.raises(ApiError):
         store.get("namespaces", "hub")
+
+
+def test_namespace_spec_finalizers_change_only_through_finalize(store):
+    store.create("namespaces", {"metadata": {"name": "hub"}})
+    out = store.patch("namespaces", "hub", {"spec": {"finalizers": None}}, "application/merge-patch+json")
+    assert out["spec"]["finalizers"] == ["kubernetes"]
 
 
 # -- watch ------------------------------------------------------------------------------
@@ -376,8 +408,12 @@ async def test_watch_resumes_after_a_resource_version_in_order(store):
     store.create("configmaps", {"metadata": {"name": "not-a-pod"}})
     store.delete("pods", "b")
     w = store.watch("pods", resource_version=a["metadata"]["resourceVersion"])
-    evs = await drain(w, 2)
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in evs] == [("ADDED", "b"), ("DELETED", "b")]
+    evs = await drain(w, 3)
+    # a pod is deleted in two writes, even at grace 0: deletionTimestamp set, then removed
+    # (registry updateForGracefulDeletionAndFinalizers, then Storage.Delete)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in evs] == [
+        ("ADDED", "b"), ("MODIFIED", "b"), ("DELETED", "b")]
+    assert evs[1]["object"]["metadata"]["deletionGracePeriodSeconds"] == 0
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in evs]
     assert rvs == sorted(rvs) and rvs[-1] == store.resource_version
     w.close()

@@ -11,17 +11,15 @@
 * **Claims**: a ``reservedFor`` entry whose pod is gone, replaced (other uid) or done (Succeeded,
   Failed, or deleted before it was scheduled) is removed; when no consumer is left, the
   allocation is cleared and the ``resource.kubernetes.io/delete-protection`` finalizer removed.  An
-  unused claim generated for a pod that is done is deleted.
-
-The garbage collector's part is also done here, as the simulation has none yet: an unused claim
-whose owning pod no longer exists is deleted (on a real cluster the garbage collector deletes it,
-following the ownerReference this controller set).
+  unused claim generated for a pod that is done or was replaced (another uid) is deleted; one whose
+  pod no longer exists is left to the garbage collector (``garbagecollector.py``), which follows
+  the ownerReference this controller set.  Either may delete first: a claim already gone is no
+  error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any, Mapping
 
@@ -286,10 +284,14 @@ class ResourceClaimController:
             return
         ns, name = claim["metadata"].get("namespace"), claim["metadata"]["name"]
         pod = self._get("pods", owner[0], ns)
-        # done or replaced: the controller deletes it; gone: the garbage collector's part
-        if pod is None or pod["metadata"].get("uid") != owner[1] or is_pod_done(pod):
-            with contextlib.suppress(Exception):
+        if pod is None:
+            return  # "let the garbage collector handle the case that the pod is truly gone"
+        if pod["metadata"].get("uid") != owner[1] or is_pod_done(pod):
+            try:
                 self.store.delete(api.RESOURCE_CLAIMS, name, namespace=ns)
+            except Exception as e:
+                if code_of(e) != 404:  # deleted meanwhile (by the garbage collector): nothing to do
+                    raise
 
 
 class _TemplateMissing(Exception):

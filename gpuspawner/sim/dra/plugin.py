@@ -12,9 +12,12 @@ the scheduler at each extension point, in the real plugin's words:
   class that vanished) aborts the attempt as a scheduler error;
 * **PostFilter**: an allocated claim that fits no node and is used by no other pod is deallocated
   (``deallocation of ResourceClaim completed``), else ``still not schedulable``;
+* **Reserve**: the devices chosen for the node count as allocated at once (the pending
+  allocations, ``SignalClaimPendingAllocation``), so the next cycle never hands out a device twice
+  while the binding cycle waits (for the pod's volumes); **Unreserve** drops them;
 * **PreBind**: the finalizer ``resource.kubernetes.io/delete-protection``, ``status.allocation``
-  and ``status.reservedFor``, written before the pod is bound; the plugin assumes its own writes at
-  once (the assume cache) so the next cycle never hands out a device twice.
+  and ``status.reservedFor``, written before the pod is bound (after VolumeBinding's PreBind, the
+  profile's order); the plugin assumes its own writes at once (the assume cache).
 
 Extended resources backed by DRA (KEP-5004, ``DeviceClass.spec.extendedResourceName`` or the
 implicit ``deviceclass.resource.kubernetes.io/<class>``): on a node whose allocatable lacks the
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..controller import MERGE, informer, pod_key
+from ..plugins import Status
 from ..podresources import container_requests, pod_requests
 from . import api
 from .allocator import AllocationError, SelectorCache, allocate, allocated_devices
@@ -120,6 +124,8 @@ class DynamicResources:
         self.slices: dict[str, dict[str, Any]] = {}
         self.classes: dict[str, dict[str, Any]] = {}
         self.selectors = SelectorCache()
+        # Reserve's pending allocations, per pod key: claims as PreBind will write them
+        self.in_flight: dict[str, list[dict[str, Any]]] = {}
         self.synced = [asyncio.Event() for _ in range(3)]
 
     # -- informers (the scheduler's shared informer factory) --
@@ -240,7 +246,7 @@ class DynamicResources:
             return None
         try:
             results = allocate(to_allocate, node, list(self.slices.values()), self.classes,
-                               allocated_devices(list(self.claims.values())), self.selectors)
+                               allocated_devices(self._holding_claims()), self.selectors)
         except AllocationError as e:
             raise SchedulerError(f'running "{PLUGIN}" filter plugin: {e}') from None
         if results is None:
@@ -305,17 +311,46 @@ class DynamicResources:
                 return DEALLOCATED
         return STILL_NOT
 
-    # -- PreBind --
+    # -- Reserve / Unreserve --
 
-    def pre_bind(self, cycle: Cycle, node: str) -> None:
-        """Write what Reserve decided: allocation and reservation of every claim, before binding."""
-        if cycle.empty:
-            return
+    def _holding_claims(self) -> list[dict[str, Any]]:
+        """The claims whose allocations hold devices: written ones and Reserve's pending ones."""
+        return list(self.claims.values()) + [c for claims in self.in_flight.values() for c in claims]
+
+    @staticmethod
+    def _to_allocate(cycle: Cycle, node: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(claim, the allocation Filter found on ``node``) for each claim still to allocate,
+        the special claim for DRA-backed extended resources last."""
         results, special = cycle.allocations.get(node, ([], None))
         pending = [c for c in cycle.claims if not (c.get("status") or {}).get("allocation")]
         if special is not None:
             pending.append(special)
-        allocation_of = {id(c): results[i] for i, c in enumerate(pending) if i < len(results)}
+        return list(zip(pending, results))
+
+    def reserve(self, cycle: Cycle, node: str) -> None:
+        """Reserve: the devices chosen for ``node`` are taken until PreBind or Unreserve."""
+        claims = [dict(c, status=dict(c.get("status") or {}, allocation=a)) for c, a in self._to_allocate(cycle, node)]
+        if claims:
+            self.in_flight[pod_key(cycle.pod)] = claims
+
+    def unreserve(self, cycle: Cycle) -> None:
+        self.in_flight.pop(pod_key(cycle.pod), None)
+
+    # -- PreBind --
+
+    def pre_bind(self, cycle: Cycle, node: str) -> None:
+        """Write what Reserve decided: allocation and reservation of every claim, before binding.
+        The pending allocations end here, written or not (``bindClaim``'s deferred cleanup)."""
+        try:
+            self._write_claims(cycle, node)
+        finally:
+            self.unreserve(cycle)
+
+    def _write_claims(self, cycle: Cycle, node: str) -> None:
+        if cycle.empty:
+            return
+        special = cycle.allocations.get(node, ([], None))[1]
+        allocation_of = {id(c): a for c, a in self._to_allocate(cycle, node)}
         for claim in cycle.claims:
             if not reserved_for(claim, cycle.pod):
                 self._bind_claim(claim, cycle.pod, allocation_of.get(id(claim)))
@@ -364,6 +399,35 @@ class DynamicResources:
         self.store.patch("pods", meta["name"], {"status": {"extendedResourceClaimStatus": {
             "requestMappings": mappings, "resourceClaimName": claim["metadata"]["name"]}}}, MERGE,
             namespace=meta.get("namespace"), subresource="status")
+
+
+@dataclass
+class FilterStage:
+    """The plugin for one pod as ``plugins.evaluate`` runs it (``plugins.CyclePlugin``):
+    its PreFilter's verdict, then its Filter on each node that passed NodeResourcesFit and the
+    volume plugins."""
+
+    dra: DynamicResources
+    cycle: Cycle | None  # None when PreFilter rejected the pod
+    message: str | None = None  # that rejection
+    plugin: str = PLUGIN
+
+    @classmethod
+    def pre_filter(cls, dra: DynamicResources, pod: Mapping[str, Any]) -> FilterStage:
+        verdict = dra.pre_filter(pod)
+        return cls(dra, None, verdict) if isinstance(verdict, str) else cls(dra, verdict)
+
+    def filter(self, node: Mapping[str, Any]) -> Status | None:
+        if self.cycle is None:
+            return None
+        reason = self.dra.filter(self.cycle, node)
+        return None if reason is None else Status(PLUGIN, (reason,), True)
+
+    def post_filter(self) -> str | None:
+        """PostFilter's message (None for a pod without claims: the style decides)."""
+        if self.cycle is None:
+            return self.dra.post_filter(None)
+        return None if self.cycle.empty else self.dra.post_filter(self.cycle)
 
 
 def _owner(pod: Mapping[str, Any]) -> dict[str, Any]:

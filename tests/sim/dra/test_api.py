@@ -52,7 +52,7 @@ CLAIM_ERRORS = [
 @pytest.mark.parametrize("req,message", CLAIM_ERRORS, ids=[m[:50] for _, m in CLAIM_ERRORS])
 def test_claim_validation_messages(store, req, message):
     err = invalid(store, "resourceclaims", claim("c", req), "default")
-    assert err.message.startswith('ResourceClaim "c" is invalid: ')
+    assert err.message.startswith('ResourceClaim.resource.k8s.io "c" is invalid: ')
     assert message in err.message
     assert err.details["group"] == "resource.k8s.io"
 
