@@ -69,7 +69,8 @@ RESOURCES: dict[str, ResourceInfo] = {
 
 # Subresources other than status, as discovery lists them: plural -> (name, kind, verbs).
 SUBRESOURCES: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
-    "pods": (("binding", "Binding", ("create",)), ("log", "Pod", ("get",))),
+    "pods": (("attach", "PodAttachOptions", ("create", "get")), ("binding", "Binding", ("create",)),
+             ("exec", "PodExecOptions", ("create", "get")), ("log", "Pod", ("get",))),
 }
 
 

@@ -18,6 +18,7 @@ import base64
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -27,7 +28,8 @@ from urllib.parse import urlsplit
 from .. import devices as dev
 from .. import podresources as rules
 from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
-from . import logs
+from ..errors import bad_request
+from . import logs, streams
 from . import runtime as rt
 from .network import IPAllocator, pod_subnet_allocator
 from .standin import start_stand_in
@@ -156,13 +158,18 @@ class Kubelet:
             return None
         return w
 
-    def log_stream(self, pod: dict, container: str, opts: logs.LogOptions) -> AsyncIterator[bytes]:
-        """``GET containerLogs/...``: the bytes to send; raises ``logs.LogError`` (400) first."""
+    def log_stream(self, pod: dict, container: str, **options: Any) -> AsyncIterator[bytes]:
+        """``GET containerLogs/...``: the bytes to send.  ``options``: ``logs.LogOptions``'
+        fields.  Raises the 400 BadRequest the API server relays when there is no such log."""
+        opts = logs.LogOptions(**options)
         w = self._worker(pod)
         if w is not None:
             statuses = [container_status(c) for c in w.containers]
             pod = dict(pod, status={"containerStatuses": statuses})
-        which = logs.validate_status(pod, container, opts.previous)
+        try:
+            which = logs.validate_status(pod, container, opts.previous)
+        except logs.LogError as e:
+            raise bad_request(str(e)) from None
         c = w.container(container) if w is not None else None
         if c is None:
             return _nothing()  # loaded from a file: this kubelet never ran it, it has no log
@@ -182,6 +189,18 @@ class Kubelet:
         source = c.previous_log if previous else c.log
         return source.text() if source is not None else ""
 
+    def running_container(self, pod: dict, container: str) -> Container:
+        """The running container exec and attach reach; ``ExecError`` as the kubelet words it."""
+        w = self._worker(pod)
+        c = w.container(container) if w is not None else None
+        if c is None or not c.running:
+            raise ExecError(f'container not found ("{container}")')
+        return c
+
+    @staticmethod
+    def new_exec_id() -> str:
+        return secrets.token_hex(32)
+
     async def exec(self, pod: dict, container: str, argv: list[str], *, tty: bool, stdin: bool,
                    on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> rt.Process:
         w = self._worker(pod)
@@ -189,12 +208,14 @@ class Kubelet:
             raise ExecError(f'container not found ("{container}")')
         return await w.exec(container, argv, tty=tty, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
 
-    def attach(self, pod: dict, container: str, on_output: Callable[[str, bytes], None]
-               ) -> tuple[Container, Callable[[], None]]:
-        w = self._worker(pod)
-        if w is None:
-            raise ExecError(f'container not found ("{container}")')
-        return w.attach(container, on_output)
+    async def serve_exec(self, request: Any, pod: dict, container: str, argv: list[str],
+                         opts: dict[str, bool]) -> Any:
+        """``pods/exec`` once the API server has checked the request (``streams.serve_exec``)."""
+        return await streams.serve_exec(request, self, pod, container, argv, opts)
+
+    async def serve_attach(self, request: Any, pod: dict, container: str, opts: dict[str, bool]) -> Any:
+        """``pods/attach`` once the API server has checked the request (``streams.serve_attach``)."""
+        return await streams.serve_attach(request, self, pod, container, opts)
 
     # -- cache and dispatch -----------------------------------------------------------
 

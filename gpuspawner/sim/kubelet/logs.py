@@ -10,7 +10,8 @@ zeros cut, as Go's ``time.RFC3339Nano`` prints it), ``limitBytes`` stops after t
 
 Here each instance's lines are kept in memory (the last ``LOG_LINES``), with the same fields.
 ``validate_status`` refuses like ``kubelet_pods.go`` (``validateContainerLogStatus``) does.
-Not modelled: log rotation, the ``stream`` parameter (alpha in 1.32), partial-line (``P``) records.
+Output that ends without a newline is kept as a partial line (the CRI's ``P`` tag) and shown
+without one.  Not modelled: log rotation, the ``stream`` parameter (alpha in 1.32).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ STDOUT, STDERR = "stdout", "stderr"
 class LogLine:
     ts_ns: int
     stream: str
-    data: bytes  # without its newline
+    data: bytes            # without its newline
+    partial: bool = False  # the output ended without a newline (a CRI "P" record): none is added
 
 
 def rfc3339nano(ts_ns: int) -> str:
@@ -81,7 +83,7 @@ class ContainerLog:
         """The instance ended: a last line without its newline is kept; followers stop."""
         for stream, rest in sorted(self._partial.items()):
             if rest:
-                self._append(LogLine(self._clock(), stream, rest))
+                self._append(LogLine(self._clock(), stream, rest, partial=True))
         self._partial.clear()
         self.ended = True
         self._changed.set()
@@ -91,7 +93,7 @@ class ContainerLog:
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
     def text(self) -> str:
-        return "".join(line.data.decode("utf-8", "replace") + "\n" for line in self.lines)
+        return b"".join(render(line, False) for line in self.lines).decode("utf-8", "replace")
 
     def since(self, seq: int) -> list[LogLine]:
         start = max(seq, self.first_seq) - self.first_seq
@@ -129,7 +131,7 @@ def select_lines(lines: list[LogLine], opts: LogOptions) -> list[LogLine]:
 
 def render(line: LogLine, timestamps: bool) -> bytes:
     prefix = (rfc3339nano(line.ts_ns) + " ").encode() if timestamps else b""
-    return prefix + line.data + b"\n"
+    return prefix + line.data + (b"" if line.partial else b"\n")
 
 
 async def stream_log(log: ContainerLog, opts: LogOptions, running: Callable[[], bool]) -> AsyncIterator[bytes]:

@@ -47,14 +47,19 @@ def _shim_argv(*args: str) -> list[str]:
     return [sys.executable, "-I", "-S", str(SHIM), *args]
 
 
-@functools.lru_cache(maxsize=None)
 def isolation() -> str:
-    """The strongest isolation this machine allows (see the module's docstring)."""
+    """The isolation to use: ``GPUSPAWNER_SIM_ISOLATION`` when set, else the strongest this
+    machine allows (see the module's docstring)."""
     forced = os.environ.get(ENV_OVERRIDE)
     if forced:
         if forced not in ISOLATIONS:
             raise ValueError(f"{ENV_OVERRIDE}={forced!r}: use one of {', '.join(ISOLATIONS)}")
         return forced
+    return _allowed()
+
+
+@functools.lru_cache(maxsize=None)
+def _allowed() -> str:
     for mode in (["namespaces"] if os.geteuid() == 0 else []) + ["userns"]:
         try:
             r = subprocess.run(_shim_argv("check", mode), capture_output=True, timeout=30)

@@ -439,9 +439,10 @@ def container_mounts(spec: Mapping[str, Any], volumes: Mapping[str, "_Volume"], 
     return out
 
 
-def unmountable(volume: str, source: str, target: str) -> str:
-    """The FailedMount message when this machine allows no mount namespace (mount-utils' wording)."""
-    return (f'MountVolume.SetUp failed for volume "{volume}" : mount failed: exit status 32\n'
+def unmountable(source: str, target: str) -> str:
+    """Why the volume cannot be mounted when this machine allows no mount namespace (mount-utils'
+    wording of a failed mount)."""
+    return (f"mount failed: exit status 32\n"
             f"Mounting command: mount\nMounting arguments: -o bind {source} {target}\n"
             f"Output: mount: {target}: permission denied (this machine lets the simulated kubelet "
             "create no mount namespace).")

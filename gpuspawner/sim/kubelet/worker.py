@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import devices as dev
 from .. import podresources as rules
-from ..controller import MERGE, TERMINAL, now_rfc3339, pod_key
+from ..controller import MERGE, now_rfc3339, pod_key
 from . import env as envmod
 from . import runtime as rt
 from . import volumes as vol
@@ -634,13 +634,6 @@ class PodWorker:
         asyncio.ensure_future(p.proc.wait()).add_done_callback(
             lambda _f: (c.execs.discard(p), self.k.procs.discard(p)))
         return p
-
-    def attach(self, name: str, on_output: Callable[[str, bytes], None]) -> tuple[Container, Callable[[], None]]:
-        """Listen to the running container's output from now on; returns it and the detach call."""
-        c = self.container(name)
-        if c is None or not c.running:
-            raise ExecError(f'container not found ("{name}")')
-        return c, c.log.listen(on_output)
 
     # -- stopping ---------------------------------------------------------------------
 
