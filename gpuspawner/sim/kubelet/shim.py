@@ -420,8 +420,16 @@ def run_init(cfg: dict, status_fd: int) -> None:
     os._exit(Supervisor(child, None, group=True, subreaper=False).run())
 
 
-def _userns_maps() -> None:
+def _unshare(isolation: str) -> None:
+    """The container's namespaces; in a user namespace of its own, mapped to one's own ids
+    (read before: once unshared, unmapped ids read as the overflow id 65534)."""
     uid, gid = os.geteuid(), os.getegid()
+    unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | (CLONE_NEWUSER if isolation == "userns" else 0))
+    if isolation == "userns":
+        _userns_maps(uid, gid)
+
+
+def _userns_maps(uid: int, gid: int) -> None:
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
@@ -433,9 +441,7 @@ def _userns_maps() -> None:
 def run(cfg: dict, status_fd: int, control_fd: int) -> int:
     isolation = cfg.get("isolation", "processes")
     if isolation in NAMESPACED:
-        unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | (CLONE_NEWUSER if isolation == "userns" else 0))
-        if isolation == "userns":
-            _userns_maps()
+        _unshare(isolation)
         if cfg.get("hostname"):
             sethostname(cfg["hostname"])  # a pod's hostname is its name
         child = os.fork()
@@ -484,9 +490,7 @@ def check(isolation: str) -> int:
 
     base = tempfile.mkdtemp(prefix="gpuspawner-sim-check-")
     try:
-        unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | (CLONE_NEWUSER if isolation == "userns" else 0))
-        if isolation == "userns":
-            _userns_maps()
+        _unshare(isolation)
         child = os.fork()
         if child == 0:
             try:
