@@ -237,6 +237,11 @@ async def start(spec: ProcessSpec, *, mode: str, isolation_mode: str, config_dir
             *_shim_argv(mode, path, str(status_w), str(control_r), str(os.getpid())),
             pass_fds=(status_w, control_r), start_new_session=True,
             stdin=theirs[0], stdout=theirs[1], stderr=theirs[2])
+    except BaseException:
+        for f in {status_r, control_w, *(f for f, _ in ours), *([stdin_fd] if stdin_fd is not None else [])}:
+            os.close(f)
+        os.unlink(path)
+        raise
     finally:
         for f in {status_w, control_r, fd, *[t for t in theirs if t >= 0]}:
             os.close(f)

@@ -85,7 +85,7 @@ class PodWorker:
         self.uid = meta.get("uid") or secrets.token_hex(8)
         self.node = pod["spec"]["nodeName"]
         self.ip: str | None = None
-        self.start_time = now_rfc3339()
+        self.start_time: str | None = None
         self.devices: dict[str, list[str]] = {}
         self.per_container: dict[str, dict[str, list[str]]] = {}
         self.dir = Path(tempfile.mkdtemp(prefix=f"{self.ns}.{self.name}.", dir=kubelet.pods_dir))
@@ -125,8 +125,9 @@ class PodWorker:
             "qosClass": (self.pod.get("status") or {}).get("qosClass") or self.k.qos_class(self.pod),
             "initContainerStatuses": [container_status(c) for c in self.containers if c.kind != "app"],
             "containerStatuses": [container_status(c) for c in self.containers if c.kind == "app"],
-            "startTime": self.start_time,
         }
+        if self.start_time:
+            st["startTime"] = self.start_time
         if self.ip:
             st["podIP"] = self.ip
             st["podIPs"] = [{"ip": self.ip}]
@@ -174,6 +175,7 @@ class PodWorker:
             await self.deleting.wait()
             await self._finalize()
             return
+        self.start_time = now_rfc3339()
         for c in self.containers:
             c.state = {"waiting": {"reason": "PodInitializing" if not self.initialized or c.kind != "app"
                                    else "ContainerCreating"}}
@@ -670,6 +672,8 @@ class PodWorker:
         for c in reversed([c for c in running if c.kind != "app"]):
             await self._stop(c, grace)
         for c in running:
+            for e in list(c.execs):
+                e.kill()
             if c.process is not None:
                 p, c.process = c.process, None
                 with contextlib.suppress(Exception):

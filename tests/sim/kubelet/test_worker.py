@@ -224,6 +224,17 @@ async def test_a_daemonizing_grandchild_dies_with_its_pod(cluster, monkeypatch, 
     assert pids_with_marker(mark) == []
 
 
+async def test_deleting_the_namespace_ends_its_pods_processes(cluster):
+    mark = marker()
+    cluster.store.create("namespaces", {"metadata": {"name": "team"}})
+    manifest = pod_manifest("daemon", container(command=[PY, "-c", DAEMON],
+                                                env=[{"name": "SIM_TEST_MARKER", "value": mark}]))
+    cluster.store.create("pods", manifest, namespace="team")
+    await cluster.wait_for(lambda: len(pids_with_marker(mark)) >= 2, 15, what="the pod and its daemon")
+    cluster.store.delete("namespaces", "team")
+    await cluster.wait_for(lambda: not pids_with_marker(mark), 30, what="every process of the namespace's pod gone")
+
+
 async def test_exec_sessions_and_containers_end_with_the_cluster(cluster):
     mark = marker()
     _create(cluster, pod_manifest("lives", container(command=[PY, "-c", DAEMON],
