@@ -93,6 +93,7 @@ class ProcessSpec:
     stdin: bool = False
     tty: bool = False
     hostname: str = ""
+    private_tmp: bool = False                         # an empty /tmp of its own (namespaced modes)
 
 
 class StartError(Exception):
@@ -203,6 +204,7 @@ async def _read_status(fd: int) -> list[dict]:
 def _config(spec: ProcessSpec, mode: str, isolation_mode: str, target: int | None) -> dict:
     cfg = {"isolation": isolation_mode, "argv": spec.argv, "env": spec.env, "cwd": spec.cwd,
            "tty": spec.tty, "shared": spec.shared, "scratch": spec.scratch, "hostname": spec.hostname,
+           "privateTmp": spec.private_tmp,
            "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in spec.mounts]}
     if mode == "exec":
         cfg["target"] = target

@@ -11,7 +11,8 @@ shim, runc and an init such as ``tini -g`` play on a real node:
     mount tree private, binds the container's volumes at their ``mountPath`` (read-only where
     asked), creates missing mount points and the working directory inside a copy-on-write overlay
     of their nearest existing directory (so the machine's own files never change), mounts a
-    fresh ``/proc`` and starts the command as PID 2 in a session of its own.  PID 1 forwards
+    fresh ``/proc`` (and, with ``privateTmp``, an empty ``/tmp`` of its own, as a container's
+    image gives it) and starts the command as PID 2 in a session of its own.  PID 1 forwards
     SIGTERM & co. to the command's process group, reaps orphans, and exits with the command's
     status; when it exits the kernel kills every process left in the namespace, whatever they did
     with sessions or process groups (``pid_namespaces(7)``).  With ``"processes"`` (no namespaces
@@ -150,6 +151,8 @@ class Rootfs:
         self.scratch = scratch
         self.root = "/"
         self._n = 0
+        # filesystems of this namespace only: a new entry there needs no shadow
+        self.private = {os.stat(scratch).st_dev}
 
     def path(self, p: str) -> str:
         return p if self.root == "/" else os.path.join(self.root, p.lstrip("/"))
@@ -164,7 +167,7 @@ class Rootfs:
         anc = os.path.dirname(target.rstrip("/")) or "/"
         while not os.path.isdir(self.path(anc)):
             anc = os.path.dirname(anc) or "/"
-        if os.stat(self.path(anc)).st_dev != os.stat(self.scratch).st_dev:
+        if os.stat(self.path(anc)).st_dev not in self.private:
             self._shadow(anc)
         real = self.path(target)
         if is_dir:
@@ -200,7 +203,8 @@ class Rootfs:
         else:
             mount(new, src, None, MS_BIND | MS_REC)
 
-    def bind(self, source: str, target: str, read_only: bool) -> None:
+    def bind(self, source: str, target: str, read_only: bool, shown: str | None = None) -> None:
+        """Bind ``source`` (``shown`` in errors: the path the kubelet gave) at ``target``."""
         try:
             is_dir = os.path.isdir(source)
             real = self.ensure(target, is_dir)
@@ -208,7 +212,7 @@ class Rootfs:
             if read_only:
                 mount(None, real, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _locked_flags(real))
         except OSError as e:
-            raise RuntimeError_("mount", f'error mounting "{source}" to rootfs at "{target}": '
+            raise RuntimeError_("mount", f'error mounting "{shown or source}" to rootfs at "{target}": '
                                          f"{e.strerror or e}") from None
 
     def enter(self) -> None:
@@ -217,17 +221,35 @@ class Rootfs:
             os.chdir("/")
 
 
+def _hold(paths: set[str]) -> dict[str, int]:
+    """``O_PATH`` descriptors: the paths stay reachable (``/proc/self/fd/N``) once hidden."""
+    return {p: os.open(p, os.O_PATH) for p in paths if os.path.lexists(p)}
+
+
 def setup_mounts(cfg: dict) -> None:
-    """In the new mount namespace: private tree, shared paths, volumes, working dir, /proc."""
+    """In the new mount namespace: a private tree, a /tmp of the container's own, the paths the
+    kubelet shares, the volumes, the working directory, /proc."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for p in cfg.get("shared") or []:
-        mount(p, p, None, MS_BIND | MS_REC)  # a mount point of its own: overlays keep it shared
+    shared, mounts = cfg.get("shared") or [], cfg.get("mounts") or []
+    held = _hold({*shared, *(m["source"] for m in mounts)})
+    via = {p: f"/proc/self/fd/{fd}" for p, fd in held.items()}
+    private_tmp = bool(cfg.get("privateTmp")) and os.path.isdir("/tmp") and not os.path.islink("/tmp")
+    if private_tmp:
+        # a container's /tmp is its own, empty at start (the image's)
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for p in shared:
+        os.makedirs(p, exist_ok=True)
+        mount(via.get(p, p), p, None, MS_BIND | MS_REC)  # a mount point of its own: shadows keep it
     scratch = cfg["scratch"]
     os.makedirs(scratch, exist_ok=True)
     mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
     rootfs = Rootfs(scratch)
-    for m in sorted(cfg.get("mounts") or [], key=lambda m: m["target"].rstrip("/").count("/")):
-        rootfs.bind(m["source"], m["target"], bool(m.get("readOnly")))
+    if private_tmp:
+        rootfs.private.add(os.stat("/tmp").st_dev)
+    for m in sorted(mounts, key=lambda m: m["target"].rstrip("/").count("/")):
+        rootfs.bind(via.get(m["source"], m["source"]), m["target"], bool(m.get("readOnly")), m["source"])
+    for fd in held.values():
+        os.close(fd)
     cwd = cfg.get("cwd") or "/"
     try:
         rootfs.ensure(cwd, True)

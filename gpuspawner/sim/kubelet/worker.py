@@ -451,7 +451,7 @@ class PodWorker:
             mounts = [*mounts, rt.Mount(str(c.term_file), tm_path)]
         return rt.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir],
                               scratch=str(self.dir / "scratch" / c.name), stdin=bool(c.spec.get("stdin")),
-                              tty=bool(c.spec.get("tty")), hostname=self.name)
+                              tty=bool(c.spec.get("tty")), hostname=self.name, private_tmp=True)
 
     async def _launch(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[rt.Mount]) -> bool:
         spec = self._process_spec(c, argv, env, mounts)

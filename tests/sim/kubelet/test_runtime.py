@@ -20,7 +20,8 @@ async def _run(tmp_path, isolation, argv, *, mounts=(), cwd="/", env=None, mode=
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     spec = rt.ProcessSpec(list(argv), {"PATH": "/usr/bin:/bin", **(env or {})}, cwd, list(mounts),
-                          shared=[str(work)], scratch=str(work / "scratch"), hostname="pod-x")
+                          shared=[str(work)], scratch=str(work / "scratch"), hostname="pod-x",
+                          private_tmp=isolation != "processes")
     p = await rt.start(spec, mode=mode, isolation_mode=isolation, config_dir=str(work), on_stdout=out.append,
                        on_stderr=out.append, target=target)
     return p, out
@@ -32,12 +33,14 @@ async def test_a_container_has_its_own_pids_hostname_and_mounts(tmp_path, isolat
     src.mkdir()
     (src / "f").write_text("content\n")
     script = ("echo $$; hostname; cat /etc/sim-test-cfg/f; ls /sim-test-new; pwd; "
-              "touch /etc/sim-test-cfg/x 2>/dev/null || echo read-only")
+              "touch /etc/sim-test-cfg/x 2>/dev/null || echo read-only; "
+              f"ls /tmp | grep -v {tmp_path.parts[2]} | wc -l; echo mine > /tmp/sim-test-own")
     p, out = await _run(tmp_path, isolation, ["sh", "-c", script], cwd="/sim-test-wd/sub",
                         mounts=[rt.Mount(str(src), "/etc/sim-test-cfg", True), rt.Mount(str(src), "/sim-test-new")])
     assert await p.wait() == 0
-    assert b"".join(out).decode().splitlines() == ["2", "pod-x", "content", "f", "/sim-test-wd/sub", "read-only"]
-    for path in ("/etc/sim-test-cfg", "/sim-test-new", "/sim-test-wd"):
+    assert b"".join(out).decode().splitlines() == ["2", "pod-x", "content", "f", "/sim-test-wd/sub", "read-only",
+                                                   "0"]  # /tmp: its own, with only the kubelet's directory
+    for path in ("/etc/sim-test-cfg", "/sim-test-new", "/sim-test-wd", "/tmp/sim-test-own"):
         assert not os.path.exists(path)  # the machine's tree never changed
 
 
