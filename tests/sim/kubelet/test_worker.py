@@ -79,6 +79,7 @@ async def test_configmap_secret_and_projected_volumes_are_read_at_their_mount_pa
 
 
 async def test_missing_configmap_is_failed_mount_until_it_appears(cluster):
+    cluster.kubelet.mount_timeout = 1.0  # podAttachAndMountTimeout, 2 min 3 s on a real node
     volumes = [{"name": "config", "configMap": {"name": "late"}}]
     _create(cluster, pod_manifest("waits", container(command=["cat", "/cfg/k"],
                                                      volumeMounts=[{"name": "config", "mountPath": "/cfg"}]),
@@ -89,9 +90,24 @@ async def test_missing_configmap_is_failed_mount_until_it_appears(cluster):
     p = cluster.pod("default", "waits")
     assert p["status"]["phase"] == "Pending" and "podIP" not in p["status"]
     assert _state(p)["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    timeout = await cluster.wait_for(lambda: [e for e in _events(cluster, "waits", "FailedMount")
+                                              if e["message"].startswith("Unable")], 10, what="the timeout event")
+    assert timeout[0]["message"] == ("Unable to attach or mount volumes: unmounted volumes=[config], unattached "
+                                     "volumes=[], failed to process volumes=[]: timed out waiting for the condition")
     cluster.store.create("configmaps", {"metadata": {"name": "late"}, "data": {"k": "arrived"}}, namespace="default")
     await _phase(cluster, "waits", "Succeeded", 30)
     assert cluster.logs("default", "waits") == "arrived"
+
+
+async def test_a_claim_that_does_not_exist_is_a_volume_that_cannot_be_processed(cluster):
+    manifest = pod_manifest("claims", container(command=["true"], volumeMounts=[{"name": "home", "mountPath": "/h"}]),
+                            volumes=[{"name": "home", "persistentVolumeClaim": {"claimName": "nope"}}],
+                            nodeName="node-a")  # bound by hand: the kubelet alone decides
+    _create(cluster, manifest)
+    ev = await cluster.wait_for(lambda: _events(cluster, "claims", "FailedMount"), 15, what="FailedMount")
+    assert ev[0]["message"] == ("Unable to attach or mount volumes: unmounted volumes=[home], unattached volumes=[], "
+                                "failed to process volumes=[home]: error processing PVC default/nope: failed to "
+                                'fetch PVC from API server: persistentvolumeclaims "nope" not found')
 
 
 async def test_configmap_key_missing_and_optional_volumes(cluster):
