@@ -32,8 +32,8 @@ STATUS_FD gets JSON lines: ``{"init": <host pid of PID 1>}`` and, when the conta
 ``{"error": "...", "stage": "mount"|"exec"}``; it reaches end-of-file once the command was
 exec'd.  CONTROL_FD is read: the line ``kill``, or end-of-file (the kubelet went away, even
 killed), makes the shim kill the whole container and exit.  The shim exits with the command's
-exit code (128+N when signal N ended it).  The shim also asks the kernel to kill it when its
-parent dies (``PR_SET_PDEATHSIG``), and PID 1 likewise when the shim dies.
+exit code (128+N when signal N ended it).  In the namespaced modes the shim also asks the kernel
+to kill it when its parent dies (``PR_SET_PDEATHSIG``), and PID 1 likewise when the shim dies.
 
 Not modelled: network, IPC and UTS namespaces (pods share the machine's network; each has its own
 loopback address), user ids, capabilities, seccomp, cgroups (no resource limits).
@@ -548,10 +548,13 @@ def main(argv: list[str]) -> int:
     path, status_fd, control_fd = argv[2], int(argv[3]), int(argv[4])
     for fd in (status_fd, control_fd):
         os.set_inheritable(fd, False)
-    die_with_parent(int(argv[5]))
     with open(path, encoding="utf-8") as f:
         cfg = json.load(f)
     os.unlink(path)
+    if cfg.get("isolation") in NAMESPACED:
+        # killed with the kubelet, PID 1 (and with it the namespace) follows; a subreaper shim
+        # must live on to kill its tree, which the control pipe's end-of-file makes it do
+        die_with_parent(int(argv[5]))
     try:
         return run(cfg, status_fd, control_fd) if mode == "run" else exec_in(cfg, status_fd, control_fd)
     except OSError as e:

@@ -191,7 +191,8 @@ async def test_kubernetes_asyncio_stream(ticker):
                              b'"details":{"causes":[{"reason":"ExitCode","message":"7"}]}}')
 
 
-async def test_nothing_outlives_gpuspawner_sim(tmp_path):
+@pytest.mark.parametrize("isolation", ["namespaces", "processes"])
+async def test_nothing_outlives_gpuspawner_sim(tmp_path, isolation):
     """``gpuspawner sim`` stopped with SIGTERM, or killed outright: no container process is left."""
     import signal
     from pathlib import Path
@@ -199,7 +200,8 @@ async def test_nothing_outlives_gpuspawner_sim(tmp_path):
     from tests.builders import marker, node_manifest, pids_with_marker
 
     repo = str(Path(__file__).resolve().parents[3])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
+               GPUSPAWNER_SIM_ISOLATION=isolation)
     (tmp_path / "cluster.json").write_text(__import__("json").dumps({"kind": "List", "items": [node_manifest("n")]}))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         mark = marker()
