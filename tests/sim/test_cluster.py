@@ -14,7 +14,7 @@ import pytest
 
 from gpuspawner.sim.cluster import SimCluster
 from gpuspawner.sim.devices import NVIDIA_ENV
-from tests.builders import marker, pids_with_marker
+from tests.builders.kubelet import marker, pids_with_marker
 
 pytestmark = pytest.mark.integration
 

@@ -135,6 +135,15 @@ class Kubelet:
         st = (self.node_objs.get(node) or {}).get("status") or {}
         return dict(st.get("allocatable") or st.get("capacity") or {})
 
+    def pod_pids(self, namespace: str, name: str) -> list[int]:
+        """The host pids of the pod's running containers' shims: each the root of one container's
+        whole process tree (what the simulated DCGM reads a pod's CPU use from)."""
+        w = self.workers.get(f"{namespace}/{name}")
+        if w is None:
+            return []
+        return [c.process.pid for c in w.containers
+                if c.process is not None and c.process.proc.returncode is None]
+
     def qos_class(self, pod: dict) -> str:
         cs = (pod.get("spec") or {}).get("containers") or []
         reqs = [rules.container_requests(c) for c in cs]

@@ -3,7 +3,7 @@
 import pytest
 
 from gpuspawner.sim.cluster import SimCluster
-from tests.builders import node_manifest
+from tests.builders.kubelet import node_manifest
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import termios
 
 import pytest
 
-from tests.builders import container, kubectl_env, pod_manifest
+from tests.builders.kubelet import container, kubectl_env, pod_manifest
 
 KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.path.exists("/usr/bin/kubectl") else None)
 
@@ -197,7 +197,7 @@ async def test_nothing_outlives_gpuspawner_sim(tmp_path, isolation):
     import signal
     from pathlib import Path
 
-    from tests.builders import marker, node_manifest, pids_with_marker
+    from tests.builders.kubelet import marker, node_manifest, pids_with_marker
 
     repo = str(Path(__file__).resolve().parents[3])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gpuspawner.sim.kubelet import runtime as rt
-from tests.builders import marker, pids_with_marker
+from tests.builders.kubelet import marker, pids_with_marker
 
 NAMESPACED = [m for m in ("namespaces", "userns") if rt._allowed() in ("namespaces", "userns")
               and (m == "userns" or rt._allowed() == "namespaces")]

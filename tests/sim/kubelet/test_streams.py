@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from tests.builders import container, pod_manifest
+from tests.builders.kubelet import container, pod_manifest
 
 pytestmark = pytest.mark.integration
 

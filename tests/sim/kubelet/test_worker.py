@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.builders import container, marker, pod_manifest, pids_with_marker
+from tests.builders.kubelet import container, marker, pod_manifest, pids_with_marker
 
 pytestmark = pytest.mark.integration
 
@@ -235,9 +235,11 @@ async def test_a_daemonizing_grandchild_dies_with_its_pod(cluster, monkeypatch, 
                                                       env=[{"name": "SIM_TEST_MARKER", "value": mark}])))
     await cluster.wait_for(lambda: "daemon started" in _log(cluster, "daemon"), 15, what="daemon")
     await cluster.wait_for(lambda: len(pids_with_marker(mark)) >= 2, 5, what="the grandchild")
+    (root,) = cluster.kubelet.pod_pids("default", "daemon")  # the container's shim: its tree's root
+    assert os.path.exists(f"/proc/{root}")
     cluster.store.delete("pods", "daemon", namespace="default")
     await cluster.wait_for(lambda: cluster.pod("default", "daemon") is None, 30, what="pod gone")
-    assert pids_with_marker(mark) == []
+    assert pids_with_marker(mark) == [] and cluster.kubelet.pod_pids("default", "daemon") == []
 
 
 async def test_deleting_the_namespace_ends_its_pods_processes(cluster):

@@ -1,4 +1,6 @@
-"""Builders shared by the tests: small, real objects (no fakes of the code under test)."""
+"""Pods, containers and nodes for the simulated kubelet's tests (wire-format dicts), the real
+kubectl's environment, and finding a pod's processes on the machine whatever PID namespace they
+live in."""
 
 from __future__ import annotations
 
