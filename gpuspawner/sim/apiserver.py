@@ -19,12 +19,12 @@ import json
 import logging
 import random
 import time
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 from aiohttp import web
 
-from . import deletion, protobuf, tables
+from . import connect, deletion, protobuf, tables
 from .faults import Faults, RequestCounters
 from .errors import ApiError, bad_request
 from .resources import RESOURCES, SUBRESOURCE_GROUPS, SUBRESOURCES, ResourceInfo, group_versions
@@ -173,8 +173,8 @@ class ApiServer:
         self.faults._close_watches = self._close_http_watches
         self.counters = RequestCounters()
         self.url: str | None = None
-        # pods/log: (namespace, pod, container, previous) -> text; the simulated kubelet's logs
-        self.log_source: Callable[[str, str, str | None, bool], str] | None = None
+        # the node agent pods/log, pods/exec and pods/attach reach (connect.py): the simulated kubelet
+        self.kubelet: Any = None
         self._watches: set[Watcher] = set()
         self._runner: web.AppRunner | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -374,8 +374,8 @@ class ApiServer:
             raise err
         if q.get("dryRun"):
             raise bad_request("dryRun is not supported by the simulated API server")
-        if route.sub == "log":
-            return self._pod_log(request, route)
+        if route.sub in connect.STREAM_SUBRESOURCES:
+            return await self._pod_stream(request, route)
         if verb == "watch":
             return await self._watch(request, route)
         if verb == "list":
@@ -402,10 +402,10 @@ class ApiServer:
     def _verb(method: str, route: _Route, watching: bool) -> str:
         not_allowed = ApiError(405, "MethodNotAllowed",
                                "the server does not allow this method on the requested resource")
-        if route.sub == "log" and route.info.plural == "pods" and route.name is not None:
-            if method != "GET":
+        if route.sub in connect.STREAM_SUBRESOURCES and route.info.plural == "pods" and route.name is not None:
+            if method not in connect.STREAM_SUBRESOURCES[route.sub]:
                 raise not_allowed
-            return "get"
+            return "create" if method == "POST" else "get"
         write_only = _WRITE_SUBRESOURCES.get((route.info.plural, route.sub or ""))
         if route.sub not in (None, "status") and write_only is None:
             raise ApiError(404, "NotFound", _NOT_FOUND, details={})
@@ -456,35 +456,11 @@ class ApiServer:
         return ApiError(500, "InternalError", "Internal error occurred: injected fault",
                         details={"causes": [{"message": "injected fault"}]})
 
-    def _pod_log(self, request: web.Request, route: _Route) -> web.Response:
-        """GET pods/{name}/log (registry/core/pod/rest/log.go): plain text, one container."""
+    async def _pod_stream(self, request: web.Request, route: _Route) -> web.StreamResponse:
+        """GET pods/{name}/log, pods/{name}/exec and pods/{name}/attach (connect.py)."""
         pod = self.store.get("pods", route.name, route.namespace)
-        names = [c.get("name") for c in pod.get("spec", {}).get("containers", [])]
-        container = request.query.get("container")
-        if not container:
-            if len(names) != 1:
-                raise bad_request(f"a container name must be specified for pod {route.name}, "
-                                  f"choose one of: [{' '.join(map(str, names))}]")
-            container = names[0]
-        init_names = [c.get("name") for c in pod.get("spec", {}).get("initContainers", [])]
-        if container not in names and container not in init_names:
-            raise bad_request(f"container {container} is not valid for pod {route.name}")
-        previous = _parse_bool("previous", request.query.get("previous"))
-        try:
-            text = self.log_source(route.namespace, route.name, container, previous) if self.log_source else ""
-        except KeyError:
-            # the kubelet has no log for it (pods loaded from a file run no process)
-            raise bad_request(f'container "{container}" in pod "{route.name}" is waiting to start: '
-                              "ContainerCreating") from None
-        tail = request.query.get("tailLines")
-        if tail is not None:
-            try:
-                n = int(tail)
-            except ValueError:
-                raise bad_request(f"tailLines: invalid value {tail!r}") from None
-            lines = text.splitlines(keepends=True)
-            text = "".join(lines[-n:]) if n > 0 else ""
-        return web.Response(text=text, content_type="text/plain")
+        handler = {"log": connect.pod_log, "exec": connect.pod_exec, "attach": connect.pod_attach}[str(route.sub)]
+        return await handler(request, pod, self.kubelet)
 
     # -- bodies --
     async def _read_body(self, request: web.Request, info: ResourceInfo) -> dict[str, Any]:

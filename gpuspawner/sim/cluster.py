@@ -141,7 +141,7 @@ class SimCluster:
                                    pod_subnet=self.pod_subnet)
             await self.kubelet.start()
             if self.apiserver is not None:
-                self.apiserver.log_source = self.kubelet.logs  # `kubectl logs`
+                self.apiserver.kubelet = self.kubelet  # pods/log, pods/exec, pods/attach
             self.scheduler = Scheduler(self.store, style=self.message_style)
             await self.scheduler.start()
             if self.dcgm_exporter:

@@ -84,7 +84,9 @@ RESOURCES: dict[str, ResourceInfo] = {
 
 # Subresources other than status, as discovery lists them: plural -> (name, kind, verbs).
 SUBRESOURCES: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
-    "pods": (("binding", "Binding", ("create",)), ("eviction", "Eviction", ("create",)), ("log", "Pod", ("get",))),
+    "pods": (("attach", "PodAttachOptions", ("create", "get")), ("binding", "Binding", ("create",)),
+             ("eviction", "Eviction", ("create",)), ("exec", "PodExecOptions", ("create", "get")),
+             ("log", "Pod", ("get",))),
     "namespaces": (("finalize", "Namespace", ("update",)),),
 }
 # Subresources whose kind lives in another API group, as discovery names it:

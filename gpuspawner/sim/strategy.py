@@ -156,6 +156,15 @@ def _default_container(c: dict[str, Any]) -> None:
         fr = env.get("valueFrom") or {}
         if "fieldRef" in fr:
             fr["fieldRef"].setdefault("apiVersion", "v1")
+    for key in ("livenessProbe", "readinessProbe", "startupProbe"):
+        probe = c.get(key)
+        if probe:  # SetDefaults_Probe, SetDefaults_HTTPGetAction
+            for name, value in (("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1),
+                                ("failureThreshold", 3)):
+                probe.setdefault(name, value)
+            if probe.get("httpGet") is not None:
+                probe["httpGet"].setdefault("path", "/")
+                probe["httpGet"].setdefault("scheme", "HTTP")
 
 
 def default_pod(pod: dict[str, Any]) -> None:
@@ -181,6 +190,9 @@ def default_pod(pod: dict[str, Any]) -> None:
             vol["secret"].setdefault("defaultMode", 420)
         if "configMap" in vol:
             vol["configMap"].setdefault("defaultMode", 420)
+        for kind in ("downwardAPI", "projected"):
+            if vol.get(kind) is not None:
+                vol[kind].setdefault("defaultMode", 420)
     # DefaultTolerationSeconds admission plugin
     # (plugin/pkg/admission/defaulttolerationseconds/admission.go).
     tolerations = spec.setdefault("tolerations", [])

@@ -200,7 +200,7 @@ class ClusterLoad:
             "metadata": {
                 "name": name,
                 "namespace": LOAD_NAMESPACE,
-                # the simulated kubelet runs no process for a stand-in (gpuspawner/sim/kubelet.py)
+                # the simulated kubelet runs no process for a stand-in (gpuspawner/sim/kubelet/)
                 "annotations": {"gpuspawner.dev/sim-stand-in": "true"},
             },
             "spec": {

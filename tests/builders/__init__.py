@@ -17,8 +17,9 @@
 Everything has defaults that describe one ordinary GPU node or pool; a test passes what its
 case is about.  Beside this module: ``tests.builders.dra`` (resource.k8s.io/v1 objects),
 ``tests.builders.sim`` (nodes, pods, storage objects and owner references for the simulated
-cluster's controllers) and ``tests.builders.hubapi`` (the hub's REST models and DCGM series, for
-the culler).
+cluster's controllers), ``tests.builders.kubelet`` (pods, containers and nodes for the simulated
+kubelet, the real kubectl's environment, a pod's processes on the machine) and
+``tests.builders.hubapi`` (the hub's REST models and DCGM series, for the culler).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import pytest
 
 from gpuspawner.sim.cluster import SimCluster
 from gpuspawner.sim.devices import NVIDIA_ENV
+from tests.builders.kubelet import marker, pids_with_marker
 
 pytestmark = pytest.mark.integration
 
@@ -95,8 +96,10 @@ def _events(c, name, reason=None):
 async def test_gpu_pod_runs_its_command_on_its_own_ip(cluster):
     # KubeSpawner sets only args; 0.0.0.0 means the pod's own address
     probe = {"httpGet": {"path": "/", "port": 8888}, "periodSeconds": 1}
+    mark = marker()
     cluster.store.create("pods", pod("nb", gpus=1, args=[sys.executable, "-c", SERVER, "0.0.0.0", "8888"],
-                                     readinessProbe=probe), namespace="default")
+                                     readinessProbe=probe, env=[{"name": "SIM_TEST_MARKER", "value": mark}]),
+                         namespace="default")
     p = await cluster.wait_for(_ready(cluster, "nb"), 30, what="pod nb Ready")
     assert p["spec"]["nodeName"] == "gpu-a"
     assert p["status"]["phase"] == "Running"
@@ -119,13 +122,12 @@ async def test_gpu_pod_runs_its_command_on_its_own_ip(cluster):
     assert sched["source"]["component"] == "default-scheduler"
 
     # deleting kills the process, frees the GPU and removes the pod
-    pid = int(log.split("pid=")[1].split()[0])
+    assert pids_with_marker(mark)
     cluster.store.delete("pods", "nb", namespace="default")
     await cluster.wait_for(lambda: cluster.pod("default", "nb") is None, 30, what="pod nb gone")
     assert cluster.ledger.allocation("default/nb") is None
     assert len(cluster.ledger.free("gpu-a", "nvidia.com/gpu")) == 2
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # killed and reaped before the pod went away
+    assert pids_with_marker(mark) == []  # killed and reaped before the pod went away
     assert any(e["reason"] == "Killing" for e in _events(cluster, "nb"))
 
 
