@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
@@ -14,6 +16,7 @@ from gpuspawner.spawn.profiles import (
     merge_profiles,
     present_pools,
 )
+from gpuspawner.spawn.options import OptionError, validate_user_options
 
 GKE = "cloud.google.com/gke-nodepool"
 
@@ -126,10 +129,10 @@ def test_capacity_unknown_offers_nothing_unless_admin_admits(snapshot, problem_t
 
 
 def test_unchecked_pool_bounded_by_biggest_node():
-    p = PoolView(**{**{f: getattr(A100, f) for f in A100.__slots__}, "node_views": (
+    p = dataclasses.replace(A100, node_views=(
         NodeView("n1", allocatable=4, free=0, driver_version=None, cuda_version=None, compute_capability=None),
         NodeView("n2", allocatable=8, free=0, driver_version=None, cuda_version=None, compute_capability=None),
-    )})
+    ))
     offer = build_offers([spec()], snap(p, synced=False), admit_without_capacity=True)["gpu"]
     assert offer.pools[0].max_gpus == 8
 
@@ -269,3 +272,46 @@ def test_preferred_pool_takes_the_best_fitting_pool_with_room():
     assert strict["gpu"].preferred_pool(1, "").pool.id == A100.id
     assert strict["gpu"].preferred_pool(3, "").pool.id == A100.id
     assert strict["gpu"].preferred_pool(4, "") is None  # no pool has room for 4
+
+
+# --- the bound on GPUs per server, whatever a node reports ------------------------------
+
+HUGE = pool("bogus", "NVIDIA-A100-SXM4-80GB", total=400_000, free=400_000,
+            scale_up=ScaleUp(max_nodes=4, gpus_per_node=400_000, minutes=5))
+
+
+@pytest.mark.parametrize(
+    "max_gpus, count_limit, capacity_known, expected",
+    [
+        (None, 16, True, 16),
+        (4, 16, True, 4),  # a profile's max_gpus can only lower it
+        (64, 16, True, 16),
+        (None, 16, False, 16),  # admitted without a free count: bounded the same
+        (None, None, True, 400_000),  # no bound given: the pure layer leaves it to the caller
+    ],
+    ids=["hub-bound", "profile-lower", "profile-higher", "unchecked", "unbounded"],
+)
+def test_gpu_count_is_bounded_whatever_a_node_reports(max_gpus, count_limit, capacity_known, expected):
+    offers = build_offers([spec(max_gpus=max_gpus)], snap(HUGE, synced=capacity_known),
+                          admit_without_capacity=True, count_limit=count_limit)
+    (offer,) = offers["gpu"].pools
+    assert offer.max_gpus == expected and offer.now <= expected
+    assert offers["gpu"].cap == (None if max_gpus is None and count_limit is None else min(
+        c for c in (max_gpus, count_limit) if c is not None))
+    if count_limit is not None:
+        entry = gpu_profile_entry(offers["gpu"])
+        assert list(entry["profile_options"]["gpus"]["choices"]) == [str(n) for n in range(1, expected + 1)]
+
+
+def test_bounded_count_is_what_validation_admits():
+    offers = build_offers([spec()], snap(HUGE), count_limit=16)
+    profiles, _ = merge_profiles([], offers)
+    assert validate_user_options({"profile": "gpu", "gpus": 16}, profiles, offers).gpus == 16
+    with pytest.raises(OptionError, match="choose between 1 and 16 GPUs"):
+        validate_user_options({"profile": "gpu", "gpus": 17}, profiles, offers)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "16"], ids=repr)
+def test_count_limit_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="count_limit must be a positive integer"):
+        build_offers([spec()], snap(A100), count_limit=bad)

@@ -7,7 +7,11 @@ difference, and a generation number lets a reader rebuild a summary only
 after a change.  Only the pools an event touched ("dirty") are rebuilt, and a
 pool rebuild reuses the cached :class:`NodeView` of every node that did not
 change, so the cost of a snapshot after one event is O(size of one pool),
-not O(cluster).
+not O(cluster).  Each pool's contributing nodes are also summed per driver
+group (:class:`~gpuspawner.capacity.model.DriverGroup`: same driver, CUDA,
+compute capability and driver labels), as nodes join, leave or change, so
+what depends only on the driver (the CUDA fit, steering a pod by driver) is
+judged per group by its readers, never per node.
 
 Counting rules (issue #2): only Ready, schedulable nodes contribute; free on
 a node = allocatable - used - reserved, never below 0; a pool is known while
@@ -31,7 +35,7 @@ from typing import Iterable
 
 from gpuspawner.capacity.config import DeclaredPool
 from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for, version_key
-from gpuspawner.capacity.model import NodeView, PoolView, ScaleUp, Taint
+from gpuspawner.capacity.model import DriverGroup, NodeView, PoolView, ScaleUp, Taint, driver_key, group_order, with_groups
 from gpuspawner.capacity.podres import PodRecord
 
 __all__ = ["Reservation", "Ledger", "TRANSIENT_TAINT_PREFIXES"]
@@ -424,13 +428,14 @@ class Ledger:
         driver = _lowest(pv.drivers) if pv else None
         cuda = _lowest(pv.cudas) if pv else None
         scale_up = None
+        groups = pv.driver_groups() if pv else ()
         if declared is not None:
             driver = driver or declared.driver_version
             cuda = cuda or declared.cuda_version
             # the autoscaler's max counts every node of the group, Ready or not
             if len(members) < declared.max_nodes:
                 scale_up = ScaleUp(declared.max_nodes, declared.gpus_per_node, declared.minutes)
-        return PoolView(
+        view = PoolView(
             id=pid,
             resource=resource,
             product=product,
@@ -448,6 +453,7 @@ class Ledger:
             taints=tuple(sorted(taints, key=lambda t: (t.key, t.value or "", t.effect))),
             node_views=tuple(pv.views) if pv else (),
         )
+        return with_groups(view, groups)
 
 
 class _PoolNodes:
@@ -455,9 +461,11 @@ class _PoolNodes:
 
     ``bisect`` keeps insertion and removal at O(log n) plus a C-level memmove,
     so an event costs a few microseconds even in a pool of thousands of nodes.
+    The nodes are also summed per driver group (:class:`DriverGroup`), so the
+    groups a view needs are rebuilt from a handful of tallies, never from the nodes.
     """
 
-    __slots__ = ("names", "views", "frees", "drivers", "cudas")
+    __slots__ = ("names", "views", "frees", "drivers", "cudas", "groups")
 
     def __init__(self) -> None:
         self.names: list[str] = []
@@ -465,6 +473,7 @@ class _PoolNodes:
         self.frees: Counter = Counter()
         self.drivers: Counter = Counter()
         self.cudas: Counter = Counter()
+        self.groups: dict[tuple, _GroupTally] = {}
 
     def add(self, view: NodeView) -> None:
         i = bisect.bisect_left(self.names, view.name)
@@ -475,6 +484,11 @@ class _PoolNodes:
             _bump(self.drivers, view.driver_version, 1)
         if view.cuda_version is not None:
             _bump(self.cudas, view.cuda_version, 1)
+        key = driver_key(view)
+        tally = self.groups.get(key)
+        if tally is None:
+            tally = self.groups[key] = _GroupTally()
+        tally.count(view, 1)
 
     def remove(self, name: str) -> None:
         i = bisect.bisect_left(self.names, name)
@@ -487,3 +501,33 @@ class _PoolNodes:
             _bump(self.drivers, view.driver_version, -1)
         if view.cuda_version is not None:
             _bump(self.cudas, view.cuda_version, -1)
+        key = driver_key(view)
+        tally = self.groups[key]
+        tally.count(view, -1)
+        if not tally.nodes:
+            del self.groups[key]
+
+    def driver_groups(self) -> tuple[DriverGroup, ...]:
+        """The pool's driver groups, sorted as :func:`gpuspawner.capacity.model.driver_groups` sorts them."""
+        return tuple(
+            DriverGroup(*key, t.nodes, t.total, t.free, max(t.frees), max(t.allocs))
+            for key, t in sorted(self.groups.items(), key=lambda kv: group_order(kv[0]))
+        )
+
+
+class _GroupTally:
+    """The running sums of one driver group: node count, GPUs, and histograms for the maxima."""
+
+    __slots__ = ("nodes", "total", "free", "frees", "allocs")
+
+    def __init__(self) -> None:
+        self.nodes = self.total = self.free = 0
+        self.frees: Counter = Counter()
+        self.allocs: Counter = Counter()
+
+    def count(self, view: NodeView, sign: int) -> None:
+        self.nodes += sign
+        self.total += sign * view.allocatable
+        self.free += sign * view.free
+        _bump(self.frees, view.free, sign)
+        _bump(self.allocs, view.allocatable, sign)

@@ -7,8 +7,16 @@ and the informer cache (``gpuspawner.capacity.cache``) produce them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, NamedTuple
+
+#: The node labels that name a node's NVIDIA driver and that a required node affinity can
+#: steer by (GPU Feature Discovery; ``/work/shared/reference/cuda-compat-and-gpu-labels.md``
+#: section 4.1): the full version, written since GFD v0.15.0, and the deprecated major version,
+#: the only driver label older GFD releases write that one expression can match.
+DRIVER_LABELS: tuple[str, ...] = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver.major")
 
 
 class Taint(NamedTuple):
@@ -55,7 +63,58 @@ class NodeView:
     labels: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+class DriverGroup(NamedTuple):
+    """The contributing nodes of one pool that share a driver.
+
+    What an image's CUDA fit depends on is the same for all of them (driver,
+    the CUDA it supports, compute capability; the product is the pool's), so
+    the CUDA check judges a group once, and a pod is steered off a group by
+    its :data:`DRIVER_LABELS` values, not by node names. A pool of thousands
+    of nodes has a handful of groups. Atoms only, so the cyclic GC does not
+    track it.
+    """
+
+    driver_version: str | None
+    cuda_version: str | None
+    compute_capability: str | None
+    labels: tuple[tuple[str, str], ...]  # the DRIVER_LABELS the group's nodes carry, with their values
+    nodes: int
+    total: int  # allocatable GPUs
+    free: int
+    max_free_per_node: int
+    max_allocatable: int
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What makes the group: :func:`driver_key` of each of its nodes."""
+        return (self.driver_version, self.cuda_version, self.compute_capability, self.labels)
+
+
+def driver_key(view: NodeView) -> tuple[Any, ...]:
+    """The :class:`DriverGroup` key of one node."""
+    labels = tuple(kv for kv in view.labels if kv[0] in DRIVER_LABELS)
+    return (view.driver_version, view.cuda_version, view.compute_capability, labels)
+
+
+def group_order(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A total order on group keys (None first), so a pool lists its groups the same way every time."""
+    return tuple("" if v is None else v for v in key)
+
+
+def driver_groups(views: Iterable[NodeView]) -> tuple[DriverGroup, ...]:
+    """The groups of ``views``, counted from scratch (the ledger keeps the same incrementally)."""
+    acc: dict[tuple[Any, ...], list[int]] = {}
+    for v in views:
+        a = acc.setdefault(driver_key(v), [0, 0, 0, 0, 0])
+        a[0] += 1
+        a[1] += v.allocatable
+        a[2] += v.free
+        a[3] = max(a[3], v.free)
+        a[4] = max(a[4], v.allocatable)
+    return tuple(DriverGroup(*k, *acc[k]) for k in sorted(acc, key=group_order))
+
+
+@dataclass(frozen=True)
 class PoolView:
     """One GPU pool: nodes with the same GPU resource, product and node group."""
 
@@ -79,6 +138,33 @@ class PoolView:
     taints: tuple[Taint, ...]
     node_views: tuple[NodeView, ...] = ()
 
+    @cached_property
+    def driver_groups(self) -> tuple[DriverGroup, ...]:
+        """The contributing nodes grouped by driver (:class:`DriverGroup`), sorted.
+
+        Derived from :attr:`node_views`; the ledger hands out views with the
+        groups it keeps incrementally already filled in (:func:`with_groups`),
+        so reading them costs nothing per request. A view made by hand (or by
+        ``dataclasses.replace``) counts them from its nodes on first use.
+        """
+        return driver_groups(self.node_views)
+
+    @property
+    def max_allocatable(self) -> int:
+        """The most GPUs one contributing node has (0: none)."""
+        return max((g.max_allocatable for g in self.driver_groups), default=0)
+
+    @property
+    def driver_versions(self) -> tuple[str, ...]:
+        """The distinct drivers of the contributing nodes, lowest first."""
+        found = {g.driver_version for g in self.driver_groups if g.driver_version}
+        return tuple(sorted(found, key=_version_order))
+
+    @property
+    def pinnable(self) -> bool:
+        """Whether a pod can be kept inside the pool: by its defining labels, else by its nodes' names."""
+        return bool(self.defining_labels or self.node_views)
+
     def to_json(self) -> dict[str, Any]:
         """The exact object of ``GET /hub/api/gpus`` (issue #2, section 4)."""
         return {
@@ -94,6 +180,18 @@ class PoolView:
             "cuda_version": self.cuda_version,
             "scale_up": self.scale_up.to_json() if self.scale_up else None,
         }
+
+
+def with_groups(view: PoolView, groups: tuple[DriverGroup, ...]) -> PoolView:
+    """``view`` with its :attr:`PoolView.driver_groups` set to ``groups``, which
+    must be what the property would count from ``view.node_views`` (the
+    ledger's incremental copy of them)."""
+    view.__dict__["driver_groups"] = groups
+    return view
+
+
+def _version_order(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
 @dataclass(frozen=True, slots=True)

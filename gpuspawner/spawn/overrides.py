@@ -126,9 +126,9 @@ def build_overrides(
     """Overrides for ``gpus`` GPUs of ``pool``, on top of the current values.
 
     ``extra_expressions`` are ANDed with the pool's own in every term: the
-    CUDA check's ``kubernetes.io/hostname NotIn [...]`` that keeps the pod off
+    CUDA check's driver-label ``NotIn`` expressions that keep the pod off
     the pool's nodes whose driver does not fit the image
-    (:func:`gpuspawner.spawn.cudafit.steering_expression`).
+    (:func:`gpuspawner.spawn.cudafit.steering_expressions`).
 
     ``is_gpu_resource`` (optional) names the other GPU resources: an admin's
     static limit on one (say ``nvidia.com/gpu: 1`` in a shared
