@@ -7,7 +7,10 @@ by two informers with client-go reflector semantics
 * **list** in pages (``limit`` + ``continue``), raw JSON (``_preload_content=
   False``) parsed here, keeping only compact GPU records (a pod that requests
   no GPU is not stored at all), yielding to the event loop between pages and
-  between slices of a page so the hub never stalls;
+  between slices of a page so the hub never stalls; the cyclic garbage collector
+  is paused while a page is parsed and applied, and (``gc_freeze``) what the
+  process holds is frozen after the first sync (``gcpolicy``: full collections
+  walk the whole heap, ~180 ms in a hub, and the page's objects would trigger them);
 * **watch** from the list's resourceVersion with ``allowWatchBookmarks`` and a
   jittered ``timeoutSeconds``; after a normal close the next watch **resumes**
   from the last resourceVersion seen (bookmarks advance it) with no re-list;
@@ -42,6 +45,7 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable, ClassVar
 
+from gpuspawner.capacity import gcpolicy
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.ledger import Ledger
@@ -254,22 +258,25 @@ class _Informer:
             finally:
                 resp.release()
             self._contact()
-            doc = json.loads(body)
-            del body
-            items = doc.get("items") or []
-            meta = doc.get("metadata") or {}
-            doc = None
-            # yield whenever a stretch of work exceeds the slice budget, so
-            # the hub's loop never stalls long (issue #2: <= 25 ms)
-            began = time.perf_counter()
-            for obj in items:
-                key = self._apply(obj)
-                if key is not None:
-                    seen.add(key)
-                if time.perf_counter() - began > _SLICE_SECONDS:
-                    await asyncio.sleep(0)
-                    began = time.perf_counter()
-            items = None
+            # the page's objects die with the page: no cyclic collection while they live
+            # (gcpolicy.paused), so none is promoted and no full collection is triggered by them
+            with gcpolicy.paused():
+                doc = json.loads(body)
+                del body
+                items = doc.get("items") or []
+                meta = doc.get("metadata") or {}
+                doc = None
+                # yield whenever a stretch of work exceeds the slice budget, so
+                # the hub's loop never stalls long (issue #2: <= 25 ms)
+                began = time.perf_counter()
+                for obj in items:
+                    key = self._apply(obj)
+                    if key is not None:
+                        seen.add(key)
+                    if time.perf_counter() - began > _SLICE_SECONDS:
+                        await asyncio.sleep(0)
+                        began = time.perf_counter()
+                items = None
             rv = meta.get("resourceVersion") or rv
             token = meta.get("continue") or None
             await asyncio.sleep(0)
@@ -283,6 +290,7 @@ class _Informer:
         if not self.synced:
             self.synced = True
             log.info("capacity %s informer synced at resourceVersion %s", self.kind, rv)
+            cache._first_sync_done()
         cache._changed_health()
 
     async def _watch(self) -> int:
@@ -424,6 +432,7 @@ class CapacityCache:
         backoff_base: float = 0.8,
         backoff_cap: float = 30.0,
         stale_after: float | None = None,
+        gc_freeze: bool = False,
     ) -> None:
         if not isinstance(config, CapacityConfig):
             raise TypeError(f"CapacityCache needs a CapacityConfig, got {type(config).__name__}")
@@ -454,19 +463,22 @@ class CapacityCache:
         self._settled = asyncio.Event()
         self._snapshot: CapacitySnapshot | None = None
         self._snapshot_key: tuple | None = None
+        self._gc_freeze = gc_freeze
 
     # -- lifecycle -----------------------------------------------------------
 
     @classmethod
-    def shared(cls, config: CapacityConfig, *, api_factory: ApiFactory | None = None) -> "CapacityCache":
-        """The process's cache for the running loop; the first call creates and starts it."""
+    def shared(cls, config: CapacityConfig, *, api_factory: ApiFactory | None = None,
+               gc_freeze: bool = False) -> "CapacityCache":
+        """The process's cache for the running loop; the first call creates and starts it
+        (``gc_freeze``: see :meth:`_first_sync_done`)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise RuntimeError("CapacityCache.shared() must be called from a running event loop") from None
         cache = cls._shared.get(loop)
         if cache is None:
-            cache = cls(config, api_factory=api_factory)
+            cache = cls(config, api_factory=api_factory, gc_freeze=gc_freeze)
             cache.start()
             cls._shared[loop] = cache
         elif cache.config != config:
@@ -545,6 +557,14 @@ class CapacityCache:
             and not any(i.error or i.forbidden for i in self._informers.values())
             and age <= self._stale_after
         )
+
+    def _first_sync_done(self) -> None:
+        """When both informers have listed for the first time, with ``gc_freeze``: move what
+        the process holds (its modules, the hub's objects, the ledger's records) out of the
+        cyclic collector's reach (:func:`gcpolicy.freeze`), so its full passes stay short."""
+        if self._gc_freeze and self.synced:
+            self._gc_freeze = False  # once per cache
+            gcpolicy.freeze("the GPU capacity cache has read the cluster")
 
     def _changed_health(self) -> None:
         if self.synced or any(i.forbidden for i in self._informers.values()):

@@ -50,9 +50,11 @@ class ScaleUp:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    """One contributing node of a pool: what steering by driver needs."""
+class NodeView(NamedTuple):
+    """One contributing node of a pool: what steering by driver needs.
+
+    Atoms only, like :class:`Taint`: the cyclic garbage collector stops tracking it, so a
+    pool of thousands of nodes adds nothing to the collector's full passes."""
 
     name: str
     allocatable: int
