@@ -566,7 +566,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-hubbench-"))
     sim = Sim(args, workdir)
     env = {"HUBBENCH_SNIPPET": str(config_snippet()), "HUBBENCH_PROXY": _find_proxy(),
-           "HUBBENCH_LOG_LEVEL": args.log_level, "HUBBENCH_REAL_SERVERS": "1" if args.real_servers else "0"}
+           "HUBBENCH_LOG_LEVEL": args.log_level, "HUBBENCH_REAL_SERVERS": "1" if args.real_servers else "0",
+           "HUBBENCH_STALL_STACKS": "1" if args.stall_stacks else "0"}
     hubs = {mode: Hub(mode, workdir, sim.kubeconfig, env) for mode in ("gpu", "static")}
     result: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "load_before": os.getloadavg(),
                               "date": time.strftime("%Y-%m-%d %H:%M %Z"), "cpus": os.cpu_count()}
@@ -588,7 +589,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["changes"] = change_latency(hubs["gpu"], sim, args.changes)
         print(f"REST spawns: {args.spawns} on each hub ...", flush=True)
         result["spawns"] = spawns(hubs["gpu"], hubs["static"], args.spawns, timeout=args.timeout)
-        result["gpu_hub_end"] = hubs["gpu"].probe(objects="1")
+        result["gpu_hub_end"] = hubs["gpu"].probe(objects="1", stacks="1")
     finally:
         for hub in hubs.values():
             hub.stop()
@@ -609,12 +610,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--views", type=int, default=1000, help="requests of each view kind")
     p.add_argument("--rate", type=float, default=200.0, help="watch events per second during the views")
     p.add_argument("--changes", type=int, default=10, help="rounds of cluster changes (4 changes each)")
-    p.add_argument("--spawns", type=int, default=10, help="REST spawns on each hub")
+    p.add_argument("--spawns", type=int, default=20, help="REST spawns on each hub")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the cluster, the sync, a spawn")
     p.add_argument("--real-servers", action="store_true", help="run jupyterhub-singleuser in the spawned pods")
     p.add_argument("--log-level", default="WARN", help="the hubs' log level (logs: --keep)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (hub logs)")
+    p.add_argument("--stall-stacks", action="store_true",
+                   help="sample the GPU hub's loop during stalls over 12 ms and print the top stacks")
     p.add_argument("--quick", action="store_true",
                    help="500 nodes, 15,000 pods, 100 views, 2 change rounds, 2 spawns; timing not judged")
     p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
@@ -634,6 +637,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{result['cpus']} CPUs, load average {load[0]} at the start, {load[1]} at the end")
     if args.json:
         print(json.dumps(result, indent=2, default=str))
+    for count, stack in result["gpu_hub_end"].get("stall_stacks", []):
+        print(f"{count:6d}  {stack}")
     missed = [r[0] for r in rows if r[3] is False]
     if missed:
         print(f"MISSED: {'; '.join(missed)}")

@@ -24,12 +24,7 @@ import hubprofiles  # noqa: E402  (benchmarks/hubprofiles.py)
 
 mode = env["HUBBENCH_MODE"]
 workdir = env["HUBBENCH_DIR"]
-hubprobe.install(c)
-if env.get("HUBBENCH_SAMPLER"):
-    sys.path.insert(0, "/tmp/hubperf")
-    import atexit, stallsampler
-    _sampler = stallsampler.Sampler(hubprobe.PROBE, os.path.join(workdir, "stalls.txt"))
-    atexit.register(_sampler.dump)
+hubprobe.install(c, stall_stacks=env.get("HUBBENCH_STALL_STACKS") == "1")
 
 if mode == "gpu":
     load_subconfig(env["HUBBENCH_SNIPPET"])  # noqa: F821 - provided by traitlets

@@ -19,12 +19,16 @@ config would add a handler.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import gc
 import inspect
 import json
 import os
+import sys
+import threading
 import time
+import traceback
 from typing import Any, Callable
 
 from tornado import web
@@ -142,7 +146,34 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"n": len(s), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(s[-1] * 1000, 3)}
 
 
+class StallSampler:
+    """Where the loop is while a tick is late: a thread samples the loop thread's stack every
+    2 ms once a tick has run 12 ms, and counts the stacks (``?stacks=1`` on the probe's URL)."""
+
+    def __init__(self, probe: LoopProbe, every: float = 0.002, after: float = 0.012) -> None:
+        self.probe, self.every, self.after = probe, every, after
+        self.loop_thread = threading.get_ident()
+        self.counts: collections.Counter = collections.Counter()
+        threading.Thread(target=self._run, name="bench-stall-sampler", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.every)
+            began = self.probe._tick_started
+            if not began or time.perf_counter() - began < self.after:
+                continue
+            frame = sys._current_frames().get(self.loop_thread)
+            if frame is not None:
+                stack = traceback.extract_stack(frame)[-12:]
+                self.counts[" <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+                                        for f in reversed(stack))] += 1
+
+    def top(self, n: int = 15) -> list[tuple[int, str]]:
+        return [(count, stack) for stack, count in self.counts.most_common(n)]
+
+
 PROBE = LoopProbe()
+SAMPLER: StallSampler | None = None
 
 
 class ProbeHandler(web.RequestHandler):
@@ -150,6 +181,8 @@ class ProbeHandler(web.RequestHandler):
 
     def get(self) -> None:
         out = PROBE.figures()
+        if self.get_argument("stacks", "") and SAMPLER is not None:
+            out["stall_stacks"] = SAMPLER.top()
         # these two stall the loop themselves: ask for them only after the stall figures are taken
         if self.get_argument("objects", ""):
             out["gc_tracked_objects"] = len(gc.get_objects())
@@ -162,10 +195,14 @@ class ProbeHandler(web.RequestHandler):
         self.finish(json.dumps(out))
 
 
-def install(c: Any) -> None:
-    """Start the probe on the running loop and register its handler in the hub config ``c``."""
+def install(c: Any, stall_stacks: bool = False) -> None:
+    """Start the probe on the running loop (and the stall sampler) and register its handler
+    in the hub config ``c``."""
+    global SAMPLER
     if PROBE.task is None:
         PROBE.start()
+        if stall_stacks:
+            SAMPLER = StallSampler(PROBE)
     c.JupyterHub.extra_handlers.append((r"/bench/probe", ProbeHandler))
 
 

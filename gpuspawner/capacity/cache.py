@@ -500,6 +500,10 @@ class CapacityCache:
     def start(self) -> None:
         if self._tasks:
             return
+        if self._gc_freeze:
+            # the hub is up by now (the first view, spawn or API request starts the cache): what
+            # it holds is long-lived, and a full collection during the sync must not walk it
+            gcpolicy.freeze("the GPU capacity cache starts")
         for inf in self._informers.values():
             self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}"))
 
@@ -560,8 +564,9 @@ class CapacityCache:
 
     def _first_sync_done(self) -> None:
         """When both informers have listed for the first time, with ``gc_freeze``: move what
-        the process holds (its modules, the hub's objects, the ledger's records) out of the
-        cyclic collector's reach (:func:`gcpolicy.freeze`), so its full passes stay short."""
+        the process holds (the hub's objects, the ledger's records) out of the cyclic
+        collector's reach (:func:`gcpolicy.freeze`), so its full passes stay short. (``start``
+        froze what the hub held before the cache started.)"""
         if self._gc_freeze and self.synced:
             self._gc_freeze = False  # once per cache
             gcpolicy.freeze("the GPU capacity cache has read the cluster")

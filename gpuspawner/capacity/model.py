@@ -20,8 +20,7 @@ DRIVER_LABELS: tuple[str, ...] = ("nvidia.com/cuda.driver-version.full", "nvidia
 
 
 class Taint(NamedTuple):
-    """A node taint. A tuple of strings: the cyclic garbage collector stops tracking records
-    made only of such values, which keeps its full passes short on hubs watching big clusters."""
+    """A node taint. Nodes with the same taint share one record (``labels.node_record``)."""
 
     key: str
     value: str | None

@@ -79,12 +79,15 @@ async def test_cache_pauses_collection_while_a_page_is_applied(make_cache, monke
 
 
 @pytest.mark.parametrize("freeze", [True, False])
-async def test_cache_freezes_once_after_its_first_sync(make_cache, freeze):
-    gc.unfreeze()
+async def test_cache_freezes_when_it_starts_and_once_after_its_first_sync(make_cache, monkeypatch, freeze):
+    import gpuspawner.capacity.cache as cache_module
+
+    frozen = []
+    monkeypatch.setattr(cache_module.gcpolicy, "freeze", lambda reason: frozen.append(reason))
     api = ScriptedApi(list_node=[listing(NODE_LIST)], list_pod_for_all_namespaces=[listing(POD_LIST)])
     cache = make_cache(api, CapacityConfig(), gc_freeze=freeze)
+    assert frozen == (["the GPU capacity cache starts"] if freeze else [])
     assert await cache.wait_synced(10)
-    assert (gc.get_freeze_count() > 0) is freeze
-    gc.unfreeze()
-    cache._first_sync_done()  # once per cache
-    assert gc.get_freeze_count() == 0
+    cache._first_sync_done()  # once per cache, however often it is called
+    assert frozen == (["the GPU capacity cache starts", "the GPU capacity cache has read the cluster"]
+                      if freeze else [])

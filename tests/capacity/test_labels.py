@@ -194,3 +194,12 @@ def test_admin_added_resource_makes_a_gpu_node():
 def test_node_state(kwargs, ready, schedulable):
     rec = node_record(node("n", {"nvidia.com/gpu": "1"}, **kwargs), CFG)
     assert (rec.ready, rec.schedulable, rec.contributes) == (ready, schedulable, ready and schedulable)
+
+
+def test_nodes_of_one_pool_share_their_gpu_entries_and_taints():
+    taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    a, b = (node_record(node(n, {"nvidia.com/gpu": "8"}, GFD_A100, taints=taint), CFG) for n in ("n1", "n2"))
+    assert a.gpus is b.gpus and a.gpus[0] is b.gpus[0]  # one object for thousands of equal entries
+    assert a.taints is b.taints and a.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+    other = node_record(node("n3", {"nvidia.com/gpu": "4"}, GFD_A100), CFG)
+    assert other.gpus[0].allocatable == 4 and other.taints == ()
