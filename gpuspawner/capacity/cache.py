@@ -73,7 +73,7 @@ def missing_rules_message(kinds: list[str]) -> str:
 
 
 _SHORT_WATCH = 1.0  # seconds; client-go reflector's "very short watch" threshold
-_SLICE_SECONDS = 0.005  # synchronous work between two yields while applying a list page
+_SLICE_SECONDS = 0.002  # synchronous work between two yields while applying a list page
 
 
 class _Gone(Exception):
@@ -258,25 +258,8 @@ class _Informer:
             finally:
                 resp.release()
             self._contact()
-            # the page's objects die with the page: no cyclic collection while they live
-            # (gcpolicy.paused), so none is promoted and no full collection is triggered by them
-            with gcpolicy.paused():
-                doc = json.loads(body)
-                del body
-                items = doc.get("items") or []
-                meta = doc.get("metadata") or {}
-                doc = None
-                # yield whenever a stretch of work exceeds the slice budget, so
-                # the hub's loop never stalls long (issue #2: <= 25 ms)
-                began = time.perf_counter()
-                for obj in items:
-                    key = self._apply(obj)
-                    if key is not None:
-                        seen.add(key)
-                    if time.perf_counter() - began > _SLICE_SECONDS:
-                        await asyncio.sleep(0)
-                        began = time.perf_counter()
-                items = None
+            meta = await self._apply_page(body, seen)
+            body = None
             rv = meta.get("resourceVersion") or rv
             token = meta.get("continue") or None
             await asyncio.sleep(0)
@@ -292,6 +275,33 @@ class _Informer:
             log.info("capacity %s informer synced at resourceVersion %s", self.kind, rv)
             cache._first_sync_done()
         cache._changed_health()
+
+    async def _apply_page(self, body: bytes, seen: set[str]) -> dict:
+        """Parse one list page and apply its items (their keys go to ``seen``); returns the
+        list's metadata.
+
+        One page at a time (the other informer's waits for the lock), so that the two
+        informers' work never adds up in one turn of the loop; a yield whenever a stretch of
+        work exceeds the slice budget, so the hub's loop never stalls long (<= 25 ms); no
+        cyclic collection while the page's objects live (``gcpolicy.paused``): they die with
+        the page, so none is promoted and they trigger no full collection.
+        """
+        async with self.cache._page_lock:
+            with gcpolicy.paused():
+                doc = json.loads(body)
+                items = doc.get("items") or []
+                meta = doc.get("metadata") or {}
+                doc = None
+                began = time.perf_counter()
+                for obj in items:
+                    key = self._apply(obj)
+                    if key is not None:
+                        seen.add(key)
+                    if time.perf_counter() - began > _SLICE_SECONDS:
+                        await asyncio.sleep(0)
+                        began = time.perf_counter()
+                items = obj = None
+        return meta
 
     async def _watch(self) -> int:
         """One watch request; returns the number of events after a normal close."""
@@ -464,6 +474,7 @@ class CapacityCache:
         self._snapshot: CapacitySnapshot | None = None
         self._snapshot_key: tuple | None = None
         self._gc_freeze = gc_freeze
+        self._page_lock = asyncio.Lock()  # list pages are applied one at a time (_Informer._apply_page)
 
     # -- lifecycle -----------------------------------------------------------
 
