@@ -411,13 +411,16 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
 
     async def _render_gpu_options_form(self, spawner=None):
         profile_list, offers = await self.gpu_profile_list()
-        return self._render_options_form(profile_list, offers)
+        return self._render_options_form(profile_list, offers, initialized=True)
 
-    def _render_options_form(self, profile_list, gpu_offers=None):
+    def _render_options_form(self, profile_list, gpu_offers=None, initialized=False):
         """KubeSpawner's renderer, with Jinja2 autoescaping on (node labels and
         admin strings reach the page; ``templates.render_form``) and the GPU
-        offers in the context."""
-        profile_list = self._get_initialized_profile_list(profile_list)
+        offers in the context. ``initialized``: ``profile_list`` is already
+        KubeSpawner's initialized copy (``gpu_profile_list`` makes one), so it
+        is not deep-copied a second time on every view."""
+        if not initialized:
+            profile_list = self._get_initialized_profile_list(profile_list)
         gpu_offers = gpu_offers or {}
         user_options = dict(self.user_options or {})
         if user_options:

@@ -55,6 +55,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from gpuspawner.capacity.model import DRIVER_LABELS, DriverGroup, PoolView, driver_key
@@ -284,7 +285,10 @@ def _drivers(groups: tuple[GroupFit, ...]) -> str:
 
 @dataclass(frozen=True)
 class PoolFit:
-    """One image on the nodes of one pool, one verdict per driver group."""
+    """One image on the nodes of one pool, one verdict per driver group.
+
+    Immutable; what is derived from the verdicts is computed once (the spawn page reads it
+    several times per pool and image)."""
 
     image: ImageCuda
     pool_id: str
@@ -305,15 +309,15 @@ class PoolFit:
     def _by(self, levels: tuple[str, ...]) -> tuple[GroupFit, ...]:
         return tuple(g for g in self.groups if g.verdict.level in levels)
 
-    @property
+    @cached_property
     def failing(self) -> tuple[GroupFit, ...]:
         return self._by(("fail",))
 
-    @property
+    @cached_property
     def warning_groups(self) -> tuple[GroupFit, ...]:
         return self._by(("warn",))
 
-    @property
+    @cached_property
     def excluded(self) -> tuple[GroupFit, ...]:
         """The groups the pod is kept off: the failing ones, when others may run it
         (when every group fails the spawn is refused and nothing is steered)."""
@@ -321,7 +325,7 @@ class PoolFit:
             return ()
         return tuple(g for g in self.failing if g.group is not None)
 
-    @property
+    @cached_property
     def note(self) -> str:
         """Which nodes are avoided, when some are."""
         bad = self.excluded
@@ -331,7 +335,7 @@ class PoolFit:
         count = sum(g.nodes for g in bad)
         return f"{count} of {total} nodes of this pool do not fit ({_drivers(bad)}); the server is kept off them"
 
-    @property
+    @cached_property
     def summary(self) -> str:
         """The spawn page's line; empty for an image that declares no CUDA."""
         if not self.checked:
