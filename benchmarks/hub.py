@@ -56,6 +56,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import random
 import re
 import secrets
 import shutil
@@ -156,51 +157,76 @@ async def _sim_serve(conn: Any, args: dict) -> None:
         conn.send("bye")
 
 
+def _stream(cluster: Any, state: dict, on: bool) -> bool:
+    if on and state["streamer"] is None:
+        state["streamer"] = asyncio.get_running_loop().create_task(
+            stream(cluster.store, state["built"]["nodes"], state["rate"], state["seed"] + 1, annotations=STAND_IN))
+    if not on and state["streamer"] is not None:
+        state["streamer"].cancel()
+        state["streamer"] = None
+    return True
+
+
+def _pick_node(cluster: Any, state: dict, group: str) -> str:
+    """A Ready, schedulable node of the node group (pool) ``group``."""
+    return next(n for n in state["built"]["nodes"] if n.startswith(f"{group}-") and _contributes(cluster.store, n))
+
+
+def _pick_gpu_pod(cluster: Any, state: dict, group: str) -> dict:
+    """A pod holding ``nvidia.com/gpu`` on a contributing node of ``group``."""
+    for ns, name in state["built"]["gpu_pod_names"]:
+        pod = _get(cluster.store, "pods", name, ns)
+        node = (pod or {}).get("spec", {}).get("nodeName", "")
+        if pod and node.startswith(f"{group}-") and _contributes(cluster.store, node):
+            gpus = pod["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu")
+            if gpus:
+                return {"namespace": ns, "name": name, "node": node, "gpus": int(gpus)}
+    raise LookupError(f"no GPU pod on a contributing {group} node")
+
+
+def _cordon(cluster: Any, state: dict, arg: dict) -> float:
+    cluster.cordon(arg["node"], arg["cordon"])
+    return time.time()
+
+
+def _delete_pod(cluster: Any, state: dict, arg: dict) -> float:
+    cluster.store.delete("pods", arg["name"], arg["namespace"])  # graceful: the kubelet finalizes it
+    state["built"]["gpu_pod_names"].remove((arg["namespace"], arg["name"]))
+    return time.time()
+
+
+def _create_pod(cluster: Any, state: dict, arg: dict) -> float:
+    obj = make_pod(0, arg["node"], "nvidia.com/gpu", arg["gpus"], random.Random(0))
+    obj["metadata"].update(name=arg["name"], namespace=arg["namespace"], annotations=dict(STAND_IN))
+    cluster.store.create("pods", obj)
+    state["built"]["gpu_pod_names"].append((arg["namespace"], arg["name"]))
+    return time.time()
+
+
+# the driver's commands: each returns what was asked for, or the wall time of its write
+_SIM_COMMANDS: dict[str, Callable[[Any, dict, Any], Any]] = {
+    "stream": lambda cluster, state, _: _stream(cluster, state, True),
+    "pause": lambda cluster, state, _: _stream(cluster, state, False),
+    "pick_node": _pick_node,
+    "pick_gpu_pod": _pick_gpu_pod,
+    "cordon": _cordon,
+    "delete_pod": _delete_pod,
+    "create_pod": _create_pod,
+}
+
+
 def _sim_command(cluster: Any, state: dict, cmd: str, arg: Any) -> Any:
-    """One command of the driver; returns what it asked for (with the wall time of a write)."""
-    store = cluster.store
-    if cmd == "stream":
-        if state["streamer"] is None:
-            state["streamer"] = asyncio.get_running_loop().create_task(
-                stream(store, state["built"]["nodes"], state["rate"], state["seed"] + 1, annotations=STAND_IN))
-        return True
-    if cmd == "pause":
-        if state["streamer"] is not None:
-            state["streamer"].cancel()
-            state["streamer"] = None
-        return True
-    if cmd == "pick_node":  # a Ready, schedulable node of the group (pool) named `arg`
-        return next(n for n in state["built"]["nodes"] if n.startswith(f"{arg}-") and _contributes(store, n))
-    if cmd == "pick_gpu_pod":  # a GPU pod on a contributing node of group `arg`
-        for ns, name in state["built"]["gpu_pod_names"]:
-            pod = _get(store, "pods", name, ns)
-            node = (pod or {}).get("spec", {}).get("nodeName", "")
-            if pod and node.startswith(f"{arg}-") and _contributes(store, node):
-                limits = pod["spec"]["containers"][0]["resources"]["limits"]
-                gpus = {k: int(v) for k, v in limits.items() if k == "nvidia.com/gpu"}
-                if gpus:
-                    return {"namespace": ns, "name": name, "node": node, "gpus": gpus["nvidia.com/gpu"]}
-        raise LookupError(f"no GPU pod on a contributing {arg} node")
-    if cmd == "cordon":
-        cluster.cordon(arg["node"], arg["cordon"])
-        return time.time()
-    if cmd == "delete_pod":
-        store.delete("pods", arg["name"], arg["namespace"])  # graceful: the kubelet finalizes it
-        state["built"]["gpu_pod_names"].remove((arg["namespace"], arg["name"]))
-        return time.time()
-    if cmd == "create_pod":
-        obj = make_pod(0, arg["node"], "nvidia.com/gpu", arg["gpus"], __import__("random").Random(0))
-        obj["metadata"].update(name=arg["name"], namespace=arg["namespace"], annotations=dict(STAND_IN))
-        store.create("pods", obj)
-        state["built"]["gpu_pod_names"].append((arg["namespace"], arg["name"]))
-        return time.time()
-    raise ValueError(f"unknown command {cmd!r}")
+    if cmd not in _SIM_COMMANDS:
+        raise ValueError(f"unknown command {cmd!r}")
+    return _SIM_COMMANDS[cmd](cluster, state, arg)
 
 
 def _get(store: Any, plural: str, name: str, namespace: str | None = None) -> dict | None:
+    from gpuspawner.sim.errors import ApiError
+
     try:
         return store.get(plural, name, namespace=namespace)
-    except Exception:
+    except ApiError:
         return None
 
 
