@@ -636,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--views", type=int, default=1000, help="requests of each view kind")
     p.add_argument("--rate", type=float, default=200.0, help="watch events per second during the views")
     p.add_argument("--changes", type=int, default=10, help="rounds of cluster changes (4 changes each)")
-    p.add_argument("--spawns", type=int, default=20, help="REST spawns on each hub")
+    p.add_argument("--spawns", type=int, default=30, help="REST spawns on each hub")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the cluster, the sync, a spawn")
     p.add_argument("--real-servers", action="store_true", help="run jupyterhub-singleuser in the spawned pods")

@@ -5,7 +5,10 @@ profile, a GPU profile whose two image choices declare CUDA, allowed groups on t
 on the MIG pools, per-group GPU quotas. The static hub gets a ``profile_list`` of the same size
 for plain KubeSpawner: the same CPU profile and image choices, one ``gpu_pool`` choice per GPU
 pool of the benchmark's cluster (pinned by the labels that define the pool, with one GPU, as
-an admin without gpuspawner would write it) and ``gpus`` choices 1 to 8.
+an admin without gpuspawner would write it) and ``gpus`` choices 1 to 8. The pool choices pin
+with the same required node affinity GPUSpawner gives its pods (not a ``node_selector``), so
+that both hubs' pods cost the simulated scheduler (Python, node by node) the same, and the
+spawn-time ratio is the spawners'.
 """
 
 from __future__ import annotations
@@ -80,7 +83,9 @@ def pool_choices() -> dict[str, dict]:
             choices[g.pool_id] = {
                 "display_name": f"{g.product} ({rec.node_group})",
                 "kubespawner_override": {
-                    "node_selector": dict(g.defining_labels),
+                    "node_affinity_required": [{"matchExpressions": [
+                        {"key": key, "operator": "In", "values": [value]} for key, value in sorted(g.defining_labels)
+                    ]}],
                     "tolerations": [dict(GPU_TAINT, operator="Equal")],
                     "extra_resource_limits": {g.resource: "1"},
                     "extra_resource_guarantees": {g.resource: "1"},
