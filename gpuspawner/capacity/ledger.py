@@ -35,7 +35,17 @@ from typing import Iterable
 
 from gpuspawner.capacity.config import DeclaredPool
 from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for, version_key
-from gpuspawner.capacity.model import DriverGroup, NodeView, PoolView, ScaleUp, Taint, driver_key, group_order, with_groups
+from gpuspawner.capacity.model import (
+    DriverGroup,
+    NodeView,
+    Pin,
+    PoolView,
+    ScaleUp,
+    Taint,
+    driver_key,
+    group_order,
+    with_groups,
+)
 from gpuspawner.capacity.podres import PodRecord
 
 __all__ = ["Reservation", "Ledger", "TRANSIENT_TAINT_PREFIXES"]
@@ -104,8 +114,8 @@ class Ledger:
         self._resv_on: dict[str, dict[str, int]] = {}  # node -> resource -> reserved
         self._members: dict[str, dict[str, NodeGpu]] = {}  # pool -> node -> its GPU entry
         # pool -> how many member nodes carry each taint / defining label / memory
-        # size, kept as nodes join and leave so a rebuild never rescans them
-        self._tallies: dict[str, tuple[Counter, Counter, Counter]] = {}
+        # size / pin, kept as nodes join and leave so a rebuild never rescans them
+        self._tallies: dict[str, tuple[Counter, Counter, Counter, Counter]] = {}
         # node -> resource -> (pool, allocatable, free), contributing nodes only
         self._contrib: dict[str, dict[str, tuple[str, int, int]]] = {}
         self._sums: dict[str, list[int]] = {}  # pool -> [nodes, total, free]
@@ -205,12 +215,13 @@ class Ledger:
             self._dirty.add(g.pool_id)
 
     def _tally(self, pid: str, rec: NodeRecord, g: NodeGpu, sign: int) -> None:
-        taints, defining, memory = self._tallies.setdefault(pid, (Counter(), Counter(), Counter()))
+        taints, defining, memory, pins = self._tallies.setdefault(pid, (Counter(), Counter(), Counter(), Counter()))
         for t in rec.taints:
             if not _is_transient(t):
                 _bump(taints, t, sign)
         for kv in g.defining_labels:
             _bump(defining, kv, sign)
+        _bump(pins, Pin(g.defining_labels, g.absent_labels), sign)
         if g.memory_mib is not None:
             _bump(memory, g.memory_mib, sign)
 
@@ -284,19 +295,12 @@ class Ledger:
             return None
         if owner in self._resv:
             self._drop_reservation(owner)
-        best: tuple[int, str] | None = None
-        resource: str | None = None
-        for name, g in self._members.get(pool_id, {}).items():
-            resource = g.resource
-            c = self._contrib.get(name, {}).get(g.resource)
-            if c is None:
-                continue
-            cand = (-c[2], name)
-            if best is None or cand < best:
-                best = cand
+        members = self._members.get(pool_id)
+        resource: str | None = next(iter(members.values())).resource if members else None
         if resource is None and pool_id in self._declared:
             resource = self._declared[pool_id].resource
-        node = best[1] if best is not None else None
+        pv = self._pviews.get(pool_id)
+        node = pv.most_free() if pv is not None else None
         r = Reservation(owner, pool_id, resource, node, count, expires_at)
         self._resv[owner] = r
         if node is not None and resource is not None:
@@ -399,8 +403,9 @@ class Ledger:
         taints: set[Taint] = set(declared.taints) if declared else set()
         memory: int | None = None
         defining_t: tuple[tuple[str, str], ...] = ()
+        pins: tuple[Pin, ...] = ()
         if members:
-            t_taints, t_defining, t_memory = self._tallies[pid]
+            t_taints, t_defining, t_memory, t_pins = self._tallies[pid]
             taints.update(t_taints)
             memory = min(t_memory) if t_memory else None
         pv = self._pviews.get(pid)
@@ -413,6 +418,8 @@ class Ledger:
             group_label, group = rec0.node_group_label, rec0.node_group
             # the labels every member carries, in the order group label, product label
             defining_t = tuple(kv for kv in g0.defining_labels if t_defining[kv] == len(members))
+            # the distinct ways the members are pinned (one, unless their labels differ)
+            pins = tuple(sorted(t_pins))
         else:
             assert declared is not None
             resource, product = declared.resource, declared.product
@@ -450,6 +457,7 @@ class Ledger:
             cuda_version=cuda,
             scale_up=scale_up,
             defining_labels=defining_t,
+            pins=pins,
             taints=tuple(sorted(taints, key=lambda t: (t.key, t.value or "", t.effect))),
             node_views=tuple(pv.views) if pv else (),
         )
@@ -465,12 +473,13 @@ class _PoolNodes:
     groups a view needs are rebuilt from a handful of tallies, never from the nodes.
     """
 
-    __slots__ = ("names", "views", "frees", "drivers", "cudas", "groups")
+    __slots__ = ("names", "views", "frees", "by_free", "drivers", "cudas", "groups")
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.views: list[NodeView] = []
         self.frees: Counter = Counter()
+        self.by_free: dict[int, list[str]] = {}  # free GPUs -> the nodes with as many, sorted
         self.drivers: Counter = Counter()
         self.cudas: Counter = Counter()
         self.groups: dict[tuple, _GroupTally] = {}
@@ -480,6 +489,7 @@ class _PoolNodes:
         self.names.insert(i, view.name)
         self.views.insert(i, view)
         _bump(self.frees, view.free, 1)
+        bisect.insort(self.by_free.setdefault(view.free, []), view.name)
         if view.driver_version is not None:
             _bump(self.drivers, view.driver_version, 1)
         if view.cuda_version is not None:
@@ -497,6 +507,10 @@ class _PoolNodes:
         del self.names[i]
         view = self.views.pop(i)
         _bump(self.frees, view.free, -1)
+        same = self.by_free[view.free]
+        del same[bisect.bisect_left(same, name)]
+        if not same:
+            del self.by_free[view.free]
         if view.driver_version is not None:
             _bump(self.drivers, view.driver_version, -1)
         if view.cuda_version is not None:
@@ -506,6 +520,10 @@ class _PoolNodes:
         tally.count(view, -1)
         if not tally.nodes:
             del self.groups[key]
+
+    def most_free(self) -> str | None:
+        """The node with the most free GPUs (ties: the first by name), or None."""
+        return self.by_free[max(self.by_free)][0] if self.by_free else None
 
     def driver_groups(self) -> tuple[DriverGroup, ...]:
         """The pool's driver groups, sorted as :func:`gpuspawner.capacity.model.driver_groups` sorts them."""

@@ -64,6 +64,17 @@ class NodeView(NamedTuple):
     labels: tuple[tuple[str, str], ...] = ()
 
 
+class Pin(NamedTuple):
+    """Labels that keep a pod among the nodes of a pool: those they carry (``In``) and those
+    they do not (``DoesNotExist``): the node-group labels that would have put them in another
+    group, the product labels their product is not read from. Nodes of one pool may be pinned
+    differently (a MIG product read from its own label on some nodes, derived from the GPU's
+    on others); a pool has one pin per way, and a pod may land on a node matching any."""
+
+    present: tuple[tuple[str, str], ...]
+    absent: tuple[str, ...] = ()
+
+
 class DriverGroup(NamedTuple):
     """The contributing nodes of one pool that share a driver.
 
@@ -138,6 +149,9 @@ class PoolView:
     # the union of the taints on the pool's nodes (discovered or declared)
     taints: tuple[Taint, ...]
     node_views: tuple[NodeView, ...] = ()
+    # the ways its nodes are pinned by labels (one for a uniform pool); empty: by
+    # ``defining_labels`` alone (declared pools, views made by hand)
+    pins: tuple[Pin, ...] = ()
 
     @cached_property
     def driver_groups(self) -> tuple[DriverGroup, ...]:
@@ -163,8 +177,9 @@ class PoolView:
 
     @property
     def pinnable(self) -> bool:
-        """Whether a pod can be kept inside the pool: by its defining labels, else by its nodes' names."""
-        return bool(self.defining_labels or self.node_views)
+        """Whether a pod can be kept inside the pool: by the labels that define it (present or
+        absent), else by its nodes' names."""
+        return bool(self.defining_labels or self.pins or self.node_views)
 
     def to_json(self) -> dict[str, Any]:
         """The exact object of ``GET /hub/api/gpus`` (issue #2, section 4)."""

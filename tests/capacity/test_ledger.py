@@ -138,6 +138,19 @@ def test_reservation_counts_at_once_on_the_node_with_most_free():
     assert summary(led) == (2, 16, 6, 4)
 
 
+def test_reservation_goes_to_the_first_node_by_name_among_the_freest_contributing_ones():
+    led = Ledger()
+    for name, kw in (("n4", {}), ("n2", {}), ("n3", {"unschedulable": True}), ("n1", {"ready": False})):
+        led.upsert_node(a100(name, **kw))  # n1 and n3 do not contribute
+    led.upsert_pod(gpod("x", 1, "n4"))
+    assert led.reserve("jhub/a", A100, 1, expires_at=100.0).node == "n2"
+    assert led.reserve("jhub/b", A100, 1, expires_at=100.0).node == "n2"  # 7 free on n2 and n4: the first by name
+    assert led.reserve("jhub/c", A100, 1, expires_at=100.0).node == "n4"  # 6 on n2, 7 on n4
+    led.upsert_node(a100("n4", unschedulable=True))  # cordoned: its reservation's GPUs are no longer offered
+    assert led.reserve("jhub/d", A100, 1, expires_at=100.0).node == "n2"
+    assert led.reserve("jhub/none", "nowhere:x:nvidia.com/gpu", 1, expires_at=100.0).node is None
+
+
 @pytest.mark.parametrize("how", ["release", "expire", "pod-deleted"])
 def test_reservation_is_released(how):
     led = Ledger()
