@@ -517,9 +517,12 @@ def verdicts(r: dict[str, Any], quick: bool) -> list[tuple[str, str, str, bool |
     ratio = v["gpu_page"]["p99_ms"] / v["static_page"]["p99_ms"]
     inside = {**r["gpu_hub_end"]["timings"], **v["gpu_stall"]["timings"]}  # the views' own, then the spawns'
 
-    def share(label: str) -> str:
-        t = inside.get(label)
+    def share(label: str, timings: dict | None = None) -> str:
+        t = (inside if timings is None else timings).get(label)
         return f"{t['p50_ms']} / {t['p99_ms']} / {t['max_ms']} ms (n={t['n']})" if t else "not measured"
+
+    def static_share(label: str) -> str:
+        return share(label, r["static_hub_end"]["timings"])
 
     rows = [
         ("GET /hub/spawn p50 / p99 / max, GPUSpawner",
@@ -542,6 +545,8 @@ def verdicts(r: dict[str, Any], quick: bool) -> list[tuple[str, str, str, bool |
          f"<= {TARGETS['spawn_ratio']}x", timing and sp["ratio"] <= TARGETS["spawn_ratio"]),
         ("  of a spawn, GPUSpawner.load_user_options (validation, overrides), in the hub",
          share("load_user_options"), "", None),
+        ("  of a spawn, KubeSpawner._start in the hub, GPUSpawner's / static",
+         f"{share('kubespawner_start')} / {static_share('kubespawner_start')}", "", None),
         (f"change in the cluster -> GET /hub/api/gpus, p50 / p99 (n={ch['n']})",
          f"{ch['p50_s']} / {ch['p99_s']} s", f"p99 <= {TARGETS['change_visible_p99_s']:g} s",
          timing and ch["p99_s"] <= TARGETS["change_visible_p99_s"]),
@@ -616,6 +621,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"REST spawns: {args.spawns} on each hub ...", flush=True)
         result["spawns"] = spawns(hubs["gpu"], hubs["static"], args.spawns, timeout=args.timeout)
         result["gpu_hub_end"] = hubs["gpu"].probe(objects="1", stacks="1")
+        result["static_hub_end"] = hubs["static"].probe()
     finally:
         for hub in hubs.values():
             hub.stop()

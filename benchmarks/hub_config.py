@@ -37,6 +37,10 @@ if mode == "gpu":
     hubprobe.time_method(GPUSpawner, "load_user_options", "load_user_options")
 else:
     c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+# both hubs: KubeSpawner's own start (for GPUSpawner: inside its _start, after nothing of its own)
+from kubespawner import KubeSpawner  # noqa: E402
+
+hubprobe.time_method(KubeSpawner, "_start", "kubespawner_start")
 
 # --- the hub, on loopback -------------------------------------------------------------------
 c.JupyterHub.ip = "127.0.0.1"
