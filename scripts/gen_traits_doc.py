@@ -35,9 +35,10 @@ DEFAULT_OUTPUT = ROOT / "docs" / "traits.md"
 GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "GPU profiles and pools",
-        "What the spawn page offers: the GPU profiles, how discovered pools are shown, and which "
-        "node taints a GPU server may tolerate (docs/configuration.md sections 2 and 3).",
-        ("gpu_profiles", "gpu_pool_rules", "gpu_tolerated_taint_keys"),
+        "What the spawn page offers: the GPU profiles, how discovered pools are shown, the most GPUs "
+        "one server may ask for, and which node taints a GPU server may tolerate "
+        "(docs/configuration.md sections 2 and 3).",
+        ("gpu_profiles", "gpu_pool_rules", "gpu_max_per_server", "gpu_tolerated_taint_keys"),
     ),
     (
         "GPU capacity",

@@ -7,7 +7,10 @@ by two informers with client-go reflector semantics
 * **list** in pages (``limit`` + ``continue``), raw JSON (``_preload_content=
   False``) parsed here, keeping only compact GPU records (a pod that requests
   no GPU is not stored at all), yielding to the event loop between pages and
-  between slices of a page so the hub never stalls;
+  between slices of a page so the hub never stalls; the cyclic garbage collector
+  is paused while a page is parsed and applied, and (``gc_freeze``) what the
+  process holds is frozen after the first sync (``gcpolicy``: full collections
+  walk the whole heap, ~180 ms in a hub, and the page's objects would trigger them);
 * **watch** from the list's resourceVersion with ``allowWatchBookmarks`` and a
   jittered ``timeoutSeconds``; after a normal close the next watch **resumes**
   from the last resourceVersion seen (bookmarks advance it) with no re-list;
@@ -42,6 +45,7 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable, ClassVar
 
+from gpuspawner.capacity import gcpolicy
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dracache import DRA_KINDS, DraSource
 from gpuspawner.capacity.labels import node_record
@@ -57,7 +61,7 @@ __all__ = ["CapacityCache", "missing_rules_message"]
 ApiFactory = Callable[[], Any]
 
 _SHORT_WATCH = 1.0  # seconds; client-go reflector's "very short watch" threshold
-_SLICE_SECONDS = 0.005  # synchronous work between two yields while applying a list page
+_SLICE_SECONDS = 0.002  # synchronous work between two yields while applying a list page
 
 
 class _Gone(Exception):
@@ -241,22 +245,8 @@ class _Informer:
             finally:
                 resp.release()
             self._contact()
-            doc = json.loads(body)
-            del body
-            items = doc.get("items") or []
-            meta = doc.get("metadata") or {}
-            doc = None
-            # yield whenever a stretch of work exceeds the slice budget, so
-            # the hub's loop never stalls long (issue #2: <= 25 ms)
-            began = time.perf_counter()
-            for obj in items:
-                key = self._apply(obj)
-                if key is not None:
-                    seen.add(key)
-                if time.perf_counter() - began > _SLICE_SECONDS:
-                    await asyncio.sleep(0)
-                    began = time.perf_counter()
-            items = None
+            meta = await self._apply_page(body, seen)
+            body = None
             rv = meta.get("resourceVersion") or rv
             token = meta.get("continue") or None
             await asyncio.sleep(0)
@@ -270,7 +260,35 @@ class _Informer:
         if not self.synced:
             self.synced = True
             log.info("capacity %s informer synced at resourceVersion %s", self.kind, rv)
+            cache._first_sync_done()
         cache._changed_health()
+
+    async def _apply_page(self, body: bytes, seen: set[str]) -> dict:
+        """Parse one list page and apply its items (their keys go to ``seen``); returns the
+        list's metadata.
+
+        One page at a time (the other informer's waits for the lock), so that the two
+        informers' work never adds up in one turn of the loop; a yield whenever a stretch of
+        work exceeds the slice budget, so the hub's loop never stalls long (<= 25 ms); no
+        cyclic collection while the page's objects live (``gcpolicy.paused``): they die with
+        the page, so none is promoted and they trigger no full collection.
+        """
+        async with self.cache._page_lock:
+            with gcpolicy.paused():
+                doc = json.loads(body)
+                items = doc.get("items") or []
+                meta = doc.get("metadata") or {}
+                doc = None
+                began = time.perf_counter()
+                for obj in items:
+                    key = self._apply(obj)
+                    if key is not None:
+                        seen.add(key)
+                    if time.perf_counter() - began > _SLICE_SECONDS:
+                        await asyncio.sleep(0)
+                        began = time.perf_counter()
+                items = obj = None
+        return meta
 
     async def _watch(self) -> int:
         """One watch request; returns the number of events after a normal close."""
@@ -422,6 +440,7 @@ class CapacityCache:
         backoff_cap: float = 30.0,
         stale_after: float | None = None,
         dra_rediscover_after: float = 600.0,
+        gc_freeze: bool = False,
     ) -> None:
         if not isinstance(config, CapacityConfig):
             raise TypeError(f"CapacityCache needs a CapacityConfig, got {type(config).__name__}")
@@ -463,19 +482,23 @@ class CapacityCache:
         self._snapshot: CapacitySnapshot | None = None
         self._snapshot_key: tuple | None = None
         self._merged: tuple[tuple, tuple, tuple, dict] | None = None  # (plugin, dra, merged, by id)
+        self._gc_freeze = gc_freeze
+        self._page_lock = asyncio.Lock()  # list pages are applied one at a time (_Informer._apply_page)
 
     # -- lifecycle -----------------------------------------------------------
 
     @classmethod
-    def shared(cls, config: CapacityConfig, *, api_factory: ApiFactory | None = None) -> "CapacityCache":
-        """The process's cache for the running loop; the first call creates and starts it."""
+    def shared(cls, config: CapacityConfig, *, api_factory: ApiFactory | None = None,
+               gc_freeze: bool = False) -> "CapacityCache":
+        """The process's cache for the running loop; the first call creates and starts it
+        (``gc_freeze``: see :meth:`_first_sync_done`)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise RuntimeError("CapacityCache.shared() must be called from a running event loop") from None
         cache = cls._shared.get(loop)
         if cache is None:
-            cache = cls(config, api_factory=api_factory)
+            cache = cls(config, api_factory=api_factory, gc_freeze=gc_freeze)
             cache.start()
             cls._shared[loop] = cache
         elif cache.config != config:
@@ -497,6 +520,10 @@ class CapacityCache:
     def start(self) -> None:
         if self._tasks:
             return
+        if self._gc_freeze:
+            # the hub is up by now (the first view, spawn or API request starts the cache): what
+            # it holds is long-lived, and a full collection during the sync must not walk it
+            gcpolicy.freeze("the GPU capacity cache starts")
         for inf in self._informers.values():
             self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}"))
         self._tasks.append(asyncio.create_task(self._run_dra(), name="gpuspawner-capacity-dra"))
@@ -569,6 +596,15 @@ class CapacityCache:
             and not any(i.error or i.forbidden for i in self._informers.values())
             and age <= self._stale_after
         )
+
+    def _first_sync_done(self) -> None:
+        """When both informers have listed for the first time, with ``gc_freeze``: move what
+        the process holds (the hub's objects, the ledger's records) out of the cyclic
+        collector's reach (:func:`gcpolicy.freeze`), so its full passes stay short. (``start``
+        froze what the hub held before the cache started.)"""
+        if self._gc_freeze and self.synced:
+            self._gc_freeze = False  # once per cache
+            gcpolicy.freeze("the GPU capacity cache has read the cluster")
 
     def _changed_health(self) -> None:
         # a first snapshot waits for DRA to settle too (absent, listed or forbidden), so the spawn

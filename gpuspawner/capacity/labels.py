@@ -12,6 +12,7 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import re
 from dataclasses import dataclass
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 
 # a handful of distinct pools, thousands of nodes: slugging once per pool is enough
 _pool_id = functools.lru_cache(maxsize=4096)(pool_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared(value: tuple) -> tuple:
+    """One object for all equal values: the nodes of a pool have the same GPU entries and
+    taints, so thousands of records share a handful of them. Named tuples stay tracked by the
+    cyclic garbage collector (CPython untracks exact tuples only), so this keeps 10,000s of
+    objects out of its full passes, as well as the memory."""
+    return value
 
 __all__ = [
     "NodeGroupProvider",
@@ -120,6 +130,10 @@ class GpuFacts:
     product: str | None
     memory_mib: int | None
     product_label: str | None  # the label the product was read from, when it exists on the node
+    # what keeps a pod among the nodes with this product: labels (and values) they carry, and
+    # product labels they do not carry (a product read from another label, or no product)
+    pins: tuple[tuple[str, str], ...] = ()
+    absent: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,26 +154,32 @@ def _nvidia_mig_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
     # MIG mixed strategy: per-profile labels nvidia.com/mig-<profile>.{product,memory} (ref §4.1)
     profile = _mig_profile(resource)
     key = f"nvidia.com/mig-{profile}.product"
+    memory = _mib(labels.get(f"nvidia.com/mig-{profile}.memory"))
     product = labels.get(key)
-    label = key if product else None
-    if not product:
-        base = labels.get("nvidia.com/gpu.product")
-        product = f"{base}-MIG-{profile}" if base else None
-    return GpuFacts(product, _mib(labels.get(f"nvidia.com/mig-{profile}.memory")), label)
+    if product:
+        return GpuFacts(product, memory, key, pins=((key, product),))
+    base = labels.get("nvidia.com/gpu.product")
+    if base:
+        return GpuFacts(f"{base}-MIG-{profile}", memory, None, pins=(("nvidia.com/gpu.product", base),), absent=(key,))
+    return GpuFacts(None, memory, None, absent=(key, "nvidia.com/gpu.product"))
 
 
 def _nvidia_gpu_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
     # full GPUs, time-sliced/MPS replicas (gpu.product gets "-SHARED") and MIG
     # single strategy (GFD rewrites gpu.product/gpu.memory) (ref §4.1)
-    product = labels.get("nvidia.com/gpu.product") or None
-    return GpuFacts(product, _mib(labels.get("nvidia.com/gpu.memory")), "nvidia.com/gpu.product" if product else None)
+    return _labelled(labels, "nvidia.com/gpu.product", _mib(labels.get("nvidia.com/gpu.memory")))
+
+
+def _labelled(labels: Mapping[str, str], key: str, memory: int | None) -> GpuFacts:
+    """The product named by the label ``key`` (absent: no product, and the pool needs ``key`` absent)."""
+    product = labels.get(key) or None
+    if product:
+        return GpuFacts(product, memory, key, pins=((key, product),))
+    return GpuFacts(None, memory, None, absent=(key,))
 
 
 def _amd_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
-    product = labels.get("amd.com/gpu.product-name") or None
-    return GpuFacts(
-        product, _amd_vram_mib(labels.get("amd.com/gpu.vram")), "amd.com/gpu.product-name" if product else None
-    )
+    return _labelled(labels, "amd.com/gpu.product-name", _amd_vram_mib(labels.get("amd.com/gpu.vram")))
 
 
 def _unknown_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
@@ -275,6 +295,11 @@ class NodeGpu(NamedTuple):
     memory_mib: int | None
     pool_id: str
     defining_labels: tuple[tuple[str, str], ...]
+    # labels the node does not carry, and whose absence puts it in its pool: the node-group
+    # labels that come before its own (the first one present wins) and the product labels
+    # its product is not read from. A required node affinity pins a pod to the pool with
+    # ``In`` on the defining labels and ``DoesNotExist`` on these, never with node names.
+    absent_labels: tuple[str, ...] = ()
 
 
 class NodeRecord(NamedTuple):
@@ -323,8 +348,8 @@ def node_taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
     for t in spec.get("taints") or ():
         if isinstance(t, dict) and isinstance(t.get("key"), str) and t.get("effect"):
             value = t.get("value")
-            out.append(Taint(t["key"], value if value else None, str(t["effect"])))
-    return tuple(out)
+            out.append(_shared(Taint(t["key"], value if value else None, str(t["effect"]))))
+    return _shared(tuple(out))
 
 
 def _gpu_allocatable(name: str, allocatable: Mapping[str, Any], config: NodeRules) -> list[tuple[str, int]]:
@@ -344,27 +369,28 @@ def _gpu_allocatable(name: str, allocatable: Mapping[str, Any], config: NodeRule
 
 
 def _node_gpus(found: list[tuple[str, int]], labels: Mapping[str, Any], group_label: str | None,
-               group: str | None) -> tuple[NodeGpu, ...]:
-    """One record per GPU resource, each with the pool it belongs to and the labels defining it."""
+               group: str | None, group_labels: Sequence[str]) -> tuple[NodeGpu, ...]:
+    """One record per GPU resource, each with the pool it belongs to and the labels defining it
+    (present) or keeping other nodes out of it (absent)."""
+    # a node is in its group because no label before its own is set (node_group: first present wins)
+    group_absent = tuple(itertools.takewhile(lambda k: k != group_label, group_labels))
     gpus = []
     for resource, n in sorted(found):
         facts = gpu_facts(resource, labels)
-        defining = []
-        if group_label is not None:
-            defining.append((group_label, group))
-        if facts.product_label is not None:
-            defining.append((facts.product_label, facts.product))
+        defining = [(group_label, group)] if group_label is not None else []
+        defining.extend(facts.pins)
         gpus.append(
-            NodeGpu(
+            _shared(NodeGpu(
                 resource=resource,
                 allocatable=n,
                 product=facts.product,
                 memory_mib=facts.memory_mib,
                 pool_id=_pool_id(group, facts.product, resource),
                 defining_labels=tuple(defining),
-            )
+                absent_labels=group_absent + facts.absent,
+            ))
         )
-    return tuple(gpus)
+    return _shared(tuple(gpus))
 
 
 def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
@@ -395,7 +421,7 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
         name=name,
         ready=node_is_ready(status),
         schedulable=not spec.get("unschedulable", False),
-        gpus=_node_gpus(found, labels, group_label, group),
+        gpus=_node_gpus(found, labels, group_label, group, config.node_group_labels),
         node_group_label=group_label,
         node_group=group,
         driver_version=driver,

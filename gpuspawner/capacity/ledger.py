@@ -7,7 +7,11 @@ difference, and a generation number lets a reader rebuild a summary only
 after a change.  Only the pools an event touched ("dirty") are rebuilt, and a
 pool rebuild reuses the cached :class:`NodeView` of every node that did not
 change, so the cost of a snapshot after one event is O(size of one pool),
-not O(cluster).
+not O(cluster).  Each pool's contributing nodes are also summed per driver
+group (:class:`~gpuspawner.capacity.model.DriverGroup`: same driver, CUDA,
+compute capability and driver labels), as nodes join, leave or change, so
+what depends only on the driver (the CUDA fit, steering a pod by driver) is
+judged per group by its readers, never per node.
 
 Counting rules (issue #2): only Ready, schedulable nodes contribute; free on
 a node = allocatable - used - reserved, never below 0; a pool is known while
@@ -31,7 +35,17 @@ from typing import Iterable
 
 from gpuspawner.capacity.config import DeclaredPool
 from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for, version_key
-from gpuspawner.capacity.model import NodeView, PoolView, ScaleUp, Taint
+from gpuspawner.capacity.model import (
+    DriverGroup,
+    NodeView,
+    Pin,
+    PoolView,
+    ScaleUp,
+    Taint,
+    driver_key,
+    group_order,
+    with_groups,
+)
 from gpuspawner.capacity.podres import PodRecord
 
 __all__ = ["Reservation", "Ledger", "TRANSIENT_TAINT_PREFIXES"]
@@ -100,8 +114,8 @@ class Ledger:
         self._resv_on: dict[str, dict[str, int]] = {}  # node -> resource -> reserved
         self._members: dict[str, dict[str, NodeGpu]] = {}  # pool -> node -> its GPU entry
         # pool -> how many member nodes carry each taint / defining label / memory
-        # size, kept as nodes join and leave so a rebuild never rescans them
-        self._tallies: dict[str, tuple[Counter, Counter, Counter]] = {}
+        # size / pin, kept as nodes join and leave so a rebuild never rescans them
+        self._tallies: dict[str, tuple[Counter, Counter, Counter, Counter]] = {}
         # node -> resource -> (pool, allocatable, free), contributing nodes only
         self._contrib: dict[str, dict[str, tuple[str, int, int]]] = {}
         self._sums: dict[str, list[int]] = {}  # pool -> [nodes, total, free]
@@ -201,12 +215,13 @@ class Ledger:
             self._dirty.add(g.pool_id)
 
     def _tally(self, pid: str, rec: NodeRecord, g: NodeGpu, sign: int) -> None:
-        taints, defining, memory = self._tallies.setdefault(pid, (Counter(), Counter(), Counter()))
+        taints, defining, memory, pins = self._tallies.setdefault(pid, (Counter(), Counter(), Counter(), Counter()))
         for t in rec.taints:
             if not _is_transient(t):
                 _bump(taints, t, sign)
         for kv in g.defining_labels:
             _bump(defining, kv, sign)
+        _bump(pins, Pin(g.defining_labels, g.absent_labels), sign)
         if g.memory_mib is not None:
             _bump(memory, g.memory_mib, sign)
 
@@ -280,19 +295,12 @@ class Ledger:
             return None
         if owner in self._resv:
             self._drop_reservation(owner)
-        best: tuple[int, str] | None = None
-        resource: str | None = None
-        for name, g in self._members.get(pool_id, {}).items():
-            resource = g.resource
-            c = self._contrib.get(name, {}).get(g.resource)
-            if c is None:
-                continue
-            cand = (-c[2], name)
-            if best is None or cand < best:
-                best = cand
+        members = self._members.get(pool_id)
+        resource: str | None = next(iter(members.values())).resource if members else None
         if resource is None and pool_id in self._declared:
             resource = self._declared[pool_id].resource
-        node = best[1] if best is not None else None
+        pv = self._pviews.get(pool_id)
+        node = pv.most_free() if pv is not None else None
         r = Reservation(owner, pool_id, resource, node, count, expires_at)
         self._resv[owner] = r
         if node is not None and resource is not None:
@@ -395,8 +403,9 @@ class Ledger:
         taints: set[Taint] = set(declared.taints) if declared else set()
         memory: int | None = None
         defining_t: tuple[tuple[str, str], ...] = ()
+        pins: tuple[Pin, ...] = ()
         if members:
-            t_taints, t_defining, t_memory = self._tallies[pid]
+            t_taints, t_defining, t_memory, t_pins = self._tallies[pid]
             taints.update(t_taints)
             memory = min(t_memory) if t_memory else None
         pv = self._pviews.get(pid)
@@ -409,6 +418,8 @@ class Ledger:
             group_label, group = rec0.node_group_label, rec0.node_group
             # the labels every member carries, in the order group label, product label
             defining_t = tuple(kv for kv in g0.defining_labels if t_defining[kv] == len(members))
+            # the distinct ways the members are pinned (one, unless their labels differ)
+            pins = tuple(sorted(t_pins))
         else:
             assert declared is not None
             resource, product = declared.resource, declared.product
@@ -424,13 +435,14 @@ class Ledger:
         driver = _lowest(pv.drivers) if pv else None
         cuda = _lowest(pv.cudas) if pv else None
         scale_up = None
+        groups = pv.driver_groups() if pv else ()
         if declared is not None:
             driver = driver or declared.driver_version
             cuda = cuda or declared.cuda_version
             # the autoscaler's max counts every node of the group, Ready or not
             if len(members) < declared.max_nodes:
                 scale_up = ScaleUp(declared.max_nodes, declared.gpus_per_node, declared.minutes)
-        return PoolView(
+        view = PoolView(
             id=pid,
             resource=resource,
             product=product,
@@ -445,9 +457,11 @@ class Ledger:
             cuda_version=cuda,
             scale_up=scale_up,
             defining_labels=defining_t,
+            pins=pins,
             taints=tuple(sorted(taints, key=lambda t: (t.key, t.value or "", t.effect))),
             node_views=tuple(pv.views) if pv else (),
         )
+        return with_groups(view, groups)
 
 
 class _PoolNodes:
@@ -455,26 +469,36 @@ class _PoolNodes:
 
     ``bisect`` keeps insertion and removal at O(log n) plus a C-level memmove,
     so an event costs a few microseconds even in a pool of thousands of nodes.
+    The nodes are also summed per driver group (:class:`DriverGroup`), so the
+    groups a view needs are rebuilt from a handful of tallies, never from the nodes.
     """
 
-    __slots__ = ("names", "views", "frees", "drivers", "cudas")
+    __slots__ = ("names", "views", "frees", "by_free", "drivers", "cudas", "groups")
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.views: list[NodeView] = []
         self.frees: Counter = Counter()
+        self.by_free: dict[int, list[str]] = {}  # free GPUs -> the nodes with as many, sorted
         self.drivers: Counter = Counter()
         self.cudas: Counter = Counter()
+        self.groups: dict[tuple, _GroupTally] = {}
 
     def add(self, view: NodeView) -> None:
         i = bisect.bisect_left(self.names, view.name)
         self.names.insert(i, view.name)
         self.views.insert(i, view)
         _bump(self.frees, view.free, 1)
+        bisect.insort(self.by_free.setdefault(view.free, []), view.name)
         if view.driver_version is not None:
             _bump(self.drivers, view.driver_version, 1)
         if view.cuda_version is not None:
             _bump(self.cudas, view.cuda_version, 1)
+        key = driver_key(view)
+        tally = self.groups.get(key)
+        if tally is None:
+            tally = self.groups[key] = _GroupTally()
+        tally.count(view, 1)
 
     def remove(self, name: str) -> None:
         i = bisect.bisect_left(self.names, name)
@@ -483,7 +507,45 @@ class _PoolNodes:
         del self.names[i]
         view = self.views.pop(i)
         _bump(self.frees, view.free, -1)
+        same = self.by_free[view.free]
+        del same[bisect.bisect_left(same, name)]
+        if not same:
+            del self.by_free[view.free]
         if view.driver_version is not None:
             _bump(self.drivers, view.driver_version, -1)
         if view.cuda_version is not None:
             _bump(self.cudas, view.cuda_version, -1)
+        key = driver_key(view)
+        tally = self.groups[key]
+        tally.count(view, -1)
+        if not tally.nodes:
+            del self.groups[key]
+
+    def most_free(self) -> str | None:
+        """The node with the most free GPUs (ties: the first by name), or None."""
+        return self.by_free[max(self.by_free)][0] if self.by_free else None
+
+    def driver_groups(self) -> tuple[DriverGroup, ...]:
+        """The pool's driver groups, sorted as :func:`gpuspawner.capacity.model.driver_groups` sorts them."""
+        return tuple(
+            DriverGroup(*key, t.nodes, t.total, t.free, max(t.frees), max(t.allocs))
+            for key, t in sorted(self.groups.items(), key=lambda kv: group_order(kv[0]))
+        )
+
+
+class _GroupTally:
+    """The running sums of one driver group: node count, GPUs, and histograms for the maxima."""
+
+    __slots__ = ("nodes", "total", "free", "frees", "allocs")
+
+    def __init__(self) -> None:
+        self.nodes = self.total = self.free = 0
+        self.frees: Counter = Counter()
+        self.allocs: Counter = Counter()
+
+    def count(self, view: NodeView, sign: int) -> None:
+        self.nodes += sign
+        self.total += sign * view.allocatable
+        self.free += sign * view.free
+        _bump(self.frees, view.free, sign)
+        _bump(self.allocs, view.allocatable, sign)

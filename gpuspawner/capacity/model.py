@@ -7,13 +7,20 @@ and the informer cache (``gpuspawner.capacity.cache``) produce them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, NamedTuple
+
+#: The node labels that name a node's NVIDIA driver and that a required node affinity can
+#: steer by (GPU Feature Discovery; ``/work/shared/reference/cuda-compat-and-gpu-labels.md``
+#: section 4.1): the full version, written since GFD v0.15.0, and the deprecated major version,
+#: the only driver label older GFD releases write that one expression can match.
+DRIVER_LABELS: tuple[str, ...] = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver.major")
 
 
 class Taint(NamedTuple):
-    """A node taint. A tuple of strings: the cyclic garbage collector stops tracking records
-    made only of such values, which keeps its full passes short on hubs watching big clusters."""
+    """A node taint. Nodes with the same taint share one record (``labels.node_record``)."""
 
     key: str
     value: str | None
@@ -42,9 +49,11 @@ class ScaleUp:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    """One contributing node of a pool: what steering by driver needs."""
+class NodeView(NamedTuple):
+    """One contributing node of a pool: what steering by driver needs.
+
+    Atoms only, like :class:`Taint`: the cyclic garbage collector stops tracking it, so a
+    pool of thousands of nodes adds nothing to the collector's full passes."""
 
     name: str
     allocatable: int
@@ -77,7 +86,69 @@ class DraFacts:
     device_type: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+class Pin(NamedTuple):
+    """Labels that keep a pod among the nodes of a pool: those they carry (``In``) and those
+    they do not (``DoesNotExist``): the node-group labels that would have put them in another
+    group, the product labels their product is not read from. Nodes of one pool may be pinned
+    differently (a MIG product read from its own label on some nodes, derived from the GPU's
+    on others); a pool has one pin per way, and a pod may land on a node matching any."""
+
+    present: tuple[tuple[str, str], ...]
+    absent: tuple[str, ...] = ()
+
+
+class DriverGroup(NamedTuple):
+    """The contributing nodes of one pool that share a driver.
+
+    What an image's CUDA fit depends on is the same for all of them (driver,
+    the CUDA it supports, compute capability; the product is the pool's), so
+    the CUDA check judges a group once, and a pod is steered off a group by
+    its :data:`DRIVER_LABELS` values, not by node names. A pool of thousands
+    of nodes has a handful of groups. Atoms only, so the cyclic GC does not
+    track it.
+    """
+
+    driver_version: str | None
+    cuda_version: str | None
+    compute_capability: str | None
+    labels: tuple[tuple[str, str], ...]  # the DRIVER_LABELS the group's nodes carry, with their values
+    nodes: int
+    total: int  # allocatable GPUs
+    free: int
+    max_free_per_node: int
+    max_allocatable: int
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What makes the group: :func:`driver_key` of each of its nodes."""
+        return (self.driver_version, self.cuda_version, self.compute_capability, self.labels)
+
+
+def driver_key(view: NodeView) -> tuple[Any, ...]:
+    """The :class:`DriverGroup` key of one node."""
+    labels = tuple(kv for kv in view.labels if kv[0] in DRIVER_LABELS)
+    return (view.driver_version, view.cuda_version, view.compute_capability, labels)
+
+
+def group_order(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A total order on group keys (None first), so a pool lists its groups the same way every time."""
+    return tuple("" if v is None else v for v in key)
+
+
+def driver_groups(views: Iterable[NodeView]) -> tuple[DriverGroup, ...]:
+    """The groups of ``views``, counted from scratch (the ledger keeps the same incrementally)."""
+    acc: dict[tuple[Any, ...], list[int]] = {}
+    for v in views:
+        a = acc.setdefault(driver_key(v), [0, 0, 0, 0, 0])
+        a[0] += 1
+        a[1] += v.allocatable
+        a[2] += v.free
+        a[3] = max(a[3], v.free)
+        a[4] = max(a[4], v.allocatable)
+    return tuple(DriverGroup(*k, *acc[k]) for k in sorted(acc, key=group_order))
+
+
+@dataclass(frozen=True)
 class PoolView:
     """One GPU pool: nodes with the same GPU resource, product and node group."""
 
@@ -102,6 +173,9 @@ class PoolView:
     node_views: tuple[NodeView, ...] = ()
     # set for a pool of DRA devices (ResourceSlices), None for a device-plugin pool
     dra: DraFacts | None = None
+    # the ways its nodes are pinned by labels (one for a uniform pool); empty: by
+    # ``defining_labels`` alone (declared pools, views made by hand)
+    pins: tuple[Pin, ...] = ()
 
     @property
     def vendor(self) -> str | None:
@@ -117,6 +191,34 @@ class PoolView:
     def allocation(self) -> str:
         """``"device-plugin"`` or ``"dra"``: how a pod of this pool gets its GPUs."""
         return DEVICE_PLUGIN if self.dra is None else DRA
+
+    @cached_property
+    def driver_groups(self) -> tuple[DriverGroup, ...]:
+        """The contributing nodes grouped by driver (:class:`DriverGroup`), sorted.
+
+        Derived from :attr:`node_views`; the ledger hands out views with the
+        groups it keeps incrementally already filled in (:func:`with_groups`),
+        so reading them costs nothing per request. A view made by hand (or by
+        ``dataclasses.replace``) counts them from its nodes on first use.
+        """
+        return driver_groups(self.node_views)
+
+    @property
+    def max_allocatable(self) -> int:
+        """The most GPUs one contributing node has (0: none)."""
+        return max((g.max_allocatable for g in self.driver_groups), default=0)
+
+    @property
+    def driver_versions(self) -> tuple[str, ...]:
+        """The distinct drivers of the contributing nodes, lowest first."""
+        found = {g.driver_version for g in self.driver_groups if g.driver_version}
+        return tuple(sorted(found, key=_version_order))
+
+    @property
+    def pinnable(self) -> bool:
+        """Whether a pod can be kept inside the pool: by the labels that define it (present or
+        absent), else by its nodes' names."""
+        return bool(self.defining_labels or self.pins or self.node_views)
 
     def to_json(self) -> dict[str, Any]:
         """The exact object of ``GET /hub/api/gpus`` (issue #2, section 4; ``allocation``: issue #9)."""
@@ -134,6 +236,18 @@ class PoolView:
             "cuda_version": self.cuda_version,
             "scale_up": self.scale_up.to_json() if self.scale_up else None,
         }
+
+
+def with_groups(view: PoolView, groups: tuple[DriverGroup, ...]) -> PoolView:
+    """``view`` with its :attr:`PoolView.driver_groups` set to ``groups``, which
+    must be what the property would count from ``view.node_views`` (the
+    ledger's incremental copy of them)."""
+    view.__dict__["driver_groups"] = groups
+    return view
+
+
+def _version_order(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,8 +36,8 @@ _TERMINAL = ("Succeeded", "Failed")
 class PodRecord(NamedTuple):
     """A GPU pod as the ledger keeps it (pods without GPUs are not stored).
 
-    A tuple of strings and ints, as are the node records: CPython's cyclic collector untracks such
-    tuples, so 100,000s of records add nothing to the hub's full collections."""
+    Pods without GPUs get none, so a hub watching 150,000 pods keeps only its GPU pods' records;
+    what the cyclic garbage collector makes of them is docs/capacity.md's "Garbage collection"."""
 
     key: str  # "<namespace>/<name>"
     node: str | None  # spec.nodeName: bound to a node

@@ -19,7 +19,7 @@ import logging
 import weakref
 from typing import Any
 
-from traitlets import Dict, Float, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Float, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
 from gpuspawner.hub import metrics
@@ -134,6 +134,23 @@ class GPUSpawnerSettings(Configurable):
         shows its pod (then the pod itself counts).
 
             c.GPUSpawner.gpu_reservation_ttl = 600
+        """,
+    )
+    gpu_capacity_gc_freeze = Bool(
+        True,
+        config=True,
+        help="""
+        Once the capacity cache has read the cluster, move everything the hub
+        process holds then (its modules, the hub's objects, the cache's
+        records) out of reach of Python's cyclic garbage collector
+        (``gc.freeze``). A full collection walks every object it tracks: in a
+        hub watching thousands of nodes that is a stall of ~180 ms for every
+        user, which this keeps to a few milliseconds (docs/capacity.md,
+        "Garbage collection"). The records stay freed by reference counting
+        when an event replaces them. Turn it off if something else in the hub
+        manages ``gc`` itself.
+
+            c.GPUSpawner.gpu_capacity_gc_freeze = False
         """,
     )
     gpu_pool_rules = List(
@@ -289,6 +306,6 @@ class GPUSpawnerSettings(Configurable):
         whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
         from gpuspawner.capacity.cache import CapacityCache
 
-        cache = CapacityCache.shared(self.capacity_config())
+        cache = CapacityCache.shared(self.capacity_config(), gc_freeze=self.gpu_capacity_gc_freeze)
         _serve_capacity_metrics(cache)
         return cache

@@ -61,6 +61,9 @@ __all__ = ["GPUSpawnerSettings", "GPUSpawner", "applied_in_load_user_options"]
 
 _clock = time.monotonic  # how long a start ran (a seam for tests)
 
+# the largest gpu_max_per_server accepted: every count up to it is a choice on the spawn form
+GPU_COUNT_LIMIT_MAX = 1024
+
 
 def applied_in_load_user_options(spawner, user_options) -> None:
     """GPUSpawner's default ``apply_user_options``: nothing is applied here.
@@ -150,8 +153,11 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         help="""
         The CUDA compatibility decision: a callable ``(ImageCuda, NodeCuda,
         policy) -> Verdict`` (see ``gpuspawner.cuda``), or its import string.
-        The default is ``gpuspawner.cuda.decide``. It is called for each node
-        of each pool a profile offers, on every render of the spawn page.
+        The default is ``gpuspawner.cuda.decide``. It is called once per image
+        and distinct driver of each pool a profile offers (nodes with the same
+        driver, CUDA and compute capability share one verdict; ``node.name``
+        is None), and its verdicts are remembered for the life of the hub, so
+        it must decide from the driver facts alone.
 
             from gpuspawner.cuda import decide, Facts
             facts = Facts(enforce_require=True)
@@ -208,6 +214,21 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             c.GPUSpawner.gpu_quota_by_group = {"research": 8, "students": 1, "staff": None}
         """,
     )
+    gpu_max_per_server = Integer(
+        16,
+        config=True,
+        help="""
+        The most GPUs (or MIG slices, or shared GPU replicas) one server may
+        ask for, whatever a node reports. The spawn form lists each count as a
+        choice and validation checks against it, so a bound keeps a node that
+        claims absurd numbers (a misconfigured device plugin) from making
+        every page view slow. A profile's ``max_gpus`` can only lower it.
+        The default, 16, covers the largest GPU nodes sold (8 or 16 GPUs);
+        raise it if users need more MIG slices or replicas in one server.
+
+            c.GPUSpawner.gpu_max_per_server = 8
+        """,
+    )
     gpu_quota_admin = Integer(
         None,
         allow_none=True,
@@ -219,6 +240,16 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             c.GPUSpawner.gpu_quota_admin = 16
         """,
     )
+
+    @validate("gpu_max_per_server")
+    def _validate_max_per_server(self, proposal):
+        value = proposal.value
+        if not 1 <= value <= GPU_COUNT_LIMIT_MAX:
+            raise TraitError(
+                f"gpu_max_per_server must be a whole number of GPUs from 1 to {GPU_COUNT_LIMIT_MAX}, "
+                f"not {value!r}; e.g. c.GPUSpawner.gpu_max_per_server = 8"
+            )
+        return value
 
     @validate("gpu_quota", "gpu_quota_by_group", "gpu_quota_admin")
     def _validate_quota(self, proposal):
@@ -343,6 +374,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 self.pool_rules(),
                 admit_without_capacity=self.gpu_admit_without_capacity,
                 fit=self._cuda_fit,
+                count_limit=self.gpu_max_per_server,
             )
         view = offers_for(principal_of(self.user), offers, self.access_rules())
         merged, shadowed = merge_profiles(view.drop_hidden(static or []), view.offers)
@@ -351,18 +383,22 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         return self._get_initialized_profile_list(merged), view
 
     _logged_check_errors: set[str] = set()
+    # the CUDA verdicts of this hub process, per image and driver group (cudafit.VerdictMemo)
+    _cuda_verdicts = cudafit.VerdictMemo()
 
     def _cuda_fit(self, image, pool) -> cudafit.PoolFit:
-        """How ``image`` fits ``pool`` under this hub's policy and check. A
-        broken ``cuda_check`` gives "unknown" (never a refusal) and is logged
-        once per distinct error (the page is rendered often)."""
-        fit = cudafit.pool_fit(image, pool, self.cuda_policy, self.cuda_check)
-        for n in fit.nodes:
-            if n.verdict.rule == "check-error" and n.verdict.reason not in self._logged_check_errors:
-                self._logged_check_errors.add(n.verdict.reason)
+        """How ``image`` fits ``pool`` under this hub's policy and check,
+        judged once per driver group and remembered (the page is rendered
+        often). A broken ``cuda_check`` gives "unknown" (never a refusal)
+        and is logged once per distinct error."""
+        fit = cudafit.pool_fit(image, pool, self.cuda_policy, self.cuda_check, self._cuda_verdicts)
+        for g in fit.groups:
+            if g.verdict.rule == "check-error" and g.verdict.reason not in self._logged_check_errors:
+                self._logged_check_errors.add(g.verdict.reason)
                 self.log.error(
-                    "c.GPUSpawner.cuda_check failed on node %s: %s Servers start unchecked until it is fixed.",
-                    n.name, n.verdict.reason,
+                    "c.GPUSpawner.cuda_check failed on the nodes of pool %s with driver %s: %s "
+                    "Servers start unchecked until it is fixed.",
+                    pool.id, g.driver, g.verdict.reason,
                 )
         return fit
 
@@ -370,13 +406,16 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
 
     async def _render_gpu_options_form(self, spawner=None):
         profile_list, offers = await self.gpu_profile_list()
-        return self._render_options_form(profile_list, offers)
+        return self._render_options_form(profile_list, offers, initialized=True)
 
-    def _render_options_form(self, profile_list, gpu_offers=None):
+    def _render_options_form(self, profile_list, gpu_offers=None, initialized=False):
         """KubeSpawner's renderer, with Jinja2 autoescaping on (node labels and
         admin strings reach the page; ``templates.render_form``) and the GPU
-        offers in the context."""
-        profile_list = self._get_initialized_profile_list(profile_list)
+        offers in the context. ``initialized``: ``profile_list`` is already
+        KubeSpawner's initialized copy (``gpu_profile_list`` makes one), so it
+        is not deep-copied a second time on every view."""
+        if not initialized:
+            profile_list = self._get_initialized_profile_list(profile_list)
         gpu_offers = gpu_offers or {}
         user_options = dict(self.user_options or {})
         if user_options:
@@ -580,7 +619,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         pool, gpus = selection.pool.pool, selection.gpus
         fit = selection.cuda
         # a DRA pool keeps the driver check in the claim's CEL selectors (spawn/dra.py), not in affinity
-        steer = cudafit.steering_expression(fit) if pool.dra is None else None
+        steer = cudafit.steering_expressions(fit, pool) if pool.dra is None else []
         try:
             overrides = build_overrides(
                 pool,
@@ -591,7 +630,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 affinity_required=self._sorted_dict_values(self.node_affinity_required),
                 tolerations=self._sorted_dict_values(self.tolerations),
                 is_gpu_resource=self._is_gpu_resource,
-                extra_expressions=[steer] if steer else (),
+                extra_expressions=steer,
             )
         except ValueError as e:
             self.gpu_metrics().spawn_refused(pool.id, REFUSED_OTHER)
@@ -650,10 +689,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         """The CUDA check's part of a GPU spawn: log the steering, keep the
         warning for the spawn progress, add the probe init container."""
         pool, gpus, fit = selection.pool.pool, selection.gpus, selection.cuda
-        if fit is not None and fit.exclude_hostnames:
+        if fit is not None and fit.excluded:
             self.log.info(
-                "%s is kept off nodes %s of pool %s: their driver does not fit image %s",
-                self._log_name, ", ".join(fit.exclude_hostnames), pool.id, fit.image.name,
+                "%s is kept off the nodes of pool %s with driver %s: it does not fit image %s",
+                self._log_name, pool.id, ", ".join(sorted({g.driver for g in fit.excluded})), fit.image.name,
             )
         warning = fit.warning() if fit is not None else None
         if warning:

@@ -29,13 +29,17 @@ def template_dirs() -> list[str]:
 @functools.lru_cache(maxsize=8)
 def form_environment(paths: tuple[str, ...]) -> Environment:
     """One autoescaping Jinja2 environment per template path list, so
-    templates are compiled once (KubeSpawner builds one per render).
+    templates are compiled once (KubeSpawner builds one per render) and
+    never looked up on disk again.
     KubeSpawner's own templates come last, as its renderer has them: a
     ``profile_form_template`` written for KubeSpawner may include its
     ``style.css``."""
     env = Environment(
         loader=ChoiceLoader([FileSystemLoader(list(paths)), PackageLoader("kubespawner", "templates")]),
         autoescape=True,
+        # the templates are installed files that do not change while the hub runs: no stat() of
+        # each one on every render (Jinja2's default), a system call per file per view
+        auto_reload=False,
     )
     # keep profile order in |tojson, as KubeSpawner does
     env.policies["json.dumps_kwargs"] = {"sort_keys": False}

@@ -7,43 +7,59 @@ The spawner uses it three times for one image and one pool:
   caveat: ...", "does not fit: ..." or "driver unknown";
 * at start, :attr:`PoolFit.refused` (every node of the pool fails) refuses the
   spawn with :meth:`PoolFit.refusal` before any pod exists, and
-  :func:`steering_expression` keeps the pod off the nodes that fail;
+  :func:`steering_expressions` keeps the pod off the nodes that fail;
 * after the pod is created, the opt-in probe (``spawn.probe``) checks the node itself.
 
-The admin's ``cuda_check`` is called through ``cuda.custom.safe_verdict``.
+The admin's ``cuda_check`` is called through ``cuda.custom.safe_verdict`` (remembered by
+:class:`VerdictMemo`).
+
+Per driver group, not per node
+------------------------------
+What an image's fit depends on (driver, the CUDA it supports, compute
+capability, product) is shared by every node of a pool's
+:class:`~gpuspawner.capacity.model.DriverGroup`, which the capacity ledger
+keeps incrementally. :func:`pool_fit` judges each group once, and with a
+:class:`VerdictMemo` once for the life of the hub: a view or a spawn costs
+the same at 50 and at 5,000 nodes. An admin's ``cuda_check`` is called the
+same way, with ``NodeCuda.name`` None (a verdict stands for every node of
+the group), so it must decide from the driver facts, not from a node's name.
 
 How a pod is kept off the nodes whose driver does not fit
 ---------------------------------------------------------
-A required node affinity expression ``kubernetes.io/hostname NotIn [the
-failing nodes]``, added to every ``nodeSelectorTerm`` (the terms are ORed,
-the expressions in one term ANDed: kubernetes.io, "Assigning Pods to Nodes").
-Chosen over ``nvidia.com/cuda.driver-version.full In [fitting drivers]``
-because:
+A required node affinity expression added to every ``nodeSelectorTerm`` (the
+terms are ORed, the expressions in one term ANDed: kubernetes.io, "Assigning
+Pods to Nodes"): ``nvidia.com/cuda.driver-version.full NotIn [the failing
+drivers]`` (:func:`steering_expressions`). One value per driver, so the pod
+spec does not grow with the pool; nodes that join later with a failing
+driver are kept off too.
 
-* ``kubernetes.io/hostname`` is set by the kubelet on every node (kubernetes.io,
-  "Well-Known Labels, Annotations and Taints"), whatever labels GPU Feature
-  Discovery wrote. The ``.full`` driver label exists only since GFD v0.15.0;
-  a node with only the deprecated ``nvidia.com/cuda.driver.major/minor/rev``
-  (reference ``cuda-compat-and-gpu-labels.md`` section 4.1) would need three
-  ANDed expressions per driver version, i.e. one term per fitting driver,
-  multiplied by every term the admin already has.
-* A node that publishes no driver (verdict ``skip``: "driver unknown") must
-  stay eligible; ``In`` would exclude it, ``NotIn`` does not (``NotIn`` also
-  matches nodes without the label, Kubernetes ``nodeaffinity`` semantics).
-* Nodes the hub has not seen yet (a scale-up) stay eligible; the opt-in probe
-  checks them on the node itself.
-
-The value is the node's ``kubernetes.io/hostname`` label (carried in
-``NodeView.labels``), which may differ from the node's name on some clouds.
+* ``NotIn`` also matches nodes without the label (Kubernetes
+  ``nodeaffinity`` semantics), so a node that publishes no driver (verdict
+  ``skip``: "driver unknown") and nodes the hub has not judged stay eligible;
+  the opt-in probe checks them on the node itself. ``In [fitting drivers]``
+  would exclude them.
+* The ``.full`` label exists only since GFD v0.15.0 (reference
+  ``cuda-compat-and-gpu-labels.md`` section 4.1). A failing group that lacks
+  it is excluded by the deprecated ``nvidia.com/cuda.driver.major`` when no
+  group that may run the image shares that major version; expressing a whole
+  ``major.minor.rev`` with the deprecated labels would need one term per
+  failing driver, multiplied by every term the admin already has.
+* Only a failing group with neither usable label is excluded by its nodes'
+  ``kubernetes.io/hostname`` (set by the kubelet on every node: kubernetes.io,
+  "Well-Known Labels, Annotations and Taints"; carried in ``NodeView.labels``,
+  it may differ from the node's name on some clouds): per-node work, at spawn
+  time only, for nodes labelled by hand or by something other than GFD.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from gpuspawner.capacity.model import PoolView
+from gpuspawner.capacity.model import DRIVER_LABELS, DriverGroup, PoolView, driver_key
 from gpuspawner.cuda.custom import safe_verdict
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
 from gpuspawner.cuda.rules import CudaCheck, NodeCuda, Verdict
@@ -176,7 +192,7 @@ def profile_images(
 
 
 # --------------------------------------------------------------------------
-# One image on one pool
+# One image on one pool, judged per driver group
 # --------------------------------------------------------------------------
 
 
@@ -188,22 +204,83 @@ def node_cuda(node_name: str | None, driver: str | None, cuda: str | None, arch:
     return NodeCuda(name=node_name, driver=driver, driver_cuda=cuda, arch=arch, product=product)
 
 
+def group_cuda(group: DriverGroup, product: str | None) -> NodeCuda:
+    """The rules' view of every node of ``group``: no name, since one verdict
+    stands for all of them (the rules then speak of "the node")."""
+    return node_cuda(None, group.driver_version, group.cuda_version, group.compute_capability, product)
+
+
+class VerdictMemo:
+    """Verdicts of CUDA checks, remembered by everything they depend on.
+
+    A verdict is a function of the check, the policy, the image and the
+    node's CUDA facts (driver, driver CUDA, architecture, product: one
+    :class:`~gpuspawner.capacity.model.DriverGroup` of a pool), which change
+    only when a node's driver does. So the check runs once per image and
+    driver group; every later view and spawn is a dictionary lookup, whatever
+    the number of nodes. Keys that stop being asked for (a driver upgraded
+    away) fall out, least recently used first, beyond ``size`` entries.
+    Checks are keyed by identity (and held, so an id is never reused).
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        if size < 1:
+            raise ValueError("a VerdictMemo needs room for at least one verdict")
+        self.size = size
+        self.misses = 0
+        self._memo: OrderedDict[tuple, tuple[Check, Verdict]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+    def verdict(self, check: Check, image: ImageCuda, node: NodeCuda, policy: str) -> Verdict:
+        key = (id(check), policy, image, node)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is check:
+            self._memo.move_to_end(key)
+            return hit[1]
+        self.misses += 1
+        v = safe_verdict(check, image, node, policy)
+        self._memo[key] = (check, v)
+        if len(self._memo) > self.size:
+            self._memo.popitem(last=False)
+        return v
+
+
 @dataclass(frozen=True)
-class NodeFit:
-    name: str | None  # None: the pool's declared driver (a pool scaled from zero)
-    hostname: str | None
+class GroupFit:
+    """One image on one driver group of a pool (``group`` None: the pool's
+    declared driver, for a pool scaled to zero)."""
+
+    group: DriverGroup | None
     verdict: Verdict
+
+    @property
+    def nodes(self) -> int:
+        return self.group.nodes if self.group is not None else 0
+
+    @property
+    def driver(self) -> str:
+        return self.verdict.driver or (self.group.driver_version if self.group else None) or "unknown"
+
+
+def _drivers(groups: tuple[GroupFit, ...]) -> str:
+    names = sorted({g.driver for g in groups})
+    return f"driver{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
 @dataclass(frozen=True)
 class PoolFit:
-    """One image on the nodes of one pool."""
+    """One image on the nodes of one pool, one verdict per driver group.
+
+    Immutable; what is derived from the verdicts is computed once (the spawn page reads it
+    several times per pool and image)."""
 
     image: ImageCuda
     pool_id: str
     level: str  # ok | warn | fail | skip, for the pool as the pod will see it
-    verdict: Verdict | None  # the verdict shown: the best fitting node's, else a failing one's
-    nodes: tuple[NodeFit, ...] = ()
+    verdict: Verdict | None  # the verdict shown: the best fitting group's, else a failing one's
+    groups: tuple[GroupFit, ...] = ()
     policy: str = "minor"
 
     @property
@@ -215,37 +292,36 @@ class PoolFit:
     def checked(self) -> bool:
         return self.image.has_cuda
 
-    def _by(self, levels: tuple[str, ...]) -> tuple[NodeFit, ...]:
-        return tuple(n for n in self.nodes if n.verdict.level in levels)
+    def _by(self, levels: tuple[str, ...]) -> tuple[GroupFit, ...]:
+        return tuple(g for g in self.groups if g.verdict.level in levels)
 
-    @property
-    def failing(self) -> tuple[NodeFit, ...]:
+    @cached_property
+    def failing(self) -> tuple[GroupFit, ...]:
         return self._by(("fail",))
 
-    @property
-    def warning_nodes(self) -> tuple[NodeFit, ...]:
+    @cached_property
+    def warning_groups(self) -> tuple[GroupFit, ...]:
         return self._by(("warn",))
 
-    @property
-    def exclude_hostnames(self) -> tuple[str, ...]:
-        """Hostnames to keep the pod off: the failing nodes, when others may run it."""
+    @cached_property
+    def excluded(self) -> tuple[GroupFit, ...]:
+        """The groups the pod is kept off: the failing ones, when others may run it
+        (when every group fails the spawn is refused and nothing is steered)."""
         if self.refused:
             return ()
-        return tuple(sorted({n.hostname for n in self.failing if n.hostname}))
+        return tuple(g for g in self.failing if g.group is not None)
 
-    @property
+    @cached_property
     def note(self) -> str:
         """Which nodes are avoided, when some are."""
-        bad = [n.name for n in self.failing if n.name]
-        if not bad or self.refused:
+        bad = self.excluded
+        if not bad:
             return ""
-        shown = ", ".join(sorted(bad)[:5]) + (", ..." if len(bad) > 5 else "")
-        return (
-            f"{len(bad)} of {len(self.nodes)} nodes of this pool do not fit ({shown}); "
-            "the server is kept off them"
-        )
+        total = sum(g.nodes for g in self.groups)
+        count = sum(g.nodes for g in bad)
+        return f"{count} of {total} nodes of this pool do not fit ({_drivers(bad)}); the server is kept off them"
 
-    @property
+    @cached_property
     def summary(self) -> str:
         """The spawn page's line; empty for an image that declares no CUDA."""
         if not self.checked:
@@ -256,9 +332,10 @@ class PoolFit:
                 text += f": {self.verdict.reason}"
         elif self.level == "ok":
             text = "fits"
-            warned = sorted(n.name for n in self.warning_nodes if n.name)
+            warned = self.warning_groups
             if warned:
-                text += f" (with a caveat on {', '.join(warned)}: minor-version or forward compatibility)"
+                text += (f" (with a caveat on the nodes with {_drivers(warned)}: "
+                         "minor-version or forward compatibility)")
         elif self.level == "warn":
             assert self.verdict is not None
             text = f"fits with a caveat: {self.verdict.message}"
@@ -273,14 +350,13 @@ class PoolFit:
         """The spawn-progress warning: the caveat of the fitting nodes, if any has one."""
         if self.refused or not self.checked:
             return None
-        warned = self.warning_nodes
+        warned = self.warning_groups
         if not warned:
             return None
         v = warned[0].verdict
         if self.level == "warn":
             return f"CUDA check: {v.message}"
-        names = ", ".join(sorted(n.name for n in warned if n.name))
-        return f"CUDA check: if the server lands on {names or 'some nodes'}: {v.message}"
+        return f"CUDA check: if the server lands on a node with {_drivers(warned)}: {v.message}"
 
     def refusal(self, pool_name: str | None = None) -> str:
         """The spawn error when :attr:`refused`: the image's CUDA, the nodes'
@@ -293,12 +369,7 @@ class PoolFit:
             what = f"{image} (CUDA {cuda})"
         else:
             what = f"{image} (NVIDIA_REQUIRE_CUDA {'; '.join(self.image.requirements)})"
-        drivers = sorted(
-            {
-                (n.verdict.driver or "unknown", n.verdict.driver_cuda or "unknown")
-                for n in self.nodes
-            }
-        )
+        drivers = sorted({(g.verdict.driver or "unknown", g.verdict.driver_cuda or "unknown") for g in self.groups})
         drv = "; ".join(f"driver {d}, CUDA up to {c}" for d, c in drivers)
         pool = pool_name or self.pool_id
         return (
@@ -310,55 +381,91 @@ class PoolFit:
 _ORDER = {"ok": 0, "warn": 1, "skip": 2, "fail": 3}
 
 
-def pool_fit(image: ImageCuda, pool: PoolView, policy: str, check: Check) -> PoolFit:
-    """The verdict of ``check`` for ``image`` on each node of ``pool``, and for the pool.
+def _vendor_fit(image: ImageCuda, pool: PoolView, policy: str) -> PoolFit:
+    # CUDA runs on NVIDIA GPUs only; the rules (and any admin cuda_check) speak of NVIDIA drivers
+    vendor = "AMD" if pool.vendor == "amd" else "non-NVIDIA"
+    what = f"{vendor} GPUs ({pool.product})" if pool.product else f"{vendor} GPUs"
+    v = Verdict(
+        "fail" if vendor == "AMD" else "skip",
+        "gpu-vendor",
+        f"The image is built {f'with CUDA {image.cuda_text}' if image.cuda_text else 'for CUDA'}, "
+        f"which runs on NVIDIA GPUs only; this pool has {what}.",
+        "Use an image built for this pool's GPUs (e.g. ROCm for AMD), or choose an NVIDIA pool.",
+        image_cuda=image.cuda_text,
+        policy=policy,
+    )
+    return PoolFit(image, pool.id, v.level, v, (), policy)
 
-    The pool's level is what the pod gets after steering: ``ok``/``warn``
-    when some node fits (the best one's verdict), ``skip`` when none fits but
-    some publish no driver (never a refusal for what cannot be known),
-    ``fail`` only when every node fails. A pool with no node yet (declared,
-    scaled from zero) is judged by its declared driver, if any.
+
+def pool_fit(image: ImageCuda, pool: PoolView, policy: str, check: Check,
+             memo: VerdictMemo | None = None) -> PoolFit:
+    """The verdict of ``check`` for ``image`` on each driver group of ``pool``, and for the pool.
+
+    Every node of a :class:`~gpuspawner.capacity.model.DriverGroup` gets the
+    same verdict, so the check runs once per group (and, with ``memo``, once
+    per group for the life of the hub): the cost does not grow with the
+    number of nodes. The pool's level is what the pod gets after steering:
+    ``ok``/``warn`` when some group fits (the best one's verdict), ``skip``
+    when none fits but some publish no driver (never a refusal for what
+    cannot be known), ``fail`` only when every group fails. A pool with no
+    node yet (declared, scaled from zero) is judged by its declared driver, if any.
     """
     if not image.has_cuda:
         none = Verdict("skip", "no-cuda", "The image declares no CUDA, so the driver check does not apply.",
                        policy=policy)
         return PoolFit(image, pool.id, "skip", none, (), policy)
     if pool.vendor != "nvidia":
-        # CUDA runs on NVIDIA GPUs only; the rules (and any admin cuda_check) speak of NVIDIA drivers
-        vendor = "AMD" if pool.vendor == "amd" else "non-NVIDIA"
-        what = f"{vendor} GPUs ({pool.product})" if pool.product else f"{vendor} GPUs"
-        v = Verdict(
-            "fail" if vendor == "AMD" else "skip",
-            "gpu-vendor",
-            f"The image is built {f'with CUDA {image.cuda_text}' if image.cuda_text else 'for CUDA'}, "
-            f"which runs on NVIDIA GPUs only; this pool has {what}.",
-            "Use an image built for this pool's GPUs (e.g. ROCm for AMD), or choose an NVIDIA pool.",
-            image_cuda=image.cuda_text,
-            policy=policy,
-        )
-        return PoolFit(image, pool.id, v.level, v, (), policy)
-    fits: list[NodeFit] = []
-    for n in pool.node_views:
-        labels = dict(n.labels)
-        v = safe_verdict(check, image, node_cuda(n.name, n.driver_version, n.cuda_version,
-                                                n.compute_capability, pool.product), policy)
-        fits.append(NodeFit(n.name, labels.get(HOSTNAME_LABEL, n.name), v))
+        return _vendor_fit(image, pool, policy)
+    judge = memo.verdict if memo is not None else safe_verdict
+    fits = [GroupFit(g, judge(check, image, group_cuda(g, pool.product), policy)) for g in pool.driver_groups]
     if not fits:
-        if pool.driver_version or pool.cuda_version:
-            v = safe_verdict(check, image, node_cuda(None, pool.driver_version, pool.cuda_version, None,
-                                                    pool.product), policy)
-            fits.append(NodeFit(None, None, v))
-        else:
+        if not (pool.driver_version or pool.cuda_version):
             v = Verdict("skip", "no-nodes", "The pool has no nodes whose driver is known.", policy=policy)
             return PoolFit(image, pool.id, "skip", v, (), policy)
-    shown = min(fits, key=lambda f: (_ORDER[f.verdict.level], f.name or "")).verdict
+        declared = node_cuda(None, pool.driver_version, pool.cuda_version, None, pool.product)
+        fits.append(GroupFit(None, judge(check, image, declared, policy)))
+    shown = min(fits, key=lambda f: _ORDER[f.verdict.level]).verdict
     return PoolFit(image, pool.id, shown.level, shown, tuple(fits), policy)
 
 
-def steering_expression(fit: PoolFit | None) -> dict[str, Any] | None:
-    """The matchExpression that keeps the pod off the failing nodes (see
-    the module docstring for why hostname ``NotIn``), or None."""
-    names = fit.exclude_hostnames if fit is not None else ()
-    if not names:
-        return None
-    return {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(names)}
+# --------------------------------------------------------------------------
+# Keeping the pod off the groups that do not fit
+# --------------------------------------------------------------------------
+
+
+def steering_expressions(fit: PoolFit | None, pool: PoolView) -> list[dict[str, Any]]:
+    """The matchExpressions that keep the pod off ``pool``'s nodes whose
+    driver ``fit`` excludes (see the module docstring), ANDed with the pool's own.
+
+    A failing group is excluded by a driver label value that no group the
+    image may run on carries (``nvidia.com/cuda.driver-version.full``, else
+    the deprecated ``nvidia.com/cuda.driver.major``): one value per driver,
+    however many nodes run it. Only a group that carries neither label (or
+    whose values a fitting group shares) is excluded by its nodes' hostnames.
+    """
+    bad = fit.excluded if fit is not None else ()
+    if not bad:
+        return []
+    bad_keys = {g.group.key for g in bad}
+    kept = [g.group for g in fit.groups if g.group is not None and g.group.key not in bad_keys]
+    taken = {kv for g in kept for kv in g.labels}
+    values: dict[str, set[str]] = {key: set() for key in DRIVER_LABELS}
+    by_name: list[tuple] = []
+    for g in bad:
+        usable = [kv for kv in g.group.labels if kv not in taken]  # in DRIVER_LABELS order: the full version first
+        if usable:
+            values[usable[0][0]].add(usable[0][1])
+        else:
+            by_name.append(g.group.key)
+    out = [{"key": key, "operator": "NotIn", "values": sorted(v, key=_version_order)}
+           for key, v in values.items() if v]
+    if by_name:
+        names = sorted({dict(n.labels).get(HOSTNAME_LABEL, n.name) for n in pool.node_views
+                        if driver_key(n) in by_name})
+        if names:
+            out.append({"key": HOSTNAME_LABEL, "operator": "NotIn", "values": names})
+    return out
+
+
+def _version_order(value: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in value.split("."))

@@ -35,7 +35,7 @@ from typing import Any
 
 from gpuspawner.capacity.dra import ATTR_CUDA, ATTR_DRIVER, ATTR_PRODUCT, ATTR_PROFILE, ATTR_TYPE, semver_text
 from gpuspawner.capacity.labels import version_key
-from gpuspawner.capacity.model import NodeView, PoolView
+from gpuspawner.capacity.model import DriverGroup, NodeView, PoolView
 from gpuspawner.kube.times import parse_time
 from gpuspawner.spawn.cudafit import PoolFit
 
@@ -96,8 +96,8 @@ def _floor(attr: str, driver: str, version: str) -> str:
     return f"{guard} || {ref}.compareTo(semver({cel_string(version)})) >= 0"
 
 
-def _values(nodes: Iterable[NodeView], field: str) -> list[str] | None:
-    """The field of every node, or None when one of them does not know it."""
+def _values(nodes: Iterable[NodeView | DriverGroup], field: str) -> list[str] | None:
+    """The field of every node (or driver group of nodes), or None when one of them does not know it."""
     out = []
     for n in nodes:
         value = getattr(n, field)
@@ -110,7 +110,7 @@ def _values(nodes: Iterable[NodeView], field: str) -> list[str] | None:
 def cuda_selector(pool: PoolView, fit: PoolFit | None) -> str | None:
     """A CEL selector that admits the devices whose driver fits the image and no failing one.
 
-    From the pool's nodes and the CUDA check's verdict on each (``fit``): a floor on
+    From the CUDA check's verdict on each driver group of the pool's nodes (``fit``): a floor on
     ``cudaDriverVersion`` (the newest CUDA the driver supports, the value the rules compare)
     at the lowest fitting node's, when every failing node is below it; else a floor on
     ``driverVersion``; else the failing drivers are excluded one by one.  With no failing node
@@ -121,9 +121,9 @@ def cuda_selector(pool: PoolView, fit: PoolFit | None) -> str | None:
     if fit is None or not fit.checked or fit.refused or pool.dra is None:
         return None
     driver = pool.dra.driver
-    verdicts = {n.name: n.verdict.level for n in fit.nodes if n.name}
-    good = [n for n in pool.node_views if verdicts.get(n.name) in ("ok", "warn")]
-    bad = [n for n in pool.node_views if verdicts.get(n.name) == "fail"]
+    # one verdict per driver group of the pool's nodes (cudafit.pool_fit); a group's versions are its nodes'
+    good = [g.group for g in fit.groups if g.group is not None and g.verdict.level in ("ok", "warn")]
+    bad = [g.group for g in fit.groups if g.group is not None and g.verdict.level == "fail"]
     for attr, field in ((ATTR_CUDA, "cuda_version"), (ATTR_DRIVER, "driver_version")):
         good_v, bad_v = _values(good, field), _values(bad, field)
         if not good_v or bad_v is None:

@@ -15,7 +15,9 @@ Kubernetes rules this follows:
 * ``requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`` are
   ORed and the ``matchExpressions`` inside one term are ANDed (kubernetes.io,
   "Assigning Pods to Nodes", node affinity). To add "and stay in this pool" to
-  an admin's own terms, the pool's expressions are appended to *every* term.
+  an admin's own terms, the pool's expressions are appended to *every* term
+  (one term per admin term and per way the pool's nodes are labelled,
+  :func:`pool_match_terms`).
 * A taint is tolerated by a toleration with the same key and effect and either
   ``operator: Equal`` and the same value, or ``operator: Exists`` (kubernetes.io,
   "Taints and Tolerations"). A toleration with an empty key and ``Exists``
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.capacity.model import PoolView, Taint
+from gpuspawner.capacity.model import Pin, PoolView, Taint
 from gpuspawner.spawn.taints import taint_key_allowed, toleration_for
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -59,22 +61,35 @@ class PodOverrides:
         }
 
 
-def pool_match_expressions(pool: PoolView) -> list[dict[str, Any]]:
-    """matchExpressions that hold on every node of the pool and no other.
+def pool_match_terms(pool: PoolView) -> list[list[dict[str, Any]]]:
+    """The alternatives (ORed) of matchExpressions that together hold on every node of
+    the pool and on no other node with its GPU resource.
 
-    The capacity layer gives the labels that define a pool (node group label,
-    GFD product label). A pool without any (nodes with neither) is pinned by
-    hostname to the nodes it has now; a pool with neither labels nor nodes
-    cannot be pinned and raises :class:`PoolNotPinnable`.
+    The capacity layer gives each way the pool's nodes are pinned by labels
+    (``PoolView.pins``): the labels they carry as ``In`` (node group, GFD
+    product) and those they do not as ``DoesNotExist`` (the node-group labels
+    that would have put them in another group, the product label of a pool
+    whose nodes publish none), which also hold on nodes that join later. So a
+    cluster without GPU Feature Discovery or node groups (every GPU node in one
+    pool) is pinned by a few label expressions, not by a list of its node
+    names; a pool has more than one alternative only when its nodes are
+    labelled differently. A view without pins is pinned by its
+    ``defining_labels``, else by hostname to the nodes it has now; a pool with
+    neither labels nor nodes cannot be pinned and raises :class:`PoolNotPinnable`.
+    A node with a group label set to "" counts as without it for grouping but
+    not for ``DoesNotExist``: such a node is left out (a pod is never placed
+    outside its pool).
     """
-    if pool.defining_labels:
+    pins = pool.pins or ((Pin(pool.defining_labels),) if pool.defining_labels else ())
+    if pins:
         return [
-            {"key": key, "operator": "In", "values": [value]}
-            for key, value in sorted(pool.defining_labels)
+            [{"key": key, "operator": "In", "values": [value]} for key, value in sorted(pin.present)]
+            + [{"key": key, "operator": "DoesNotExist"} for key in sorted(pin.absent)]
+            for pin in pins
         ]
     names = sorted({n.name for n in pool.node_views})
     if names:
-        return [{"key": HOSTNAME_LABEL, "operator": "In", "values": names}]
+        return [[{"key": HOSTNAME_LABEL, "operator": "In", "values": names}]]
     raise PoolNotPinnable(
         f"GPU pool {pool.id} has no node labels that define it and no known nodes, "
         "so a server cannot be kept inside it"
@@ -82,23 +97,23 @@ def pool_match_expressions(pool: PoolView) -> list[dict[str, Any]]:
 
 
 def pool_pinnable(pool: PoolView) -> bool:
-    return bool(pool.defining_labels or pool.node_views)
+    return pool.pinnable
 
 
 def _merge_affinity(
-    existing: Sequence[dict[str, Any]], expressions: list[dict[str, Any]]
+    existing: Sequence[dict[str, Any]], alternatives: list[list[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    if not existing:
-        return [{"matchExpressions": [dict(e) for e in expressions]}]
+    """Each of the admin's terms ANDed with each alternative (terms are ORed, the
+    expressions in a term ANDed): one term per pair."""
     merged = []
-    for term in existing:
+    for term in existing or [{}]:
         term = dict(term)
         # KubeSpawner passes terms through get_k8s_model, which accepts both
         # the camelCase wire names and the snake_case model names
         key = "match_expressions" if "match_expressions" in term else "matchExpressions"
         own = [dict(e) for e in term.get(key) or []]
-        term[key] = own + [dict(e) for e in expressions if e not in own]
-        merged.append(term)
+        for expressions in alternatives:
+            merged.append({**term, key: own + [dict(e) for e in expressions if e not in own]})
     return merged
 
 
@@ -148,9 +163,9 @@ def build_overrides(
     """Overrides for ``gpus`` GPUs of ``pool``, on top of the current values.
 
     ``extra_expressions`` are ANDed with the pool's own in every term: the
-    CUDA check's ``kubernetes.io/hostname NotIn [...]`` that keeps the pod off
+    CUDA check's driver-label ``NotIn`` expressions that keep the pod off
     the pool's nodes whose driver does not fit the image
-    (:func:`gpuspawner.spawn.cudafit.steering_expression`).
+    (:func:`gpuspawner.spawn.cudafit.steering_expressions`).
 
     ``is_gpu_resource`` (optional) names the other GPU resources: an admin's
     static limit on one (say ``nvidia.com/gpu: 1`` in a shared
@@ -175,9 +190,8 @@ def build_overrides(
         new_guarantees[pool.resource] = str(gpus)
     # a DRA pool's GPUs come through a ResourceClaim (gpuspawner.spawn.dra), not an extended resource
 
-    affinity = _merge_affinity(
-        affinity_required, pool_match_expressions(pool) + [dict(e) for e in extra_expressions]
-    )
+    extra = [dict(e) for e in extra_expressions]
+    affinity = _merge_affinity(affinity_required, [terms + extra for terms in pool_match_terms(pool)])
 
     return PodOverrides(
         extra_resource_limits=new_limits,

@@ -22,11 +22,18 @@ kube-scheduler's NodeResourcesFit filter checks a pod against a single node),
 so the limit is the pool's ``max_free_per_node``; if the admin declared the
 pool as scalable and it has fewer nodes than ``max_nodes``, a new node brings
 ``gpus_per_node`` more, so the limit is the larger of the two (the spawn then
-waits for the cluster autoscaler). The profile's ``max_gpus`` caps both.
+waits for the cluster autoscaler). The profile's ``max_gpus`` caps both, and
+so does the hub's ``count_limit`` (``c.GPUSpawner.gpu_max_per_server``),
+whatever a node reports: the count choices are listed one by one, so a node
+claiming 400,000 GPUs must not become 400,000 choices.
 When an image's CUDA keeps the pod off some nodes of a pool
-(:func:`gpuspawner.spawn.cudafit.steering_expression`), :meth:`PoolOffer.for_image`
-counts over the other nodes only; validation uses the chosen image, the
+(:func:`gpuspawner.spawn.cudafit.steering_expressions`), :meth:`PoolOffer.for_image`
+counts over the other driver groups only; validation uses the chosen image, the
 profile entry (the form's choices) the default one.
+
+Nothing here looks at a pool's nodes one by one: counts come from the pool's
+sums and its driver groups (``PoolView.driver_groups``), so building the
+offers costs the same whatever the size of the cluster.
 """
 
 from __future__ import annotations
@@ -37,9 +44,9 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
-from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView
+from gpuspawner.capacity.model import CapacitySnapshot, PoolView
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.spawn.cudafit import PoolFit, ProfileImages, profile_images
+from gpuspawner.spawn.cudafit import GroupFit, PoolFit, ProfileImages, profile_images
 
 GPU_POOL_OPTION = "gpu_pool"
 GPU_COUNT_OPTION = "gpus"
@@ -279,7 +286,7 @@ class PoolOffer:
     checked: bool = True  # False: admitted without a free-count check
     # image key (see cudacheck.ProfileImages) -> how that image fits this pool's drivers
     cuda: Mapping[str, PoolFit] = field(default_factory=dict)
-    cap: int | None = None  # the profile's max_gpus, kept so the offer can be recounted for an image
+    cap: int | None = None  # the most one server may ask for (profile and hub), kept for recounting
     # set by for_image when the image's CUDA steers the pod off some nodes: the
     # free GPUs on the nodes it may still land on (``max_gpus``/``now`` count those only)
     cuda_free: int | None = None
@@ -292,36 +299,35 @@ class PoolOffer:
         """Whether the counts are those of the nodes one image's driver fits."""
         return self.cuda_free is not None
 
-    def excluded_nodes(self, image_key: str | None) -> frozenset[str]:
-        """Names of the nodes the pod of ``image_key`` is kept off
-        (cudacheck.steering_expression): the failing nodes, unless all fail
+    def excluded(self, image_key: str | None) -> tuple[GroupFit, ...]:
+        """The driver groups the pod of ``image_key`` is kept off
+        (cudafit.steering_expressions): the failing ones, unless all fail
         (then the spawn is refused, nothing is steered)."""
         fit = self.fit(image_key)
-        if fit is None or fit.refused:
-            return frozenset()
-        return frozenset(n.name for n in fit.failing if n.name)
+        return fit.excluded if fit is not None else ()
 
     @property
     def steered(self) -> bool:
         """Whether some image of the profile keeps its pod off some nodes of this pool."""
-        return any(self.excluded_nodes(k) for k in self.cuda)
+        return any(f.excluded for f in self.cuda.values())
 
     def for_image(self, image_key: str | None) -> PoolOffer:
         """This offer for the pod of ``image_key``: when the CUDA check keeps
-        it off some nodes, what is free and the most one server can get now
-        are counted over the other nodes only (a pod's GPUs come from one
-        node, and the required node affinity ``kubernetes.io/hostname NotIn``
-        makes the scheduler's NodeAffinity filter drop the failing ones). A
-        new node from a scale-up is not excluded, so it still counts. Offers
-        without a free count (capacity unknown) and pools with no failing
-        node are returned as they are."""
-        bad = self.excluded_nodes(image_key)
+        it off some driver groups, what is free and the most one server can
+        get now are counted over the other groups only (a pod's GPUs come from
+        one node, and the required node affinity of
+        ``cudafit.steering_expressions`` makes the scheduler's NodeAffinity
+        filter drop the failing nodes). A new node from a scale-up is not
+        excluded, so it still counts. Offers without a free count (capacity
+        unknown) and pools with no failing node are returned as they are."""
+        bad = self.excluded(image_key)
         if not self.checked or self.narrowed or not bad:
             return self
-        nodes = [n for n in self.pool.node_views if n.name not in bad]
-        pinnable = bool(self.pool.defining_labels or self.pool.node_views)
-        counted = _offer_checked(self.pool, self.display_name, self.cap, pinnable, nodes)
-        return replace(counted, cuda=self.cuda, cuda_free=sum(max(n.free, 0) for n in nodes))
+        keys = {f.group.key for f in bad if f.group is not None}
+        kept = [g for g in self.pool.driver_groups if g.key not in keys]
+        fitting_now = max((g.max_free_per_node for g in kept), default=0)
+        counted = _offer_checked(self.pool, self.display_name, self.cap, self.pool.pinnable, fitting_now)
+        return replace(counted, cuda=self.cuda, cuda_free=sum(g.free for g in kept))
 
     @property
     def available(self) -> bool:
@@ -336,6 +342,13 @@ class ProfileOffer:
     spec: GPUProfileSpec
     pools: tuple[PoolOffer, ...]  # visible pools of this profile, in order
     problem: str | None = None  # capacity unknown (see capacity_problem)
+    count_limit: int | None = None  # the hub's bound on GPUs per server (gpu_max_per_server)
+
+    @property
+    def cap(self) -> int | None:
+        """The most GPUs one server of this profile may ask for, whatever is free: the
+        profile's ``max_gpus`` and the hub's ``count_limit``, the lower (None: no bound)."""
+        return _lowest_cap(self.spec.max_gpus, self.count_limit)
 
     def pool(self, pool_id: str) -> PoolOffer | None:
         return next((p for p in self.pools if p.pool.id == pool_id), None)
@@ -389,12 +402,17 @@ def _scale_up_gpus(pool: PoolView) -> int:
     return su.gpus_per_node
 
 
+def _lowest_cap(*caps: int | None) -> int | None:
+    given = [c for c in caps if c is not None]
+    return min(given) if given else None
+
+
 def _offer_checked(
-    pool: PoolView, name: str, cap: int | None, pinnable: bool, nodes: Sequence[NodeView] | None = None
+    pool: PoolView, name: str, cap: int | None, pinnable: bool, fitting_now: int | None = None
 ) -> PoolOffer:
-    """What the pool gives one server; ``nodes``: count only these nodes
-    (the ones an image's CUDA lets the pod land on), else all of the pool."""
-    now = pool.max_free_per_node if nodes is None else max((n.free for n in nodes), default=0)
+    """What the pool gives one server; ``fitting_now``: the most free on one
+    node an image's CUDA lets the pod land on, else the pool's own maximum."""
+    now = pool.max_free_per_node if fitting_now is None else fitting_now
     later = _scale_up_gpus(pool)
     limit = max(now, later)
     if cap is not None:
@@ -403,7 +421,7 @@ def _offer_checked(
     if not pinnable:
         limit = now = 0
         reason = "its nodes carry no labels a server could be kept inside the pool with"
-    elif limit <= 0 and nodes is not None:
+    elif limit <= 0 and fitting_now is not None:
         reason = "no GPU is free on the nodes whose driver fits this image"
         if pool.scale_up is not None:
             reason += f" and the pool is at its maximum of {pool.scale_up.max_nodes} nodes"
@@ -429,9 +447,7 @@ def _offer_unchecked(pool: PoolView, name: str, cap: int | None, pinnable: bool)
     """Capacity unknown and the admin admits spawns anyway: the size of the
     pool's biggest node (or of a new node) bounds the count, not what is free."""
     per_node = pool.total // pool.nodes if pool.nodes > 0 else 0
-    biggest = max(
-        [n.allocatable for n in pool.node_views] + [_scale_up_gpus(pool), per_node, pool.max_free_per_node]
-    )
+    biggest = max(pool.max_allocatable, _scale_up_gpus(pool), per_node, pool.max_free_per_node)
     if biggest <= 0:
         limit = cap or 1
     else:
@@ -448,6 +464,7 @@ def build_offers(
     *,
     admit_without_capacity: bool = False,
     fit: Callable[[ImageCuda, PoolView], PoolFit] | None = None,
+    count_limit: int | None = None,
 ) -> dict[str, ProfileOffer]:
     """One :class:`ProfileOffer` per GPU profile slug, in the specs' order.
 
@@ -455,8 +472,12 @@ def build_offers(
     pool unless ``admit_without_capacity``; then it offers the pools the last
     snapshot still lists, without a free-count check. ``fit`` (the spawner's
     CUDA check, see :func:`gpuspawner.spawn.cudafit.pool_fit`) judges each image
-    of a profile that declares CUDA on each of its pools.
+    of a profile that declares CUDA on each of its pools. ``count_limit``
+    bounds the GPUs one server may ask for (with each profile's ``max_gpus``).
     """
+    if count_limit is not None and (isinstance(count_limit, bool) or not isinstance(count_limit, int)
+                                    or count_limit < 1):
+        raise ValueError(f"count_limit must be a positive integer or None, not {count_limit!r}")
     problem = capacity_problem(snapshot)
     visible = present_pools(snapshot.pools if snapshot else (), rules)
     offers: dict[str, ProfileOffer] = {}
@@ -464,16 +485,16 @@ def build_offers(
         pools: list[PoolOffer] = []
         if problem is None or admit_without_capacity:
             make = _offer_checked if problem is None else _offer_unchecked
+            cap = _lowest_cap(spec.max_gpus, count_limit)
             for pool, name in visible:
                 if spec.admits(pool.id):
-                    pinnable = bool(pool.defining_labels or pool.node_views)
-                    offer = make(pool, name, spec.max_gpus, pinnable)
+                    offer = make(pool, name, cap, pool.pinnable)
                     if fit is not None and spec.images.declared:
                         offer = replace(
                             offer, cuda={k: fit(img, pool) for k, img in spec.images.images.items()}
                         )
                     pools.append(offer)
-        offers[spec.slug] = ProfileOffer(spec=spec, pools=tuple(pools), problem=problem)
+        offers[spec.slug] = ProfileOffer(spec=spec, pools=tuple(pools), problem=problem, count_limit=count_limit)
     return offers
 
 

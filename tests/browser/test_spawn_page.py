@@ -337,11 +337,13 @@ def render_live(gpu_offers) -> str:
 
 
 def offer(*pools, max_gpus=None, problem=None):
-    return NS(spec=NS(max_gpus=max_gpus), pools=pools, problem=problem)
+    # cap: the profile's max_gpus and the hub's gpu_max_per_server, the lower (ProfileOffer.cap)
+    return NS(spec=NS(max_gpus=max_gpus), cap=max_gpus, pools=pools, problem=problem)
 
 
 def pool(pool_id, checked=True, labels=(("cloud.google.com/gke-nodepool", "g"),), node_views=()):
-    return NS(checked=checked, pool=NS(id=pool_id, defining_labels=labels, node_views=node_views))
+    return NS(checked=checked, pool=NS(id=pool_id, defining_labels=labels, node_views=node_views,
+                                       pinnable=bool(labels or node_views)))
 
 
 @pytest.mark.parametrize(

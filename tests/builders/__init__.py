@@ -32,10 +32,11 @@ from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
-from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
+from gpuspawner.capacity.model import DRIVER_LABELS, CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
 
 GKE = "cloud.google.com/gke-nodepool"
 HOSTNAME = "kubernetes.io/hostname"
+DRIVER_FULL, DRIVER_MAJOR = DRIVER_LABELS  # GFD: nvidia.com/cuda.driver-version.full, nvidia.com/cuda.driver.major
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
 
 GFD_A100 = {
@@ -207,10 +208,17 @@ def node_view(
     cc: str | None = None,
     *,
     hostname: str | None = None,
+    gfd: str | None = None,
 ) -> NodeView:
-    """One node of a pool; ``free`` defaults to all of it, ``hostname`` adds its hostname label."""
-    labels = ((HOSTNAME, hostname),) if hostname else ()
-    return NodeView(name, allocatable, allocatable if free is None else free, driver, cuda, cc, labels)
+    """One node of a pool; ``free`` defaults to all of it, ``hostname`` adds its hostname label,
+    ``gfd`` the GPU Feature Discovery driver labels of ``driver``: ``"full"`` both the full version
+    and the deprecated major, ``"old"`` the deprecated major only (GFD before v0.15.0)."""
+    labels: list[tuple[str, str]] = [(HOSTNAME, hostname)] if hostname else []
+    if driver and gfd in ("full", "old"):
+        if gfd == "full":
+            labels.append((DRIVER_FULL, driver))
+        labels.append((DRIVER_MAJOR, driver.split(".")[0]))
+    return NodeView(name, allocatable, allocatable if free is None else free, driver, cuda, cc, tuple(labels))
 
 
 def group_nodes(group: str, count: int, gpus: int, driver: str | None = None, cuda: str | None = None,

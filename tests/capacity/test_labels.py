@@ -194,3 +194,37 @@ def test_admin_added_resource_makes_a_gpu_node():
 def test_node_state(kwargs, ready, schedulable):
     rec = node_record(node("n", {"nvidia.com/gpu": "1"}, **kwargs), CFG)
     assert (rec.ready, rec.schedulable, rec.contributes) == (ready, schedulable, ready and schedulable)
+
+
+def test_nodes_of_one_pool_share_their_gpu_entries_and_taints():
+    taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    a, b = (node_record(node(n, {"nvidia.com/gpu": "8"}, GFD_A100, taints=taint), CFG) for n in ("n1", "n2"))
+    assert a.gpus is b.gpus and a.gpus[0] is b.gpus[0]  # one object for thousands of equal entries
+    assert a.taints is b.taints and a.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+    other = node_record(node("n3", {"nvidia.com/gpu": "4"}, GFD_A100), CFG)
+    assert other.gpus[0].allocatable == 4 and other.taints == ()
+
+
+@pytest.mark.parametrize(
+    "labels, resource, defining, absent",
+    [
+        ({"cloud.google.com/gke-nodepool": "a100", "nvidia.com/gpu.product": "A100"}, "nvidia.com/gpu",
+         (("cloud.google.com/gke-nodepool", "a100"), ("nvidia.com/gpu.product", "A100")), ()),
+        # EKS: grouped by its own label because GKE's is not set
+        ({"eks.amazonaws.com/nodegroup": "g", "nvidia.com/gpu.product": "A100"}, "nvidia.com/gpu",
+         (("eks.amazonaws.com/nodegroup", "g"), ("nvidia.com/gpu.product", "A100")),
+         ("cloud.google.com/gke-nodepool",)),
+        # device plugin only: no group label, no product label
+        ({}, "nvidia.com/gpu", (), tuple(CFG.node_group_labels) + ("nvidia.com/gpu.product",)),
+        # MIG mixed, product derived from the GPU's label: that label pins, the per-profile one is absent
+        ({"nvidia.com/gpu.product": "A100"}, "nvidia.com/mig-1g.10gb", (("nvidia.com/gpu.product", "A100"),),
+         tuple(CFG.node_group_labels) + ("nvidia.com/mig-1g.10gb.product",)),
+        ({"amd.com/gpu.product-name": "MI300X"}, "amd.com/gpu", (("amd.com/gpu.product-name", "MI300X"),),
+         tuple(CFG.node_group_labels)),
+    ],
+    ids=["gke", "eks", "no-labels", "mig-derived-product", "amd"],
+)
+def test_a_node_records_the_labels_that_pin_its_pool(labels, resource, defining, absent):
+    (gpu,) = node_record(node("n", {resource: "4"}, labels), CFG).gpus
+    assert gpu.defining_labels == defining
+    assert gpu.absent_labels == absent

@@ -5,7 +5,7 @@ import pytest
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.ledger import Ledger
-from gpuspawner.capacity.model import ScaleUp, Taint, pool_id
+from gpuspawner.capacity.model import DriverGroup, ScaleUp, Taint, driver_groups, pool_id
 from gpuspawner.capacity.podres import pod_record
 
 from tests.builders import DECLARED_H100 as H100
@@ -139,6 +139,19 @@ def test_reservation_counts_at_once_on_the_node_with_most_free():
     assert summary(led) == (2, 16, 6, 4)
 
 
+def test_reservation_goes_to_the_first_node_by_name_among_the_freest_contributing_ones():
+    led = Ledger()
+    for name, kw in (("n4", {}), ("n2", {}), ("n3", {"unschedulable": True}), ("n1", {"ready": False})):
+        led.upsert_node(a100(name, **kw))  # n1 and n3 do not contribute
+    led.upsert_pod(gpod("x", 1, "n4"))
+    assert led.reserve("jhub/a", A100, 1, expires_at=100.0).node == "n2"
+    assert led.reserve("jhub/b", A100, 1, expires_at=100.0).node == "n2"  # 7 free on n2 and n4: the first by name
+    assert led.reserve("jhub/c", A100, 1, expires_at=100.0).node == "n4"  # 6 on n2, 7 on n4
+    led.upsert_node(a100("n4", unschedulable=True))  # cordoned: its reservation's GPUs are no longer offered
+    assert led.reserve("jhub/d", A100, 1, expires_at=100.0).node == "n2"
+    assert led.reserve("jhub/none", "nowhere:x:nvidia.com/gpu", 1, expires_at=100.0).node is None
+
+
 @pytest.mark.parametrize("how", ["release", "expire", "pod-deleted"])
 def test_reservation_is_released(how):
     led = Ledger()
@@ -253,3 +266,52 @@ def test_incremental_equals_full_recount_under_random_events():
         ], step
         drivers = sorted((v["driver"] for v in contributing.values()), key=lambda d: tuple(map(int, d.split("."))))
         assert view.driver_version == (drivers[0] if drivers else None), step
+        # the driver groups kept incrementally are those counted from the nodes
+        assert view.driver_groups == driver_groups(view.node_views), step
+        assert sum(g.nodes for g in view.driver_groups) == view.nodes, step
+
+
+# ---------------------------------------------------------------------------
+# driver groups
+
+
+def group_summary(ledger, pid=A100):
+    return [(g.driver_version, g.nodes, g.total, g.free, g.max_free_per_node) for g in ledger.pools_by_id()[pid].driver_groups]
+
+
+def test_nodes_are_summed_per_driver_group():
+    led = Ledger()
+    led.upsert_node(a100("n1", driver="535.183.01", cuda="12.2"))
+    led.upsert_node(a100("n2", driver="570.172.08"))
+    led.upsert_node(a100("n3", driver="570.172.08", gpus=4))
+    led.upsert_pod(gpod("a", 3, "n2"))
+    assert group_summary(led) == [("535.183.01", 1, 8, 8, 8), ("570.172.08", 2, 12, 9, 5)]
+    (old, new) = led.pools_by_id()[A100].driver_groups
+    assert new.labels == (("nvidia.com/cuda.driver-version.full", "570.172.08"),)
+    assert (new.compute_capability, new.max_allocatable) == ("8.0", 8)
+
+
+def test_a_driver_label_change_moves_the_node_to_another_group():
+    led = Ledger()
+    led.upsert_node(a100("n1", driver="535.183.01", cuda="12.2"))
+    led.upsert_node(a100("n2", driver="535.183.01", cuda="12.2"))
+    before = led.pools_by_id()[A100].driver_groups
+    led.upsert_pod(gpod("a", 1, "n1"))  # counts change, the groups' keys do not
+    assert [g.key for g in led.pools_by_id()[A100].driver_groups] == [g.key for g in before]
+    led.upsert_node(a100("n2", driver="570.172.08"))  # GFD relabels n2 after a driver upgrade
+    assert group_summary(led) == [("535.183.01", 1, 8, 7, 7), ("570.172.08", 1, 8, 8, 8)]
+    led.upsert_node(a100("n1", driver="570.172.08", unschedulable=True))  # upgraded, still cordoned
+    assert group_summary(led) == [("570.172.08", 1, 8, 8, 8)]
+    led.remove_node("n2")
+    assert led.pools_by_id()[A100].driver_groups == ()
+
+
+def test_hand_made_pool_views_count_their_groups_from_their_nodes():
+    import dataclasses
+
+    led = Ledger()
+    led.upsert_node(a100("n1"))
+    view = led.pools_by_id()[A100]
+    assert view.driver_groups == (DriverGroup("570.172.08", "12.8", "8.0",
+                                              (("nvidia.com/cuda.driver-version.full", "570.172.08"),), 1, 8, 8, 8, 8),)
+    assert dataclasses.replace(view, node_views=()).driver_groups == ()

@@ -4,7 +4,8 @@ The simulated cluster (API server over HTTP on loopback, scheduler, kubelet)
 runs in the test's event loop; GPUSpawner reaches it through a kubeconfig
 and ``k8s_api_host``, as it reaches a real one. Three paths:
 
-* a pool mid driver upgrade: the pod is steered to the node whose driver fits;
+* a pool mid driver upgrade: the pod is steered (by the failing driver's label)
+  to the node whose driver fits;
 * a pool whose every node is too old: the hub refuses the spawn (400) with
   the reason and the fix, and no pod is created;
 * the opt-in probe: its init container really runs ``gpuspawner probe`` here,
@@ -164,14 +165,15 @@ async def test_pool_mid_upgrade_steers_the_pod_to_the_fitting_node(cluster):
     spawner.user_options = {"profile": "gpu", "gpu_pool": MIXED, "gpus": 2}
     # both nodes have 2 free GPUs; only mixed-new's driver runs CUDA 12.4
     form = await spawner.get_options_form()
-    assert "1 of 2 nodes of this pool do not fit (mixed-old)" in form
+    assert "1 of 2 nodes of this pool do not fit (driver 470.82.01)" in form
     try:
         url = await asyncio.wait_for(spawner.start(), WAIT)
         assert url.startswith("http://127.")
         (pod,) = user_pods(cluster)
         assert pod["spec"]["nodeName"] == "mixed-new"
         terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        assert {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["mixed-old"]} in (
+        # steered by the failing driver's GFD label, not by node names
+        assert {"key": "nvidia.com/cuda.driver-version.full", "operator": "NotIn", "values": ["470.82.01"]} in (
             terms["nodeSelectorTerms"][0]["matchExpressions"])
     finally:
         await spawner.stop(now=True)

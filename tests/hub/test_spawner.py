@@ -369,7 +369,7 @@ async def test_admin_check_replaces_the_rules(no_kube_client, driver_cache):
     from gpuspawner.cuda import Verdict
 
     def site_check(image, node, policy):
-        return Verdict("fail" if node.name == "mvc-1" else "ok", "site", "Our cluster rule.", "Ask #gpu-help.")
+        return Verdict("fail" if node.driver == "535.183.01" else "ok", "site", "Our cluster rule.", "Ask #gpu-help.")
 
     s = cuda_spawner(cuda_check=site_check)
     s.user_options = {"profile": "gpu", "gpu_pool": MVC_POOL.id}
@@ -437,11 +437,13 @@ async def test_form_shows_fit_per_pool_and_image(no_kube_client, driver_cache):
         }
     old, mvc, new, bare = (cards[p] for p in (OLD_POOL.id, MVC_POOL.id, NEW_POOL.id, UNLABELLED.id))
     assert old["cu124"][0] == "fail" and old["cu124"][1] == "PyTorch (CUDA 12.4)"
-    assert old["cu124"][2].startswith("does not fit: The image is built with CUDA 12.4 but node old-1")
+    assert old["cu124"][2].startswith("does not fit: The image is built with CUDA 12.4 but the node has NVIDIA "
+                                      "driver 470.82.01")
     assert old["cu118"][0] == "warn" and old["cu118"][2].startswith("fits with a caveat:")
     assert mvc["cu124"][0] == "warn"
     assert new["cu124"] == ("ok", "PyTorch (CUDA 12.4)",
-                            "fits (1 of 2 nodes of this pool do not fit (new-2); the server is kept off them)")
+                            "fits (1 of 2 nodes of this pool do not fit (driver 470.82.01); "
+                            "the server is kept off them)")
     assert bare["cu124"] == ("skip", "PyTorch (CUDA 12.4)", "driver unknown")
     assert all("cpu" not in c for c in cards.values())  # an undeclared image shows no line
     assert "<dt>Driver</dt><dd>mixed: 470.82.01, 550.54.15</dd>" in form  # a pool mid upgrade
@@ -471,6 +473,36 @@ def test_cuda_check_import_string(no_kube_client):
     assert make_spawner(cuda_check="gpuspawner.cuda:decide").cuda_check is decide
     assert make_spawner(cuda_check="gpuspawner.cuda.decide").cuda_check is decide
     assert make_spawner().cuda_check is decide and make_spawner().cuda_policy == "minor"
+
+
+# --- the bound on GPUs per server -------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, message", [(0, "from 1 to 1024"), (1025, "from 1 to 1024"), (-3, "from 1 to 1024")])
+def test_gpu_max_per_server_validation(no_kube_client, value, message):
+    with pytest.raises(TraitError, match=message):
+        make_spawner(gpu_max_per_server=value)
+    assert make_spawner().gpu_max_per_server == 16
+
+
+@pytest.mark.parametrize("limit", [None, 8])
+async def test_a_node_claiming_400000_gpus_offers_a_bounded_count(no_kube_client, install_cache, limit):
+    import time
+
+    huge = pool("bogus", "NVIDIA-A100-SXM4-80GB", total=400_000, free=400_000)
+    install_cache(FakeCache(huge))
+    s = make_spawner(**({} if limit is None else {"gpu_max_per_server": limit}))
+    t = time.perf_counter()
+    form = await s.get_options_form()
+    elapsed = time.perf_counter() - t
+    expected = limit or 16
+    counts = re.search(r'id="profile-option-gpu--gpus".*?</select>', form, re.S).group(0)
+    assert re.findall(r'<option value="(\d+)"', counts) == [str(n) for n in range(1, expected + 1)]
+    assert f'data-gs-max="{expected}"' in form and f'"cap": {expected}' in html.unescape(form)
+    assert elapsed < 1.0  # was ~7 s and 24 MB per view with one choice per GPU
+    s.user_options = {"profile": "gpu", "gpu_pool": huge.id, "gpus": str(expected + 1)}
+    with pytest.raises(web.HTTPError, match=f"choose between 1 and {expected} GPUs"):
+        await s.load_user_options()
 
 
 # ============================================================================================

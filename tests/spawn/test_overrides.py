@@ -163,3 +163,77 @@ def test_pool_tolerations_are_the_admins_then_one_per_allowed_taint():
     o = build_overrides(pool(taints=(SITE, GKE_TAINT, AKS_TAINT, CORDON)), 1, allowed_taint_keys=DEFAULT_KEYS,
                         tolerations=admin)
     assert o.tolerations == tols
+
+
+# --- pinning a pod to a pool, on nodes as the capacity layer reads them -------------------------
+
+KARPENTER = "karpenter.sh/nodepool"
+EKS = "eks.amazonaws.com/nodegroup"
+# (name, allocatable GPUs, labels): node groups of several providers (one node with two group
+# labels), GFD products or none, MIG with and without its per-profile product label, AMD
+PIN_NODES = [
+    ("gke-a", {"nvidia.com/gpu": "8"}, {GKE: "a100", PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ("gke-b", {"nvidia.com/gpu": "8"}, {GKE: "a100", PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ("gke-h", {"nvidia.com/gpu": "8"}, {GKE: "a100", PRODUCT: "NVIDIA-H100-80GB-HBM3"}),
+    ("both", {"nvidia.com/gpu": "8"}, {GKE: "a100", KARPENTER: "gpu", PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ("karp", {"nvidia.com/gpu": "8"}, {KARPENTER: "a100", PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ("karp-noprod", {"nvidia.com/gpu": "8"}, {KARPENTER: "a100"}),
+    ("eks-a100", {"nvidia.com/gpu": "8"}, {EKS: "a100", PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ("bare-1", {"nvidia.com/gpu": "4"}, {}),  # device plugin only: no GFD, no node group
+    ("bare-2", {"nvidia.com/gpu": "4"}, {}),
+    ("bare-prod", {"nvidia.com/gpu": "4"}, {PRODUCT: "Tesla-T4"}),
+    ("mig-full", {"nvidia.com/mig-1g.10gb": "7"},
+     {PRODUCT: "NVIDIA-A100-SXM4-80GB", "nvidia.com/mig-1g.10gb.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}),
+    ("mig-base", {"nvidia.com/mig-1g.10gb": "7"}, {PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ("mig-h100", {"nvidia.com/mig-1g.10gb": "7"}, {PRODUCT: "NVIDIA-H100-80GB-HBM3"}),
+    ("mig-bare", {"nvidia.com/mig-1g.10gb": "7"}, {}),
+    ("amd", {"amd.com/gpu": "8"}, {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}),
+    ("amd-bare", {"amd.com/gpu": "8"}, {}),
+]
+
+
+def test_a_pool_is_pinned_by_labels_to_its_nodes_and_no_other():
+    """Every pool's expressions hold on each of its nodes and on no other node with its GPU
+    resource (the scheduler's NodeResourcesFit keeps the pod off nodes without it), as the
+    simulated scheduler's NodeAffinity filter (kube-scheduler's rules) evaluates them."""
+    from gpuspawner.capacity.config import CapacityConfig
+    from gpuspawner.capacity.labels import node_record
+    from gpuspawner.capacity.ledger import Ledger
+    from gpuspawner.sim.plugins import node_affinity_matches
+
+    from tests.builders import node
+
+    objs = [node(name, gpus, labels) for name, gpus, labels in PIN_NODES]
+    ledger = Ledger()
+    for obj in objs:
+        ledger.upsert_node(node_record(obj, CapacityConfig()))
+    pools = ledger.pools()
+    assert len(pools) == 10  # a pool id names the group's value, not its label: the four "a100" groups are one
+    for p in pools:
+        o = build_overrides(p, 1, allowed_taint_keys=())
+        assert all(e["key"] != "kubernetes.io/hostname" for t in o.node_affinity_required for e in t["matchExpressions"])
+        pod = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": o.node_affinity_required}}}}}
+        if p.id == "default:nvidia-a100-sxm4-80gb-mig-1g.10gb:nvidia.com/mig-1g.10gb":
+            # its product is read from the MIG label on one node, derived from the GPU's on the other
+            assert len(o.node_affinity_required) == 2
+        members = {v.name for v in p.node_views}
+        landing = {obj["metadata"]["name"] for obj in objs
+                   if p.resource in obj["status"]["allocatable"] and node_affinity_matches(pod, obj)}
+        assert landing == members, (p.id, o.node_affinity_required)
+
+
+def test_an_unlabelled_pool_of_thousands_of_nodes_is_pinned_by_a_few_expressions():
+    from gpuspawner.capacity.config import CapacityConfig
+    from gpuspawner.capacity.labels import node_record
+    from gpuspawner.capacity.ledger import Ledger
+
+    from tests.builders import node
+
+    ledger = Ledger()
+    for i in range(3000):
+        ledger.upsert_node(node_record(node(f"gpu-{i}", {"nvidia.com/gpu": "8"}, {}), CapacityConfig()))
+    (p,) = ledger.pools()
+    (term,) = build_overrides(p, 1, allowed_taint_keys=()).node_affinity_required
+    assert {e["operator"] for e in term["matchExpressions"]} == {"DoesNotExist"}
+    assert PRODUCT in {e["key"] for e in term["matchExpressions"]} and len(term["matchExpressions"]) <= 8

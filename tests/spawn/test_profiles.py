@@ -18,6 +18,7 @@ from gpuspawner.spawn.profiles import (
     merge_profiles,
     present_pools,
 )
+from gpuspawner.spawn.options import OptionError, validate_user_options
 from tests.builders import STEERED_PROFILE, driver_node, gpu_offers, node_view, pool_view, snapshot, steered_pool
 
 GKE = "cloud.google.com/gke-nodepool"
@@ -259,7 +260,7 @@ def test_preferred_pool_takes_the_best_fitting_pool_with_room():
 # ---------------------------------------------------------------------------
 # counts on the nodes an image may land on (a pool mid driver upgrade)
 #
-# The pod of an image whose CUDA fails some nodes is kept off them (``kubernetes.io/hostname
+# The pod of an image whose CUDA fails some nodes is kept off them (a driver-label or hostname
 # NotIn``), so what is offered counts only the other nodes.
 
 POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
@@ -326,3 +327,46 @@ def test_stock_profile_entry_counts_for_the_default_image():
     line = entry["profile_options"]["gpu_pool"]["choices"][POOL_ID]["display_name"]
     assert "5 of 16 GPUs free (1 on nodes whose driver fits this image), up to 1 per server" in line
     assert "(1 on nodes" not in describe_pool(offer.pools[0])  # the raw offer is not narrowed
+
+
+# --- the bound on GPUs per server, whatever a node reports ------------------------------
+
+HUGE = pool("bogus", "NVIDIA-A100-SXM4-80GB", total=400_000, free=400_000,
+            scale_up=ScaleUp(max_nodes=4, gpus_per_node=400_000, minutes=5))
+
+
+@pytest.mark.parametrize(
+    "max_gpus, count_limit, capacity_known, expected",
+    [
+        (None, 16, True, 16),
+        (4, 16, True, 4),  # a profile's max_gpus can only lower it
+        (64, 16, True, 16),
+        (None, 16, False, 16),  # admitted without a free count: bounded the same
+        (None, None, True, 400_000),  # no bound given: the pure layer leaves it to the caller
+    ],
+    ids=["hub-bound", "profile-lower", "profile-higher", "unchecked", "unbounded"],
+)
+def test_gpu_count_is_bounded_whatever_a_node_reports(max_gpus, count_limit, capacity_known, expected):
+    offers = build_offers([spec(max_gpus=max_gpus)], snap(HUGE, synced=capacity_known),
+                          admit_without_capacity=True, count_limit=count_limit)
+    (offer,) = offers["gpu"].pools
+    assert offer.max_gpus == expected and offer.now <= expected
+    assert offers["gpu"].cap == (None if max_gpus is None and count_limit is None else min(
+        c for c in (max_gpus, count_limit) if c is not None))
+    if count_limit is not None:
+        entry = gpu_profile_entry(offers["gpu"])
+        assert list(entry["profile_options"]["gpus"]["choices"]) == [str(n) for n in range(1, expected + 1)]
+
+
+def test_bounded_count_is_what_validation_admits():
+    offers = build_offers([spec()], snap(HUGE), count_limit=16)
+    profiles, _ = merge_profiles([], offers)
+    assert validate_user_options({"profile": "gpu", "gpus": 16}, profiles, offers).gpus == 16
+    with pytest.raises(OptionError, match="choose between 1 and 16 GPUs"):
+        validate_user_options({"profile": "gpu", "gpus": 17}, profiles, offers)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "16"], ids=repr)
+def test_count_limit_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="count_limit must be a positive integer"):
+        build_offers([spec()], snap(A100), count_limit=bad)

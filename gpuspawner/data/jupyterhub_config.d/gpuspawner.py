@@ -7,7 +7,15 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
 * ``c.JupyterHub.spawner_class = "gpu"`` (the ``jupyterhub.spawners`` entry
   point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
   settings, including ``profile_list``, keep working);
-* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``).
+* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``);
+* a full garbage collection and ``gc.freeze()`` once the imports are done: the
+  ~280,000 objects of JupyterHub, KubeSpawner, kubernetes_asyncio and gpuspawner
+  are moved out of reach of Python's cyclic garbage collector, whose full passes
+  would otherwise walk them all (~180 ms, a stall of the hub's event loop for
+  every user) again and again while the GPU capacity cache reads a big cluster.
+  They are never garbage; nothing else changes. The capacity cache freezes what
+  the hub holds once more after its first sync (``c.GPUSpawner.gpu_capacity_gc_freeze``);
+  docs/capacity.md, "Garbage collection", has the figures.
 
 Site settings go in your own config, e.g.::
 
@@ -21,6 +29,8 @@ services; the endpoint reads the hub's in-process capacity cache, which a
 separate service process could not share.)
 """
 
+import gc as _gc
+
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
@@ -30,3 +40,8 @@ c = globals()["c"]
 
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
+
+# after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
+# collect once, so that no garbage is kept, then freeze what is left (Python docs, gc.freeze)
+_gc.collect()
+_gc.freeze()

@@ -1,0 +1,682 @@
+"""Benchmark of the hub itself at 5,000 GPU nodes (issue #7): a script, not a test.
+
+    python benchmarks/hub.py            # 5,000 GPU nodes, 150,000 pods, 1,000 views of each kind
+    python benchmarks/hub.py --quick    # 500 nodes, 15,000 pods: a smoke test of the script (CI)
+
+Everything runs on loopback, each part in its own process, as in production:
+
+* the simulated cluster (``gpuspawner.sim.SimCluster``: API server, scheduler, node lifecycle
+  controller, kubelet) in a child process, built straight into its store by
+  ``benchmarks/bigcluster.py``; it also streams watch events (GPU pods come and go, nodes are
+  cordoned) and makes the changes whose latency is measured, in process, so that its own
+  requests never show in the API server's request counter;
+* hub ``gpu``: JupyterHub, a real configurable-http-proxy and GPUSpawner, loaded through the
+  product's config snippet (``jupyterhub_config.d/gpuspawner.py``) with a config like the
+  demo's (CUDA image choices, allowed groups, per-group quotas): ``benchmarks/hub_config.py``;
+* hub ``static``: the same with plain KubeSpawner and a static ``profile_list`` of the same size
+  (the same profiles and image choices, one choice per GPU pool, counts 1-8).
+
+Both hubs load ``benchmarks/hubprobe.py``: a loop-lag probe inside the hub process (a 5 ms
+sleep and how late it wakes up; every garbage collection's pause) read over HTTP.
+
+Measured, in one run and in this order:
+
+1. cold sync of the GPU hub's capacity cache (started by the first ``GET /hub/api/gpus``):
+   its time, the worst stall of the hub's event loop meanwhile (wall clock, GC included), and
+   the hub's resident memory before and after (each after a full collection);
+2. with watch events streaming in (``--rate`` per second), ``--views`` times each, interleaved
+   request by request: ``GET /hub/spawn`` for a signed-in user of group ``ml`` on both hubs,
+   ``GET /hub/api/gpus`` on the GPU hub and ``GET /hub/api/users/bench`` (a JSON request of the
+   same framework cost) on the static one: p50, p99, max as the client sees them (through the
+   proxy); the API server's own request counter (``GET /_sim/counters``) before and after; the
+   worst loop stall of each hub meanwhile;
+3. with the stream paused: the time from a change in the cluster (a node cordoned and
+   uncordoned, a GPU pod deleted and another created) to the change showing in
+   ``GET /hub/api/gpus`` (polled every 10 ms): p50, p99;
+4. REST spawns (``POST /hub/api/users/bench/servers/<name>``, one GPU in the A100 pool) from
+   POST to ``ready``, alternating the hubs, then stopped: medians. Pods are answered by the
+   simulated kubelet's stand-in (no process), so the time is the hub's, the scheduler's and
+   the kubelet's, not Python's start-up (``--real-servers`` runs jupyterhub-singleuser instead).
+
+Targets (issue #7): page p99 <= 1.2x the static hub's, spawn <= 1.05x plain KubeSpawner's,
+0 API requests per view, change visible p99 <= 2 s, stalls <= 25 ms, memory growth <= 64 MiB.
+The table prints each figure against its target; the exit status is 1 when one is missed
+(2 when the run itself failed). With ``--quick`` the timing targets are printed but not
+judged (the CI smoke test); the count and memory targets still are.
+
+On a shared machine wall-clock figures include time spent waiting for a core: the table
+prints the machine's load average at the start and the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import requests  # noqa: E402
+
+from bigcluster import GPU_TAINT, POOLS, build_store, make_node, make_pod, stream  # noqa: E402
+
+NAMESPACE = "jupyterhub"
+STAND_IN = {"gpuspawner.dev/sim-stand-in": "true"}
+MIB = 2**20
+TARGETS = {
+    "page_p99_ratio": 1.2,
+    "spawn_ratio": 1.05,
+    "api_requests_per_view": 0,
+    "change_visible_p99_s": 2.0,
+    "stall_ms": 25.0,
+    "memory_mib": 64.0,
+}
+
+
+class BenchError(Exception):
+    """The run itself failed (a process did not start, a request was refused)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """p50, p99, max in milliseconds of durations in seconds."""
+    return {"p50_ms": round(pct(values, 0.5) * 1000, 2), "p99_ms": round(pct(values, 0.99) * 1000, 2),
+            "max_ms": round(max(values) * 1000, 2), "n": len(values)}
+
+
+# ---------------------------------------------------------------------------
+# the simulated cluster (child process)
+
+
+def _sim_main(conn: Any, args: dict) -> None:
+    asyncio.run(_sim_serve(conn, args))
+
+
+async def _sim_serve(conn: Any, args: dict) -> None:
+    from gpuspawner.sim.cluster import SimCluster
+    from gpuspawner.sim.store import Store
+
+    t0 = time.perf_counter()
+    store = Store(history=max(5000, args["pods"] // 10))
+    built = build_store(store, args["nodes"], args["pods"], args["gpu_share"], args["seed"], unbound_share=0.0)
+    store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+    build_s = time.perf_counter() - t0
+    cluster = SimCluster(manifests=[], store=store, run_pods=True)
+    t0 = time.perf_counter()
+    url = await cluster.start()
+    start_s = time.perf_counter() - t0
+    cluster.write_kubeconfig(args["kubeconfig"])
+    loop = asyncio.get_running_loop()
+    commands: asyncio.Queue = asyncio.Queue()
+    loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))
+    conn.send({"url": url, "build_s": build_s, "start_s": start_s, "gpu_pods": built["gpu_pods"]})
+    state = {"streamer": None, "built": built, "rate": args["rate"], "seed": args["seed"]}
+    try:
+        while True:
+            cmd, arg = await commands.get()
+            if cmd == "stop":
+                break
+            try:
+                conn.send(("ok", _sim_command(cluster, state, cmd, arg)))
+            except Exception as e:  # reported to the driver, which stops the run
+                conn.send(("error", f"{cmd}: {type(e).__name__}: {e}"))
+    finally:
+        if state["streamer"]:
+            state["streamer"].cancel()
+        loop.remove_reader(conn.fileno())
+        await cluster.stop()
+        conn.send("bye")
+
+
+def _stream(cluster: Any, state: dict, on: bool) -> bool:
+    if on and state["streamer"] is None:
+        state["streamer"] = asyncio.get_running_loop().create_task(
+            stream(cluster.store, state["built"]["nodes"], state["rate"], state["seed"] + 1, annotations=STAND_IN))
+    if not on and state["streamer"] is not None:
+        state["streamer"].cancel()
+        state["streamer"] = None
+    return True
+
+
+def _pick_node(cluster: Any, state: dict, group: str) -> str:
+    """A Ready, schedulable node of the node group (pool) ``group``."""
+    return next(n for n in state["built"]["nodes"] if n.startswith(f"{group}-") and _contributes(cluster.store, n))
+
+
+def _pick_gpu_pod(cluster: Any, state: dict, group: str) -> dict:
+    """A pod holding ``nvidia.com/gpu`` on a contributing node of ``group``."""
+    for ns, name in state["built"]["gpu_pod_names"]:
+        pod = _get(cluster.store, "pods", name, ns)
+        node = (pod or {}).get("spec", {}).get("nodeName", "")
+        if pod and node.startswith(f"{group}-") and _contributes(cluster.store, node):
+            gpus = pod["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu")
+            if gpus:
+                return {"namespace": ns, "name": name, "node": node, "gpus": int(gpus)}
+    raise LookupError(f"no GPU pod on a contributing {group} node")
+
+
+def _cordon(cluster: Any, state: dict, arg: dict) -> float:
+    cluster.cordon(arg["node"], arg["cordon"])
+    return time.time()
+
+
+def _delete_pod(cluster: Any, state: dict, arg: dict) -> float:
+    cluster.store.delete("pods", arg["name"], arg["namespace"])  # graceful: the kubelet finalizes it
+    state["built"]["gpu_pod_names"].remove((arg["namespace"], arg["name"]))
+    return time.time()
+
+
+def _create_pod(cluster: Any, state: dict, arg: dict) -> float:
+    obj = make_pod(0, arg["node"], "nvidia.com/gpu", arg["gpus"], random.Random(0))
+    obj["metadata"].update(name=arg["name"], namespace=arg["namespace"], annotations=dict(STAND_IN))
+    cluster.store.create("pods", obj)
+    state["built"]["gpu_pod_names"].append((arg["namespace"], arg["name"]))
+    return time.time()
+
+
+# the driver's commands: each returns what was asked for, or the wall time of its write
+_SIM_COMMANDS: dict[str, Callable[[Any, dict, Any], Any]] = {
+    "stream": lambda cluster, state, _: _stream(cluster, state, True),
+    "pause": lambda cluster, state, _: _stream(cluster, state, False),
+    "pick_node": _pick_node,
+    "pick_gpu_pod": _pick_gpu_pod,
+    "cordon": _cordon,
+    "delete_pod": _delete_pod,
+    "create_pod": _create_pod,
+}
+
+
+def _sim_command(cluster: Any, state: dict, cmd: str, arg: Any) -> Any:
+    if cmd not in _SIM_COMMANDS:
+        raise ValueError(f"unknown command {cmd!r}")
+    return _SIM_COMMANDS[cmd](cluster, state, arg)
+
+
+def _get(store: Any, plural: str, name: str, namespace: str | None = None) -> dict | None:
+    from gpuspawner.sim.errors import ApiError
+
+    try:
+        return store.get(plural, name, namespace=namespace)
+    except ApiError:
+        return None
+
+
+def _contributes(store: Any, node_name: str) -> bool:
+    node = _get(store, "nodes", node_name) or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in node.get("status", {}).get("conditions", []))
+    return ready and not node.get("spec", {}).get("unschedulable")
+
+
+class Sim:
+    """The driver's side of the simulated cluster's process."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.kubeconfig = workdir / "kubeconfig"
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_sim_main, daemon=True, args=(child, {
+            "nodes": args.nodes, "pods": args.pods, "gpu_share": args.gpu_share, "seed": args.seed,
+            "rate": args.rate, "kubeconfig": str(self.kubeconfig)}))
+
+    def start(self, timeout: float) -> dict:
+        self.proc.start()
+        if not self.conn.poll(timeout):
+            raise BenchError(f"the simulated cluster did not start within {timeout:g} s")
+        self.info = self.conn.recv()
+        return self.info
+
+    def ask(self, cmd: str, arg: Any = None) -> Any:
+        self.conn.send((cmd, arg))
+        status, value = self.conn.recv()
+        if status != "ok":
+            raise BenchError(f"simulated cluster: {value}")
+        return value
+
+    def counters(self) -> int:
+        r = requests.get(f"{self.info['url']}/_sim/counters", timeout=30)
+        r.raise_for_status()
+        return sum(c["count"] for c in r.json()["counts"])
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            with contextlib.suppress(Exception):
+                self.conn.send(("stop", None))
+                self.conn.poll(60) and self.conn.recv()
+            self.proc.join(30)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+# ---------------------------------------------------------------------------
+# the hubs (JupyterHub processes)
+
+
+class Hub:
+    """One JupyterHub (with its proxy) started with benchmarks/hub_config.py."""
+
+    def __init__(self, mode: str, workdir: Path, kubeconfig: Path, extra_env: dict[str, str]) -> None:
+        self.mode = mode
+        self.dir = workdir / mode
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = secrets.token_hex(16)
+        self.env = dict(os.environ, HUBBENCH_MODE=mode, HUBBENCH_DIR=str(self.dir), KUBECONFIG=str(kubeconfig),
+                        HUBBENCH_PORT=str(self.port), HUBBENCH_HUB_PORT=str(free_port()),
+                        HUBBENCH_PROXY_API_PORT=str(free_port()), HUBBENCH_TOKEN=self.token,
+                        CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(32), **extra_env)
+        # the pods the simulated kubelet runs (with --real-servers) find jupyterhub-singleuser here
+        self.env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), self.env.get("PATH", "")])
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), self.env.get("PYTHONPATH")) if p)
+        self.api = requests.Session()
+        self.api.headers["Authorization"] = f"token {self.token}"
+        self.browser = requests.Session()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float) -> None:
+        self.log_path = self.dir / "hub.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HERE / "hub_config.py")],
+                                     cwd=self.dir, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError(f"hub {self.mode} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            with contextlib.suppress(requests.RequestException):
+                if self.api.get(f"{self.url}/hub/api/", timeout=5).status_code == 200:
+                    return
+            time.sleep(0.3)
+        raise BenchError(f"hub {self.mode} did not answer within {timeout:g} s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-4000:]
+        return ""
+
+    def login(self, user: str) -> None:
+        r = self.browser.get(f"{self.url}/hub/login", timeout=30)
+        r.raise_for_status()
+        xsrf = re.search(r'name="_xsrf"\s+value="([^"]+)"', r.text)
+        data = {"username": user, "password": "any", **({"_xsrf": xsrf.group(1)} if xsrf else {})}
+        # no redirect: the hub would send a new user on to /hub/spawn, whose first view starts the
+        # capacity cache before its cold sync is measured
+        r = self.browser.post(f"{self.url}/hub/login", data=data, timeout=30, allow_redirects=False)
+        if r.status_code not in (200, 302):
+            raise BenchError(f"hub {self.mode}: logging in as {user}: {r.status_code} {r.text[:300]}")
+        if not self.browser.cookies:
+            raise BenchError(f"hub {self.mode}: logging in as {user} set no cookie ({r.status_code})")
+
+    def get(self, path: str, **kw: Any) -> requests.Response:
+        r = self.api.get(f"{self.url}{path}", timeout=60, **kw)
+        if r.status_code != 200:
+            raise BenchError(f"hub {self.mode}: GET {path}: {r.status_code} {r.text[:300]}")
+        return r
+
+    def probe(self, **params: str) -> dict:
+        return self.get("/hub/bench/probe", params=params).json()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+
+def timed(call: Callable[[], requests.Response], check: Callable[[requests.Response], bool]) -> float:
+    t = time.perf_counter()
+    r = call()
+    elapsed = time.perf_counter() - t
+    if not check(r):
+        raise BenchError(f"unexpected answer {r.status_code} to {r.request.method} {r.url}: {r.text[:300]}")
+    return elapsed
+
+
+# ---------------------------------------------------------------------------
+# the measurements
+
+
+def cold_sync(hub: Hub, timeout: float) -> dict[str, Any]:
+    """Start the GPU hub's capacity cache with its first GET /hub/api/gpus and wait for its sync."""
+    before = hub.probe(collect="1")
+    hub.probe(reset="1")
+    t0 = time.perf_counter()
+    first = hub.get("/hub/api/gpus").json()
+    while True:
+        doc = hub.get("/hub/api/gpus").json()
+        if doc.get("synced"):
+            break
+        if time.perf_counter() - t0 > timeout:
+            raise BenchError(f"the capacity cache did not sync within {timeout:g} s: {doc}")
+        time.sleep(0.5)
+    sync_s = time.perf_counter() - t0
+    during = hub.probe(reset="1")
+    after = hub.probe(collect="1", objects="1")
+    hub.probe(reset="1")
+    return {
+        "sync_s": round(sync_s, 2), "first_answer_synced": bool(first.get("synced")),
+        "pools": len(doc["pools"]), "gpu_nodes": sum(p["nodes"] for p in doc["pools"]),
+        "stall": during,
+        "memory_growth_mib": round((after["rss_bytes_after_collect"] - before["rss_bytes_after_collect"]) / MIB, 1),
+        "rss_before_mib": round(before["rss_bytes_after_collect"] / MIB, 1),
+        "rss_after_mib": round(after["rss_bytes_after_collect"] / MIB, 1),
+        "tracked_objects_after": after["gc_tracked_objects"], "frozen_objects": after["gc_frozen_objects"],
+    }
+
+
+def views(gpu: Hub, static: Hub, sim: Sim, n: int) -> dict[str, Any]:
+    """n of each view while events stream in, interleaved request by request."""
+    for hub in (gpu, static):  # warm: templates compiled, connections open
+        for _ in range(5):
+            hub.browser.get(f"{hub.url}/hub/spawn", timeout=60)
+        hub.probe(reset="1")
+    is_form = lambda r: r.status_code == 200 and "profile-item-gpu" in r.text  # noqa: E731
+    is_json = lambda r: r.status_code == 200 and r.headers.get("Content-Type", "").startswith("application/json")  # noqa: E731
+    times: dict[str, list[float]] = {"gpu_page": [], "static_page": [], "gpu_api": [], "static_api": []}
+    api_before = sim.counters()
+    for _ in range(n):
+        times["gpu_page"].append(timed(lambda: gpu.browser.get(f"{gpu.url}/hub/spawn", timeout=60), is_form))
+        times["static_page"].append(timed(lambda: static.browser.get(f"{static.url}/hub/spawn", timeout=60), is_form))
+        times["gpu_api"].append(timed(lambda: gpu.api.get(f"{gpu.url}/hub/api/gpus", timeout=60), is_json))
+        times["static_api"].append(timed(lambda: static.api.get(f"{static.url}/hub/api/users/bench", timeout=60),
+                                         is_json))
+    api_requests = sim.counters() - api_before
+    out: dict[str, Any] = {k: summary(v) for k, v in times.items()}
+    out["api_requests"] = api_requests
+    out["api_requests_per_view"] = api_requests / (2 * n)
+    out["gpu_stall"] = gpu.probe(reset="1")
+    out["static_stall"] = static.probe(reset="1")
+    return out
+
+
+def _pool(hub: Hub, pool_id: str) -> dict:
+    for p in hub.get("/hub/api/gpus").json()["pools"]:
+        if p["id"] == pool_id:
+            return p
+    raise BenchError(f"pool {pool_id} is not in GET /hub/api/gpus")
+
+
+def _visible(hub: Hub, pool_id: str, field: str, want: int, since: float, timeout: float = 30.0) -> float:
+    """Poll GET /hub/api/gpus every 10 ms until the pool's ``field`` is ``want``; seconds since ``since``."""
+    while True:
+        if _pool(hub, pool_id)[field] == want:
+            return time.time() - since
+        if time.time() - since > timeout:
+            raise BenchError(f"pool {pool_id}: {field} never became {want} within {timeout:g} s")
+        time.sleep(0.01)
+
+
+def change_latency(hub: Hub, sim: Sim, rounds: int) -> dict[str, Any]:
+    """Cordon/uncordon a node and delete/re-create a GPU pod, ``rounds`` times each (stream paused)."""
+    from hubprofiles import A100_POOL
+
+    sim.ask("pause")
+    time.sleep(1.0)  # the last streamed events reach the hub
+    cordon: list[float] = []
+    pods: list[float] = []
+    for i in range(rounds):
+        node = sim.ask("pick_node", "a100")
+        nodes = _pool(hub, A100_POOL)["nodes"]
+        cordon.append(_visible(hub, A100_POOL, "nodes", nodes - 1, sim.ask("cordon", {"node": node, "cordon": True})))
+        cordon.append(_visible(hub, A100_POOL, "nodes", nodes, sim.ask("cordon", {"node": node, "cordon": False})))
+        pod = sim.ask("pick_gpu_pod", "a100")
+        free = _pool(hub, A100_POOL)["free"]
+        pods.append(_visible(hub, A100_POOL, "free", free + pod["gpus"], sim.ask("delete_pod", pod)))
+        again = dict(pod, name=f"bench-{i}-{pod['name']}")
+        pods.append(_visible(hub, A100_POOL, "free", free, sim.ask("create_pod", again)))
+    both = cordon + pods
+    return {"p50_s": round(pct(both, 0.5), 3), "p99_s": round(pct(both, 0.99), 3), "max_s": round(max(both), 3),
+            "n": len(both), "node_cordoned_p50_s": round(pct(cordon, 0.5), 3),
+            "gpu_pod_p50_s": round(pct(pods, 0.5), 3)}
+
+
+def _spawn_once(hub: Hub, name: str, body: dict, timeout: float) -> float:
+    path = f"/hub/api/users/bench/servers/{name}"
+    t0 = time.perf_counter()
+    r = hub.api.post(f"{hub.url}{path}", json=body, timeout=60)
+    if r.status_code not in (201, 202):
+        raise BenchError(f"hub {hub.mode}: POST {path}: {r.status_code} {r.text[:300]}")
+    while True:
+        server = hub.get("/hub/api/users/bench").json().get("servers", {}).get(name) or {}
+        if server.get("ready"):
+            elapsed = time.perf_counter() - t0
+            break
+        if time.perf_counter() - t0 > timeout:
+            raise BenchError(f"hub {hub.mode}: server {name} not ready within {timeout:g} s:\n{hub.log_tail()}")
+        time.sleep(0.02)
+    r = hub.api.delete(f"{hub.url}{path}", json={"remove": True}, timeout=60)
+    if r.status_code not in (202, 204):
+        raise BenchError(f"hub {hub.mode}: DELETE {path}: {r.status_code} {r.text[:300]}")
+    deadline = time.perf_counter() + timeout
+    while name in (hub.get("/hub/api/users/bench").json().get("servers") or {}):
+        if time.perf_counter() > deadline:
+            raise BenchError(f"hub {hub.mode}: server {name} did not stop within {timeout:g} s")
+        time.sleep(0.1)
+    return elapsed
+
+
+def spawns(gpu: Hub, static: Hub, n: int, timeout: float) -> dict[str, Any]:
+    """n REST spawns of one A100 GPU on each hub, alternating; medians from POST to ready."""
+    from hubprofiles import A100_POOL
+
+    body = {"profile": "gpu", "gpu_pool": A100_POOL, "gpus": 1, "image": "cuda12"}
+    times: dict[str, list[float]] = {"gpu": [], "static": []}
+    for i in range(n):
+        # distinct server names: both hubs put their pods in the same namespace of the same cluster
+        for hub, key, b in ((gpu, "gpu", body), (static, "static", dict(body, gpus="1"))):
+            times[key].append(_spawn_once(hub, f"{key[0]}{i}", b, timeout))
+    out = {k: {"median_s": round(statistics.median(v), 3), "min_s": round(min(v), 3), "max_s": round(max(v), 3),
+               "n": len(v)} for k, v in times.items()}
+    out["ratio"] = round(out["gpu"]["median_s"] / out["static"]["median_s"], 3)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the table
+
+
+def verdicts(r: dict[str, Any], quick: bool) -> list[tuple[str, str, str, bool | None]]:
+    """(measure, figure, target, met) rows; met is None where the target is not judged (--quick)."""
+    timing = None if quick else True
+    v, c, sp, ch = r["views"], r["cold_sync"], r["spawns"], r["changes"]
+    ratio = v["gpu_page"]["p99_ms"] / v["static_page"]["p99_ms"]
+    inside = {**r["gpu_hub_end"]["timings"], **v["gpu_stall"]["timings"]}  # the views' own, then the spawns'
+
+    def share(label: str, timings: dict | None = None) -> str:
+        t = (inside if timings is None else timings).get(label)
+        return f"{t['p50_ms']} / {t['p99_ms']} / {t['max_ms']} ms (n={t['n']})" if t else "not measured"
+
+    def static_share(label: str) -> str:
+        return share(label, r["static_hub_end"]["timings"])
+
+    rows = [
+        ("GET /hub/spawn p50 / p99 / max, GPUSpawner",
+         f"{v['gpu_page']['p50_ms']} / {v['gpu_page']['p99_ms']} / {v['gpu_page']['max_ms']} ms", "", None),
+        ("GET /hub/spawn p50 / p99 / max, static KubeSpawner",
+         f"{v['static_page']['p50_ms']} / {v['static_page']['p99_ms']} / {v['static_page']['max_ms']} ms", "", None),
+        ("page p99, GPUSpawner / static", f"{ratio:.2f}x", f"<= {TARGETS['page_p99_ratio']}x",
+         timing and ratio <= TARGETS["page_p99_ratio"]),
+        ("  of a page, GPUSpawner's form (offers, CUDA fit, access, render), in the hub", share("spawn_form"), "", None),
+        ("GET /hub/api/gpus p50 / p99 / max",
+         f"{v['gpu_api']['p50_ms']} / {v['gpu_api']['p99_ms']} / {v['gpu_api']['max_ms']} ms", "", None),
+        ("  of it, the handler in the hub", share("api_gpus"), "", None),
+        ("  (static hub, GET /hub/api/users/bench)",
+         f"{v['static_api']['p50_ms']} / {v['static_api']['p99_ms']} / {v['static_api']['max_ms']} ms", "", None),
+        (f"API requests during {2 * v['gpu_page']['n']} views (API server's counter)",
+         f"{v['api_requests']} ({v['api_requests_per_view']:g} per view)", "0 per view",
+         v["api_requests_per_view"] <= TARGETS["api_requests_per_view"]),
+        ("REST spawn POST -> ready, median, GPUSpawner / KubeSpawner",
+         f"{sp['gpu']['median_s']} / {sp['static']['median_s']} s = {sp['ratio']:.3f}x",
+         f"<= {TARGETS['spawn_ratio']}x", timing and sp["ratio"] <= TARGETS["spawn_ratio"]),
+        ("  of a spawn, GPUSpawner.load_user_options (validation, overrides), in the hub",
+         share("load_user_options"), "", None),
+        ("  of a spawn, KubeSpawner._start in the hub, GPUSpawner's / static",
+         f"{share('kubespawner_start')} / {static_share('kubespawner_start')}", "", None),
+        (f"change in the cluster -> GET /hub/api/gpus, p50 / p99 (n={ch['n']})",
+         f"{ch['p50_s']} / {ch['p99_s']} s", f"p99 <= {TARGETS['change_visible_p99_s']:g} s",
+         timing and ch["p99_s"] <= TARGETS["change_visible_p99_s"]),
+        (f"cold sync ({c['pools']} pools, {c['gpu_nodes']} node-pool memberships)", f"{c['sync_s']} s", "", None),
+        ("worst loop stall during cold sync (wall, GC included)",
+         f"{c['stall']['worst_stall_ms']} ms (p99 {c['stall']['p99_stall_ms']})", f"<= {TARGETS['stall_ms']:g} ms",
+         timing and c["stall"]["worst_stall_ms"] <= TARGETS["stall_ms"]),
+        ("  on the loop's CPU / GC: full collections, worst pause",
+         f"{c['stall']['worst_on_cpu_ms']} ms / {c['stall']['gc_full_collections']}, "
+         f"{c['stall']['gc_worst_pause_ms']} ms", "", None),
+        ("worst loop stall during the views, GPU hub (wall, GC included)",
+         f"{v['gpu_stall']['worst_stall_ms']} ms (p99 {v['gpu_stall']['p99_stall_ms']})",
+         f"<= {TARGETS['stall_ms']:g} ms", timing and v["gpu_stall"]["worst_stall_ms"] <= TARGETS["stall_ms"]),
+        ("  on the loop's CPU / GC worst pause; static hub: wall, on CPU",
+         f"{v['gpu_stall']['worst_on_cpu_ms']} / {v['gpu_stall']['gc_worst_pause_ms']} ms; "
+         f"{v['static_stall']['worst_stall_ms']}, {v['static_stall']['worst_on_cpu_ms']} ms", "", None),
+        ("hub memory growth from the cache (RSS after a full GC)",
+         f"{c['memory_growth_mib']} MiB ({c['rss_before_mib']} -> {c['rss_after_mib']})",
+         f"<= {TARGETS['memory_mib']:g} MiB", c["memory_growth_mib"] <= TARGETS["memory_mib"]),
+    ]
+    return rows
+
+
+def print_table(rows: list[tuple[str, str, str, bool | None]], header: str) -> None:
+    width = max(len(r[0]) for r in rows)
+    fig = max(len(r[1]) for r in rows)
+    print(f"\n{header}")
+    print(f"{'measure'.ljust(width)}  {'figure'.ljust(fig)}  {'target':14}  verdict")
+    for name, figure, target, met in rows:
+        verdict = "" if not target else ("not judged (--quick)" if met is None else ("met" if met else "MISSED"))
+        print(f"{name.ljust(width)}  {figure.ljust(fig)}  {target:14}  {verdict}")
+
+
+# ---------------------------------------------------------------------------
+# the run
+
+
+def _find_proxy() -> str:
+    found = shutil.which("configurable-http-proxy") or str(ROOT / "node_modules" / ".bin" / "configurable-http-proxy")
+    if not Path(found).exists():
+        raise BenchError("configurable-http-proxy was not found: run scripts/setup.sh")
+    return found
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gpuspawner import config_snippet
+
+    workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-hubbench-"))
+    sim = Sim(args, workdir)
+    env = {"HUBBENCH_SNIPPET": str(config_snippet()), "HUBBENCH_PROXY": _find_proxy(),
+           "HUBBENCH_LOG_LEVEL": args.log_level, "HUBBENCH_REAL_SERVERS": "1" if args.real_servers else "0",
+           "HUBBENCH_STALL_STACKS": "1" if args.stall_stacks else "0"}
+    hubs = {mode: Hub(mode, workdir, sim.kubeconfig, env) for mode in ("gpu", "static")}
+    result: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "load_before": os.getloadavg(),
+                              "date": time.strftime("%Y-%m-%d %H:%M %Z"), "cpus": os.cpu_count()}
+    try:
+        print(f"building the simulated cluster: {args.nodes} GPU nodes, {args.pods} pods ...", flush=True)
+        info = sim.start(timeout=args.timeout)
+        print(f"  built in {info['build_s']:.1f} s, started in {info['start_s']:.1f} s "
+              f"({info['gpu_pods']} GPU pods) at {info['url']}", flush=True)
+        for hub in hubs.values():
+            hub.start(timeout=120)
+            hub.login("bench")
+        print("hubs up; cold sync of the GPU hub's capacity cache ...", flush=True)
+        result["cold_sync"] = cold_sync(hubs["gpu"], timeout=args.timeout)
+        print(f"  synced in {result['cold_sync']['sync_s']} s", flush=True)
+        sim.ask("stream")
+        print(f"views: {args.views} of each while {args.rate:g} watch events/s stream in ...", flush=True)
+        result["views"] = views(hubs["gpu"], hubs["static"], sim, args.views)
+        print("changes in the cluster -> GET /hub/api/gpus ...", flush=True)
+        result["changes"] = change_latency(hubs["gpu"], sim, args.changes)
+        print(f"REST spawns: {args.spawns} on each hub ...", flush=True)
+        result["spawns"] = spawns(hubs["gpu"], hubs["static"], args.spawns, timeout=args.timeout)
+        result["gpu_hub_end"] = hubs["gpu"].probe(objects="1", stacks="1")
+        result["static_hub_end"] = hubs["static"].probe()
+    finally:
+        for hub in hubs.values():
+            hub.stop()
+        sim.stop()
+        result["load_after"] = os.getloadavg()
+        if args.keep:
+            print(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--nodes", type=int, default=5000)
+    p.add_argument("--pods", type=int, default=150_000)
+    p.add_argument("--gpu-share", type=float, default=0.15, help="share of pods that request GPUs")
+    p.add_argument("--views", type=int, default=1000, help="requests of each view kind")
+    p.add_argument("--rate", type=float, default=200.0, help="watch events per second during the views")
+    p.add_argument("--changes", type=int, default=10, help="rounds of cluster changes (4 changes each)")
+    p.add_argument("--spawns", type=int, default=30, help="REST spawns on each hub")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds for the cluster, the sync, a spawn")
+    p.add_argument("--real-servers", action="store_true", help="run jupyterhub-singleuser in the spawned pods")
+    p.add_argument("--log-level", default="WARN", help="the hubs' log level (logs: --keep)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (hub logs)")
+    p.add_argument("--stall-stacks", action="store_true",
+                   help="sample the GPU hub's loop during stalls over 12 ms and print the top stacks")
+    p.add_argument("--quick", action="store_true",
+                   help="500 nodes, 15,000 pods, 100 views, 2 change rounds, 2 spawns; timing not judged")
+    p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.nodes, args.pods, args.views, args.changes, args.spawns, args.rate = 500, 15_000, 100, 2, 2, 50.0
+    if args.nodes < 10 or args.pods < 0 or args.views < 1 or args.changes < 1 or args.spawns < 1:
+        p.error("--nodes must be >= 10, --pods >= 0, --views, --changes and --spawns >= 1")
+    try:
+        result = run(args)
+    except (BenchError, requests.RequestException) as e:
+        print(f"benchmarks/hub.py: the run failed: {e}", file=sys.stderr)
+        return 2
+    rows = verdicts(result, args.quick)
+    load = "/".join(f"{x:.2f}" for x in result["load_before"]), "/".join(f"{x:.2f}" for x in result["load_after"])
+    print_table(rows, f"hub benchmark, {args.nodes} GPU nodes, {args.pods} pods, {result['date']}, "
+                      f"{result['cpus']} CPUs, load average {load[0]} at the start, {load[1]} at the end")
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    for count, stack in result["gpu_hub_end"].get("stall_stacks", []):
+        print(f"{count:6d}  {stack}")
+    missed = [r[0] for r in rows if r[3] is False]
+    if missed:
+        print(f"MISSED: {'; '.join(missed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

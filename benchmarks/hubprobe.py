@@ -1,0 +1,211 @@
+"""A loop-lag probe inside a JupyterHub process, for ``benchmarks/hub.py``.
+
+``benchmarks/hub_config.py`` calls :func:`install` from the hub's config file, while
+JupyterHub's event loop already runs (``JupyterHub.launch_instance`` loads the config inside
+``IOLoop.run_sync``). The probe is a task that sleeps 5 ms and records how late it wakes up:
+the worst lateness is the loop's longest stall, wall clock, whatever caused it (the hub's own
+work, the capacity cache, CPython's cyclic garbage collector, or waiting for a core on a busy
+machine). A ``gc.callbacks`` hook records every collection's pause and generation, so the
+report can say how much of a stall was the collector. ``GET /hub/bench/probe`` (registered in
+``c.JupyterHub.extra_handlers``, no authentication: loopback only, benchmark only) answers with
+the figures since the last ``?reset=1`` and the process's resident memory; ``?objects=1``
+adds the number of objects the collector tracks and ``?collect=1`` runs a full collection
+(both stall the loop themselves, so they are asked for only after the stall figures).
+
+Not part of gpuspawner: the benchmark installs it next to the product, as an admin's own
+config would add a handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import gc
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+from tornado import web
+
+PERIOD = 0.005
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux ``/proc/self/statm``), 0 elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+class LoopProbe:
+    """How late a 5 ms sleep wakes up, and how long each garbage collection took."""
+
+    def __init__(self, period: float = PERIOD) -> None:
+        self.period = period
+        self.task: asyncio.Task | None = None
+        self._gc_started = 0.0
+        self._gc_total = 0.0
+        self._tick_started = 0.0
+        self.reset()
+
+    def reset(self) -> None:
+        self.since = time.time()
+        self.worst = 0.0
+        self.worst_at = 0.0
+        self.worst_on_cpu = 0.0
+        self.worst_parts = (0.0, 0.0, 0.0)  # the worst tick: (wall, on the loop's CPU, in GC)
+        self.lates: list[float] = []
+        self.gc_pauses: list[tuple[int, float]] = []
+        self.timings: dict[str, list[float]] = {}
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            pause = time.perf_counter() - self._gc_started
+            self._gc_total += pause
+            self.gc_pauses.append((info["generation"], pause))
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t, cpu, in_gc = loop.time(), time.thread_time(), self._gc_total
+            self._tick_started = time.perf_counter()
+            await asyncio.sleep(self.period)
+            self._tick_started = 0.0
+            late = loop.time() - t - self.period
+            # the loop thread's CPU time over the same tick: work done on the loop, apart from
+            # time spent waiting for a core on a busy machine (both are a stall users feel)
+            on_cpu = time.thread_time() - cpu
+            self.lates.append(late)
+            if late > self.worst:
+                self.worst, self.worst_at = late, time.time()
+                self.worst_parts = (late, on_cpu, self._gc_total - in_gc)
+            self.worst_on_cpu = max(self.worst_on_cpu, on_cpu)
+
+    def timed(self, label: str, func: Callable) -> Callable:
+        """``func`` (sync or async), recording each call's duration under ``label``."""
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def wrapper(*args: Any, **kw: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return await func(*args, **kw)
+                finally:
+                    self.timings.setdefault(label, []).append(time.perf_counter() - t)
+        else:
+            @functools.wraps(func)
+            def wrapper(*args: Any, **kw: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return func(*args, **kw)
+                finally:
+                    self.timings.setdefault(label, []).append(time.perf_counter() - t)
+        return wrapper
+
+    def start(self) -> None:
+        gc.callbacks.append(self._gc)
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="bench-loop-probe")
+
+    def figures(self) -> dict[str, Any]:
+        lates = sorted(self.lates)
+        full = [d for g, d in self.gc_pauses if g == 2]
+        return {
+            "since": self.since,
+            "samples": len(lates),
+            "worst_stall_ms": round(self.worst * 1000, 2),
+            "worst_stall_at": self.worst_at,
+            "worst_on_cpu_ms": round(self.worst_on_cpu * 1000, 2),
+            "worst_stall_parts_ms": {k: round(v * 1000, 2) for k, v in zip(("wall", "on_cpu", "gc"), self.worst_parts)},
+            "p99_stall_ms": round(lates[min(len(lates) - 1, int(0.99 * len(lates)))] * 1000, 2) if lates else 0.0,
+            "gc_collections": len(self.gc_pauses),
+            "gc_full_collections": len(full),
+            "gc_worst_pause_ms": round(max((d for _, d in self.gc_pauses), default=0.0) * 1000, 2),
+            "gc_worst_full_pause_ms": round(max(full, default=0.0) * 1000, 2),
+            "gc_frozen_objects": gc.get_freeze_count(),
+            "rss_bytes": rss_bytes(),
+            "timings": {k: _summary(v) for k, v in self.timings.items()},
+        }
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    s = sorted(values)
+
+    def q(f: float) -> float:
+        return round(s[min(len(s) - 1, int(f * len(s)))] * 1000, 3)
+
+    return {"n": len(s), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(s[-1] * 1000, 3)}
+
+
+class StallSampler:
+    """Where the loop is while a tick is late: a thread samples the loop thread's stack every
+    2 ms once a tick has run 12 ms, and counts the stacks (``?stacks=1`` on the probe's URL)."""
+
+    def __init__(self, probe: LoopProbe, every: float = 0.002, after: float = 0.012) -> None:
+        self.probe, self.every, self.after = probe, every, after
+        self.loop_thread = threading.get_ident()
+        self.counts: collections.Counter = collections.Counter()
+        threading.Thread(target=self._run, name="bench-stall-sampler", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.every)
+            began = self.probe._tick_started
+            if not began or time.perf_counter() - began < self.after:
+                continue
+            frame = sys._current_frames().get(self.loop_thread)
+            if frame is not None:
+                stack = traceback.extract_stack(frame)[-12:]
+                self.counts[" <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+                                        for f in reversed(stack))] += 1
+
+    def top(self, n: int = 15) -> list[tuple[int, str]]:
+        return [(count, stack) for stack, count in self.counts.most_common(n)]
+
+
+PROBE = LoopProbe()
+SAMPLER: StallSampler | None = None
+
+
+class ProbeHandler(web.RequestHandler):
+    """``GET /hub/bench/probe[?reset=1][&collect=1]``: the probe's figures as JSON."""
+
+    def get(self) -> None:
+        out = PROBE.figures()
+        if self.get_argument("stacks", "") and SAMPLER is not None:
+            out["stall_stacks"] = SAMPLER.top()
+        # these two stall the loop themselves: ask for them only after the stall figures are taken
+        if self.get_argument("objects", ""):
+            out["gc_tracked_objects"] = len(gc.get_objects())
+        if self.get_argument("collect", ""):
+            gc.collect()
+            out["rss_bytes_after_collect"] = rss_bytes()
+        if self.get_argument("reset", ""):
+            PROBE.reset()
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(out))
+
+
+def install(c: Any, stall_stacks: bool = False) -> None:
+    """Start the probe on the running loop (and the stall sampler) and register its handler
+    in the hub config ``c``."""
+    global SAMPLER
+    if PROBE.task is None:
+        PROBE.start()
+        if stall_stacks:
+            SAMPLER = StallSampler(PROBE)
+    c.JupyterHub.extra_handlers.append((r"/bench/probe", ProbeHandler))
+
+
+def time_method(cls: type, name: str, label: str) -> None:
+    """Record the duration of every call of ``cls.name`` (the product's own share of a request)."""
+    setattr(cls, name, PROBE.timed(label, getattr(cls, name)))

@@ -1,0 +1,57 @@
+"""The benchmark scripts run: ``benchmarks/hub.py --quick`` (a real JupyterHub with GPUSpawner
+beside one with plain KubeSpawner, on a 500-node simulated cluster) and
+``benchmarks/capacity.py --quick``, as CI's smoke test of the scripts. No timing is asserted
+here (a loaded CI machine would fail it); the figures that are not timings are: no
+Kubernetes API request per view, memory within its target."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+pytestmark = [pytest.mark.integration]
+
+
+def run(script: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.hub
+@pytest.mark.skipif(not shutil.which("configurable-http-proxy"),
+                    reason="configurable-http-proxy is not installed: run scripts/setup.sh (scripts/test.sh does)")
+def test_hub_benchmark_quick_runs_and_prints_its_table():
+    out = run("hub.py", "--quick", "--json")
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    table = out.stdout
+    assert "hub benchmark, 500 GPU nodes, 15000 pods" in table
+    for measure in ("GET /hub/spawn p50 / p99 / max, GPUSpawner", "GET /hub/spawn p50 / p99 / max, static KubeSpawner",
+                    "page p99, GPUSpawner / static", "GET /hub/api/gpus p50 / p99 / max",
+                    "REST spawn POST -> ready", "change in the cluster -> GET /hub/api/gpus",
+                    "worst loop stall during cold sync", "worst loop stall during the views",
+                    "hub memory growth from the cache"):
+        assert measure in table, measure
+    assert re.search(r"API requests during 200 views .*\s0 \(0 per view\)\s+0 per view\s+met", table), table
+    assert "not judged (--quick)" in table and "MISSED" not in table
+    result = json.loads(table[table.index("\n{") + 1:table.rindex("}") + 1])
+    assert result["views"]["gpu_page"]["n"] == 100 and result["spawns"]["gpu"]["n"] == 2
+    assert result["changes"]["n"] == 8 and result["cold_sync"]["pools"] == 7
+
+
+def test_capacity_benchmark_quick_runs_and_judges_its_targets():
+    out = run("capacity.py", "--quick", "--views", "200", "--json")
+    result = json.loads(out.stdout[out.stdout.index("\n{") + 1:out.stdout.rindex("}") + 1])
+    assert result["api_requests_during_views"] == 0 and result["targets_met"]["api_requests_per_view"]
+    assert result["gpu_nodes"] == 500 and result["pools"] == 7
+    # the exit status says whether every target was met (timings may miss on a loaded machine)
+    assert out.returncode == (0 if all(result["targets_met"].values()) else 1), out.stderr[-4000:]
+    assert "targets:" in out.stdout
