@@ -3,9 +3,11 @@
 ``GPUSpawner`` inherits these traits (an admin writes ``c.GPUSpawner.<knob>``);
 the REST handler, which has no spawner instance, rebuilds them from the hub's
 config with :meth:`GPUCapacitySettings.from_hub_config`.  No JupyterHub import:
-traitlets, the pure rule layers, and ``metrics`` for ``/hub/metrics``'
-capacity series; the capacity cache (kubernetes_asyncio) is imported only
-when :meth:`GPUCapacitySettings.shared_capacity_cache` first runs.
+traitlets, the pure rule layers, ``metrics`` for ``/hub/metrics``' capacity
+series, and the capacity cache (kubernetes_asyncio, which KubeSpawner imports
+anyway): imported with the hub's config, not on the first spawn-page view,
+which would otherwise wait for it (and find it among the objects the config
+snippet's ``gc.freeze()`` left to the collector).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from traitlets.config import Config, Configurable
 
 from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import AccessRules
+from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
 
@@ -272,13 +275,10 @@ class GPUCapacitySettings(Configurable):
         return config
 
     def shared_capacity_cache(self):
-        """The process's shared ``CapacityCache`` (started on first use; the
-        cache module is imported only then, as ``gpuspawner.capacity`` does).
+        """The process's shared ``CapacityCache`` (started on first use).
 
         The first call also points ``/hub/metrics``' capacity series at it,
         whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
-        from gpuspawner.capacity.cache import CapacityCache
-
         cache = CapacityCache.shared(self.capacity_config(), gc_freeze=self.gpu_capacity_gc_freeze)
         _serve_capacity_metrics(cache)
         return cache
