@@ -4,10 +4,11 @@
 the REST handler, which has no spawner instance, rebuilds them from the hub's
 config with :meth:`GPUSpawnerSettings.from_hub_config`.  They are traits, not the
 capacity layer's ``CapacityConfig``, which :meth:`GPUSpawnerSettings.capacity_config`
-builds from them.  No JupyterHub import: traitlets, the pure rule layers, and
-``metrics`` for ``/hub/metrics``' capacity series; the capacity cache
-(kubernetes_asyncio) is imported only when
-:meth:`GPUSpawnerSettings.shared_capacity_cache` first runs.
+builds from them.  No JupyterHub import: traitlets, the pure rule layers, ``metrics``
+for ``/hub/metrics``' capacity series, and the capacity cache (kubernetes_asyncio,
+which KubeSpawner imports anyway): imported with the hub's config, not on the first
+spawn-page view, which would otherwise wait for it (and find it among the objects the
+config snippet's ``gc.freeze()`` left to the collector).
 
 The class was formerly named ``GPUCapacitySettings``; a config section of that
 name (``c.GPUCapacitySettings.<knob>``) still applies (:data:`LEGACY_SECTION`).
@@ -24,6 +25,7 @@ from traitlets.config import Config, Configurable
 
 from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import AccessRules
+from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
 
@@ -299,13 +301,10 @@ class GPUSpawnerSettings(Configurable):
         return config
 
     def shared_capacity_cache(self):
-        """The process's shared ``CapacityCache`` (started on first use; the
-        cache module is imported only then, as ``gpuspawner.capacity`` does).
+        """The process's shared ``CapacityCache`` (started on first use).
 
         The first call also points ``/hub/metrics``' capacity series at it,
         whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
-        from gpuspawner.capacity.cache import CapacityCache
-
         cache = CapacityCache.shared(self.capacity_config(), gc_freeze=self.gpu_capacity_gc_freeze)
         _serve_capacity_metrics(cache)
         return cache
