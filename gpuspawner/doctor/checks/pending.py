@@ -70,8 +70,10 @@ def _storage_fix(failure: SchedulingFailure, ns: str, claims: Sequence[str], des
                 f"True with pvc_name_template); {describe}"
             )
         if missing is not None:
-            return f"Its claim is bound to the volume {missing[1]}, which no longer exists: restore the volume " \
-                   f"or give the user a new claim; {inspect}; {describe}"
+            return (
+                f"Its claim is bound to the volume {missing[1]}, which no longer exists: restore the volume "
+                f"or give the user a new claim; {inspect}; {describe}"
+            )
         if r.text == UNBOUND_IMMEDIATE:
             return (
                 f"Its claim {shown} is not bound: its StorageClass binds immediately and no volume matches or the "
