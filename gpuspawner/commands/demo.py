@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an extra jupyterhub_config.py loaded after the demo's own (to try settings)",
     )
     parser.add_argument(
+        "--no-cull",
+        action="store_true",
+        help="run no GPU culler (default: gpuspawner cull as a hub service, with Prometheus when installed)",
+    )
+    parser.add_argument(
         "--admin-token",
         metavar="TOKEN",
         help="register this API token for an admin service (for scripts and the REST API)",
@@ -184,7 +189,11 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     from gpuspawner.sim.loader import LoadError
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
-    cluster = SimCluster(cluster_file=args.cluster, port=args.k8s_port, keep_timestamps=args.keep_timestamps)
+    from gpuspawner.commands.demo_cull import DemoCulling
+
+    cull = None if getattr(args, "no_cull", False) else DemoCulling()
+    cluster = SimCluster(cluster_file=args.cluster, port=args.k8s_port, keep_timestamps=args.keep_timestamps,
+                         dcgm_exporter=cull is not None)
     hub: asyncio.subprocess.Process | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -201,14 +210,20 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
         cluster.write_kubeconfig(str(kubeconfig))
         # its own session: a terminal's Ctrl-C reaches only this process, which then stops the hub
         # (and the hub its users' pods) before the cluster goes away
+        env = _hub_env(args, workdir, kubeconfig, proxy, snippet)
+        if cull is not None:  # the hub runs the culler as a service (demo_cull)
+            env.update(await cull.start(k8s_url, workdir, str(kubeconfig), os.environ.get("PYTHONPATH")))
+            print(cull.describe(), flush=True)
         hub = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
-            cwd=str(workdir), env=_hub_env(args, workdir, kubeconfig, proxy, snippet), start_new_session=True,
+            cwd=str(workdir), env=env, start_new_session=True,
         )
         return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop)
     finally:
         if hub is not None and hub.returncode is None:
             await _stop_hub(hub)
+        if cull is not None:
+            await cull.stop()
         await cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -5,6 +5,7 @@
     gpuspawner doctor [--kubeconfig PATH [--context NAME]] [--server URL]
                       [--config jupyterhub_config.py] [--hub-service-account NS/NAME]
                       [--pending-after 5m] [--cuda-policy strict|minor|forward] [--json]
+                      [--cull] [--prometheus-url URL]
 
 Reads nodes and pods cluster-wide and the hub's access rights
 (``gpuspawner.doctor.gather``), the hub's GPU profiles from its
@@ -57,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     hub.add_argument("--cuda-policy", choices=("strict", "minor", "forward"), default=None,
                      help="CUDA compatibility policy for the image check (default: the hub's "
                           "c.GPUSpawner.cuda_policy, else minor)")
+    cull = parser.add_argument_group("culling (gpuspawner cull)")
+    cull.add_argument("--cull", action="store_true",
+                      help="the hub runs gpuspawner cull: check that every NVIDIA GPU node runs a DCGM exporter")
+    cull.add_argument("--prometheus-url", metavar="URL",
+                      help="the culler's --prometheus-url (implies --cull): also check that Prometheus has GPU "
+                           "activity series for every NVIDIA GPU node")
     parser.add_argument("--pending-after", default="5m", metavar="DURATION",
                         help="report GPU pods Pending longer than this (300, 300s, 5m, 1h; default 5m)")
     parser.add_argument("--json", action="store_true", help="print {\"findings\": [...], \"summary\": {...}}")
@@ -197,6 +204,17 @@ def _facts(args: argparse.Namespace, state: Any, hub: Any, capacity: Any, servic
     }
 
 
+async def _cull_setup(args: argparse.Namespace) -> Any:
+    """``checks.CullSetup`` when culling is configured (``--cull``, ``--prometheus-url``), else None."""
+    from gpuspawner.doctor.checks import CullSetup
+    from gpuspawner.doctor.prometheus import activity_series
+
+    url = getattr(args, "prometheus_url", None)
+    if url:
+        return CullSetup(url, await activity_series(url, args.timeout))
+    return CullSetup() if getattr(args, "cull", False) else None
+
+
 async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None,
               now: float | None = None) -> int:
     """The whole command, for callers that already run an event loop."""
@@ -224,9 +242,13 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
     except Exception as e:  # e.g. an exec credential plugin failing: one line, not a traceback
         where = args.server or args.kubeconfig or "the cluster"
         return _fail(f"reading {where} failed: {type(e).__name__}: {e}", as_json, out, err)
+    try:
+        cull = await _cull_setup(args)
+    except gather.GatherError as e:
+        return _fail(str(e), as_json, out, err)
     findings = checks.run_checks(
         state.nodes, state.pods, config=capacity, hub=hub, rbac=state.rbac,
-        now=time.time() if now is None else now, pending_after=pending_after, dra=state.dra,
+        now=time.time() if now is None else now, pending_after=pending_after, dra=state.dra, cull=cull,
     )
     facts = _facts(args, state, hub, capacity, service_account, pending_after)
     render = report.render_json if as_json else report.render_text

@@ -54,6 +54,7 @@ FINDING_IDS = (
     "pod-pending-on-gpu",
     "profile-checks-skipped",
     "checks-skipped",
+    "cull-no-gpu-metrics",
 ) + DRA_FINDING_IDS
 
 

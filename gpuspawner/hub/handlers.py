@@ -65,7 +65,12 @@ class GPUCapacityHandler(APIHandler):
         )
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(snapshot.to_json(visible)))
+        body = snapshot.to_json(visible)
+        rules = settings.cull_rules()
+        if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
+            for pool in body["pools"]:
+                pool["idle_rule"] = settings.idle_rule(None, pool["id"], rules)
+        self.finish(json.dumps(body))
 
 
 # what the config snippet appends to c.JupyterHub.extra_handlers

@@ -20,9 +20,10 @@ import logging
 import weakref
 from typing import Any
 
-from traitlets import Bool, Dict, Float, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Float, List, TraitError, Unicode, Union, validate
 from traitlets.config import Config, Configurable
 
+from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
 from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity.cache import CapacityCache
@@ -252,6 +253,58 @@ class GPUSpawnerSettings(Configurable):
             except (ValueError, TypeError) as e:
                 raise TraitError(f"gpu_declared_pools[{i}]: {e}") from None
         return proposal.value
+
+    gpu_cull_rules = Union(
+        [Dict(), Unicode()],
+        default_value=None,
+        allow_none=True,
+        config=True,
+        help="""
+        The idle rules ``gpuspawner cull`` applies (docs/culling.md), so that the
+        spawn form tells users the rule for the profile and pool they pick, and
+        ``GET /hub/api/gpus`` gives each pool's as ``idle_rule``. Either the rules
+        themselves (a dict, as in a rules file) or the path of the rules file the
+        culler reads (``gpuspawner cull --config FILE``; read again at each
+        render, so the page follows edits). None (the default): nothing is shown.
+
+            c.GPUSpawner.gpu_cull_rules = {
+                "idle_timeout": "1h",
+                "profiles": {"gpu-training": {"idle_timeout": "4h"}},
+            }
+            # or: c.GPUSpawner.gpu_cull_rules = "/etc/gpuspawner/cull.yaml"
+
+        Keep it the same as the culler's: its ``--idle-timeout`` flag overrides
+        the file's default, and this setting does not see that flag.
+        """,
+    )
+
+    @validate("gpu_cull_rules")
+    def _validate_cull_rules(self, proposal):
+        value = proposal.value
+        try:
+            if isinstance(value, str):
+                load_rules(value)
+            elif value is not None:
+                rules_from_mapping(value, "gpu_cull_rules")
+        except RulesError as e:
+            raise TraitError(f"c.GPUSpawner.gpu_cull_rules: {e}") from None
+        return value
+
+    def cull_rules(self) -> CullRules | None:
+        """The culler's rules (None: not configured, or the file became unreadable: logged)."""
+        value = self.gpu_cull_rules
+        if value is None:
+            return None
+        try:
+            return load_rules(value) if isinstance(value, str) else rules_from_mapping(value, "gpu_cull_rules")
+        except RulesError as e:
+            log.error("c.GPUSpawner.gpu_cull_rules: %s; the spawn form shows no idle rule", e)
+            return None
+
+    def idle_rule(self, profile: str | None, pool: str | None, rules: CullRules | None = None) -> str | None:
+        """The idle rule for a GPU server of ``profile`` on ``pool``, in users' words (None: no rules)."""
+        rules = rules if rules is not None else self.cull_rules()
+        return describe(rule_for(rules, profile, pool)) if rules is not None else None
 
     @classmethod
     def from_hub_config(cls, config: Config, spawner_class: type[GPUSpawnerSettings]) -> GPUSpawnerSettings:

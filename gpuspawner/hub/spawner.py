@@ -436,6 +436,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             profile_list=profile_list,
             user_options=user_options,
             gpu_offers=gpu_offers,
+            cull_rules=self.cull_rules(),  # the idle rule per profile and pool (gpu_cull_rules)
+            idle_rule=self.idle_rule,
         )
 
     # --- spawning ---------------------------------------------------------

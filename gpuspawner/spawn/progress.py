@@ -32,6 +32,9 @@ say so when sure:
   ``cuda-compat-and-gpu-labels.md`` section 3.3): retrying on the same node
   gives the same answer.
 * The pod was preempted.
+* A volume of the pod's is missing: its PersistentVolumeClaim does not exist or is
+  being deleted, or the claim's volume is gone (VolumeBinding's and VolumeZone's
+  PreFilter): no node, new or old, changes that.
 
 The messages are read with ``schedmsg`` (the grammar, and where each format comes from);
 this module decides what they mean for someone waiting for a GPU.
@@ -55,6 +58,7 @@ from gpuspawner.spawn.schedmsg import (
     PERMANENT_KINDS,
     TAINT,
     UNSCHEDULABLE,
+    UNBOUND_IMMEDIATE,
     VOLUME,
     VOLUME_ZONE,
     ReasonCount,
@@ -64,6 +68,7 @@ from gpuspawner.spawn.schedmsg import (
     image_not_found,
     is_admission_failure,
     is_condition_taint,
+    missing_claim,
     parse_no_scale_up,
     parse_scale_up,
     parse_scheduling_message,
@@ -93,6 +98,7 @@ FATAL_KINDS = frozenset(
         "pool_empty",
         "untolerated_taint",
         "volume_zone",
+        "volume_missing",
         "no_matching_node",
         "image_not_found",
         "image_invalid",
@@ -380,8 +386,11 @@ def _never_fits(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | 
         return Translation(f"Cannot start: {reason}.", "untolerated_taint", fatal=True, reason=reason)
     if failure.count(VOLUME_ZONE):
         reason = (
-            f"this server's storage volume is bound to a zone where pool {ctx.label} has no node; "
-            "choose a pool in that zone or ask your administrator to move the volume"
+            f"this server's storage volume is bound to a zone where pool {ctx.label} has no node (your home "
+            "volume was created in another zone than the pool's GPU nodes, node(s) had volume node affinity "
+            "conflict); choose a GPU pool with nodes in that zone, or ask your administrator to move the volume "
+            "to the pool's zone or to create home volumes with a StorageClass whose volumeBindingMode is "
+            "WaitForFirstConsumer"
         )
         return Translation(f"Cannot start: {reason}.", "volume_zone", fatal=True, reason=reason)
     reason = (
@@ -425,10 +434,59 @@ def _dra_scheduling(failure: SchedulingFailure, ctx: SpawnContext) -> Translatio
     return None
 
 
+def _storage(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | None:
+    """VolumeBinding's and VolumeZone's PreFilter verdicts, which speak for every node
+    (``pkg/scheduler/framework/plugins/volumebinding/volume_binding.go``, ``volumezone``): a
+    missing claim or volume is fatal (no node changes it, and KubeSpawner creates the claim
+    before the pod, ``storage_pvc_ensure``); an unbound Immediate claim waits for the PV
+    controller or the provisioner.  None for other reasons."""
+    for r in failure.reasons:
+        if r.kind != VOLUME or r.count is not None:
+            continue
+        missing = missing_claim(r.text)
+        if missing is not None:
+            what, name, deleting = missing
+            if what == "volume":
+                why = f"the volume {name} that holds this server's storage no longer exists"
+            elif deleting:
+                why = f"this server's storage claim {name} is being deleted"
+            else:
+                why = f"this server's storage claim {name} does not exist (it may have been deleted)"
+            reason = f"{why}, so no node can mount it; ask your administrator to restore or recreate it"
+            return Translation(f"Cannot start: {reason}.", "volume_missing", fatal=True, reason=reason)
+        if r.text == UNBOUND_IMMEDIATE:
+            return Translation(
+                f"Waiting for this server's storage volume ({UNBOUND_IMMEDIATE}): its claim's StorageClass "
+                "binds immediately, and the volume is still being created or no existing volume matches; "
+                "if this lasts, ask your administrator to check the claim's events.",
+                "waiting_for_storage",
+                PROGRESS_SCHEDULING,
+            )
+    return None
+
+
+def _storage_waiting(failure: SchedulingFailure, ctx: SpawnContext) -> Translation:
+    """A volume rule excludes nodes, but not for good (an autoscaler may add a node in the
+    volume's zone, a WaitForFirstConsumer claim may find a volume later)."""
+    zone = failure.count(VOLUME_ZONE)
+    if zone:
+        what = (
+            f"{_n(zone, 'node cannot', 'nodes cannot')} use this server's storage volume, which is bound to "
+            "another zone (volume node affinity conflict); it starts only on a node of pool "
+            f"{ctx.label} in the volume's zone"
+        )
+    else:
+        what = _summary(r for r in failure.reasons if r.kind == VOLUME)
+    return Translation(f"Waiting for this server's storage: {what}.", "waiting_for_storage", PROGRESS_SCHEDULING)
+
+
 def _failed_scheduling(failure: SchedulingFailure, ctx: SpawnContext) -> Translation:
     fatal = _never_fits(failure, ctx)
     if fatal is not None:
         return fatal
+    storage = _storage(failure, ctx)
+    if storage is not None:
+        return storage
     dra = _dra_scheduling(failure, ctx)
     if dra is not None:
         return dra
@@ -460,12 +518,7 @@ def _failed_scheduling(failure: SchedulingFailure, ctx: SpawnContext) -> Transla
             PROGRESS_SCHEDULING,
         )
     if failure.count(VOLUME, VOLUME_ZONE):
-        storage = _summary(r for r in failure.reasons if r.kind in (VOLUME, VOLUME_ZONE))
-        return Translation(
-            f"Waiting for this server's storage: {storage}.",
-            "waiting_for_storage",
-            PROGRESS_SCHEDULING,
-        )
+        return _storage_waiting(failure, ctx)
     if ctx.can_grow() and _permanent_count(failure, ctx) >= failure.total_nodes:
         return Translation(
             f"No node of pool {ctx.label} can take this server now; waiting for the cluster autoscaler "

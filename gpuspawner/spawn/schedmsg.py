@@ -27,6 +27,11 @@ The formats (sources):
   the requested node name`` (nodename); ``node(s) had volume node affinity
   conflict`` and ``node(s) didn't find available persistent volumes to bind``
   (volumebinding); ``node(s) had no available volume zone`` (volumezone);
+  VolumeBinding's PreFilter speaks for every node (no count): ``pod has
+  unbound immediate PersistentVolumeClaims``, ``persistentvolumeclaim "<c>"
+  not found`` (the claim lister's NotFound), ``persistentvolumeclaim "<c>" is
+  being deleted`` (``volume_binding.go`` ``podHasPVCs``), and VolumeZone's
+  ``persistentvolume "<v>" not found`` for a claim bound to a missing volume;
   ``node(s) didn't match pod (anti-)affinity rules`` (interpodaffinity);
   ``node(s) didn't match pod topology spread constraints``
   (podtopologyspread); ``node(s) didn't have free ports for the requested pod
@@ -65,7 +70,7 @@ __all__ = [
     "NO_NODES_MESSAGE", "KARPENTER_FAILED", "ReasonCount", "SchedulingFailure", "ScaleUpStep",
     "is_condition_taint", "classify_reason", "taint_in", "parse_scheduling_message", "parse_scale_up",
     "parse_no_scale_up", "image_in", "pull_duration", "image_not_found", "cuda_refusal",
-    "is_admission_failure", "scheduled_node",
+    "is_admission_failure", "scheduled_node", "UNBOUND_IMMEDIATE", "missing_claim",
 ]
 
 # Kinds of scheduler reasons (ReasonCount.kind).  "Permanent" ones are not
@@ -174,7 +179,8 @@ def classify_reason(text: str) -> tuple[str, str | None]:
         return UNSCHEDULABLE, None
     if text in ("node(s) had volume node affinity conflict", "node(s) had no available volume zone"):
         return VOLUME_ZONE, None
-    if "PersistentVolumeClaim" in text or "persistentvolumeclaim" in text or "volume" in text or "storage" in text:
+    if ("PersistentVolumeClaim" in text or "persistentvolumeclaim" in text or "volume" in text or "storage" in text
+            or "pv(s)" in text):  # "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
         return VOLUME, None
     if "pod affinity" in text or "anti-affinity" in text:
         return POD_AFFINITY, None
@@ -185,6 +191,23 @@ def classify_reason(text: str) -> tuple[str, str | None]:
     if "claim" in text or "resourceslice" in text.lower() or "device class" in text:
         return DRA, None  # dynamicresources plugin: "cannot allocate all claims", ...
     return UNKNOWN, None
+
+
+#: VolumeBinding's PreFilter: a claim of an Immediate class (or one pre-bound by ``volumeName``)
+#: that the PV controller has not bound yet (``volume_binding.go``)
+UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+_MISSING_CLAIM = re.compile(r'^persistentvolume(claim)? "([^"]+)" (not found|is being deleted)$')
+
+
+def missing_claim(text: str) -> tuple[str, str, bool] | None:
+    """What a VolumeBinding / VolumeZone PreFilter reason says is missing: ``(kind, name,
+    being_deleted)`` with kind ``"claim"`` (``persistentvolumeclaim "x" not found`` or ``is
+    being deleted``) or ``"volume"`` (``persistentvolume "x" not found``: the claim is bound to
+    a volume that is gone); None for any other reason."""
+    m = _MISSING_CLAIM.match(text.strip())
+    if not m:
+        return None
+    return ("claim" if m.group(1) else "volume"), m.group(2), m.group(3) == "is being deleted"
 
 
 def taint_in(text: str) -> tuple[str, str] | None:

@@ -401,3 +401,65 @@ def test_the_settings_former_section_name_is_read(tmp_path):
     hub, capacity = doctor.load_hub_config(str(path), None)
     assert hub.profiles == ("legacy",)
     assert capacity.gpu_resources == ("example.com/gpu",)
+
+
+# -- culling configured: every NVIDIA GPU node's activity must reach the culler -----------------
+
+CULL_NODES = [
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a", "labels": {"nvidia.com/gpu.product": "Tesla-T4"}},
+     "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}}},
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-a"},
+     "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}},
+]
+
+
+def _exporter_ready(cluster: SimCluster) -> list[dict]:
+    return [p for p in cluster.store.list("pods", namespace="gpu-operator")["items"]
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+
+
+async def fake_prometheus(hostnames: list[str]) -> tuple[web.AppRunner, str]:
+    """Answers /api/v1/query as Prometheus does for doctor's ``count by (Hostname)`` query."""
+    async def query(request: web.Request) -> web.Response:
+        assert request.query["query"].startswith("count by (Hostname)")
+        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {"Hostname": h}, "value": [0, "1"]} for h in hostnames]}})
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+async def test_cull_finds_gpu_nodes_without_a_dcgm_exporter():
+    async with SimCluster(manifests=CULL_NODES, port=0, run_pods=True) as c:
+        rc, doc = await run_json("--server", c.url, "--cull")
+        assert found(doc)["cull-no-gpu-metrics"] == {"gpu-a"}  # the CPU node needs none
+        (f,) = [f for f in doc["findings"] if f["id"] == "cull-no-gpu-metrics"]
+        assert f["details"]["missing"] == "exporter" and rc == 1
+        rc, doc = await run_json("--server", c.url)
+        assert "cull-no-gpu-metrics" not in found(doc)  # culling not configured: not asked
+
+
+async def test_cull_with_exporters_finds_nothing_and_prometheus_is_asked():
+    async with SimCluster(manifests=CULL_NODES, port=0, dcgm_exporter=True) as c:
+        await c.wait_for(lambda: _exporter_ready(c), 60, what="the exporter pod to be ready")
+        rc, doc = await run_json("--server", c.url, "--cull")
+        assert "cull-no-gpu-metrics" not in found(doc)
+        runner, url = await fake_prometheus([])
+        try:
+            rc, doc = await run_json("--server", c.url, "--prometheus-url", url)
+        finally:
+            await runner.cleanup()
+        (f,) = [f for f in doc["findings"] if f["id"] == "cull-no-gpu-metrics"]
+        assert f["details"]["missing"] == "series" and f["objects"][0]["name"] == "gpu-a" and rc == 1
+        runner, url = await fake_prometheus(["gpu-a"])
+        try:
+            rc, doc = await run_json("--server", c.url, "--prometheus-url", url)
+        finally:
+            await runner.cleanup()
+        assert "cull-no-gpu-metrics" not in found(doc)
+        rc, out, err = await run_doctor("--server", c.url, "--prometheus-url", closed_port_url())
+        assert rc == 2 and "cannot query Prometheus at" in err and "Traceback" not in err

@@ -6,7 +6,8 @@ every second.
 
 Debian's ``prometheus`` package is built without Kubernetes service discovery (its
 NEWS.Debian: "Kubernetes support has been completely removed"), so ``kubernetes_sd_configs``
-cannot be used here.  :class:`PodDiscovery` stands in for it: an ``http_sd_configs`` endpoint
+cannot be used here.  :class:`PodDiscovery` stands in for it (as the demo's does,
+``gpuspawner.commands.demo_cull``, whose ``pod_targets`` it uses): an ``http_sd_configs`` endpoint
 that lists the exporter pods through the simulated API server and hands Prometheus the same
 targets and ``__meta_kubernetes_*`` labels as ``kubernetes_sd_configs`` with ``role: pod``
 (``discovery/kubernetes/pod.go``: one target per container port, ``podIP:port``, none for a pod
@@ -18,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
 import secrets
 import shutil
 import signal
@@ -31,44 +31,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import requests
 
 from gpuspawner.commands.demo import DEMO_CONFIG
+from gpuspawner.commands.demo_cull import pod_targets
 from gpuspawner import config_snippet
 
 from .harness import DemoHub, free_port, wait_for
 
 CULLER_ROLE_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers", "read:users:groups"]
-
-
-def _label_name(name: str) -> str:
-    # strutil.SanitizeLabelName: anything outside [a-zA-Z0-9_] becomes "_"
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
-
-
-def pod_targets(pod: dict) -> dict | None:
-    """One ``http_sd`` target group for a pod, as kubernetes_sd_configs (role: pod) builds it."""
-    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    ip = status.get("podIP")
-    if not ip:
-        return None
-    ready = next((c["status"].lower() for c in status.get("conditions") or [] if c.get("type") == "Ready"),
-                 "unknown")
-    labels = {"__meta_kubernetes_namespace": meta.get("namespace", ""),
-              "__meta_kubernetes_pod_name": meta["name"], "__meta_kubernetes_pod_ip": ip,
-              "__meta_kubernetes_pod_ready": ready, "__meta_kubernetes_pod_phase": status.get("phase", ""),
-              "__meta_kubernetes_pod_node_name": spec.get("nodeName", ""),
-              "__meta_kubernetes_pod_host_ip": status.get("hostIP", ""),
-              "__meta_kubernetes_pod_uid": meta.get("uid", "")}
-    for k, v in (meta.get("labels") or {}).items():
-        labels[f"__meta_kubernetes_pod_label_{_label_name(k)}"] = v
-        labels[f"__meta_kubernetes_pod_labelpresent_{_label_name(k)}"] = "true"
-    groups = []
-    for c in spec.get("containers") or []:
-        for port in c.get("ports") or []:
-            groups.append({"targets": [f"{ip}:{port['containerPort']}"], "labels": dict(
-                labels, __meta_kubernetes_pod_container_name=c["name"],
-                __meta_kubernetes_pod_container_port_number=str(port["containerPort"]),
-                __meta_kubernetes_pod_container_port_name=port.get("name", ""),
-                __meta_kubernetes_pod_container_port_protocol=port.get("protocol", "TCP"))})
-    return {"groups": groups}
 
 
 class PodDiscovery:
@@ -81,8 +49,7 @@ class PodDiscovery:
                                  params={"labelSelector": selector}, timeout=10)
                 groups = []
                 for pod in r.json().get("items", []) if r.ok else []:
-                    built = pod_targets(pod)
-                    groups += built["groups"] if built else []
+                    groups += pod_targets(pod)
                 body = json.dumps(groups).encode()
                 self.send_response(200 if r.ok else 503)
                 self.send_header("Content-Type", "application/json")

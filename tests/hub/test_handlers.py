@@ -233,3 +233,19 @@ async def test_rest_spawn_mistakes_are_400_with_the_message(hub_for_spawn, gpu_h
         code, reply = e.code, e.response.body
     assert code == status
     assert message in json.loads(reply)["message"]
+
+
+async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configured(install_cache):
+    c = load_snippet()
+    c.GPUSpawner.gpu_cull_rules = {"idle_timeout": "1h", "pools": {H100.id: {"idle_timeout": "30m"}}}
+    app, server, api, token = await serve_mock_hub(c)
+    try:
+        install_cache(fake_cache(A100, H100))
+        code, body = await get(api + "gpus", token)
+    finally:
+        await close_mock_hub(app, server)
+    assert code == 200
+    rules = {p["id"]: p["idle_rule"] for p in body["pools"]}
+    assert rules[H100.id].startswith("This server is stopped after 30m ")
+    assert rules[A100.id].startswith("This server is stopped after 60m ")
+    assert all(list(p) == KEYS + ["idle_rule"] for p in body["pools"])  # a new key after the exact ones

@@ -90,3 +90,18 @@ async def test_the_first_cache_user_points_the_metrics_at_it(monkeypatch):
     caches.reverse()  # e.g. a new event loop in tests: the new cache's snapshot is read
     settings.shared_capacity_cache()
     assert installed == [caches[1].snapshot, caches[0].snapshot]
+
+
+def test_cull_rules_are_a_mapping_or_the_culler_s_file_and_bad_ones_say_what_to_write(tmp_path):
+    from traitlets import TraitError
+
+    assert GPUSpawnerSettings().cull_rules() is None and GPUSpawnerSettings().idle_rule("gpu", "p") is None
+    rules = tmp_path / "cull.yaml"
+    rules.write_text("idle_timeout: 30m\npools:\n  p: {idle_timeout: 2h}\n")
+    s = GPUSpawnerSettings(gpu_cull_rules=str(rules))
+    assert s.idle_rule("gpu", "other").startswith("This server is stopped after 30m ")
+    assert s.idle_rule("gpu", "p").startswith("This server is stopped after 2h00m ")
+    with pytest.raises(TraitError, match=r"gpu_cull_rules: gpu_cull_rules.idle_timeout: 'soon'"):
+        GPUSpawnerSettings(gpu_cull_rules={"idle_timeout": "soon"})
+    with pytest.raises(TraitError, match="cannot read it"):
+        GPUSpawnerSettings(gpu_cull_rules=str(tmp_path / "missing.yaml"))

@@ -59,3 +59,24 @@ def test_spawn_form_shows_fitting_counts_and_live_refresh_leaves_them(the_pool, 
         assert values == [str(n) for n in range(1, 6)] and 'data-gs-max="5"' in radio
         assert "nodes whose driver fits" not in html and "data-gs-cuda-steered" not in html
         assert _live_pools(html) == [POOL_ID]
+
+
+def _idle_lines(html):
+    return re.findall(r'<p class="gs-idle"><strong>Idle rule:</strong> (.*?)</p>', html)
+
+
+def test_spawn_form_shows_the_idle_rule_of_the_profile_and_pool_only_when_configured():
+    from gpuspawner.hub.settings import GPUSpawnerSettings
+
+    offers = offers_for(steered_pool(new(free=5)))
+    profiles, _ = merge_profiles([], offers)
+    settings = GPUSpawnerSettings(gpu_cull_rules={"idle_timeout": "1h", "profiles": {"gpu": {"idle_timeout": "4h"}},
+                                                  "pools": {POOL_ID: {"max_age": "12h"}}})
+    html = render_form(template_dirs(), None, profile_list=profiles, user_options={}, gpu_offers=offers,
+                       cull_rules=settings.cull_rules(), idle_rule=settings.idle_rule)
+    # the profile's timeout, the pool's maximum age: cull.rules.describe's words, one line per pool
+    assert _idle_lines(html) == ["This server is stopped after 4h00m in which neither the notebook nor its GPUs "
+                                 "were used. It is stopped 12h00m after it started, even if busy."]
+    html = render_form(template_dirs(), None, profile_list=profiles, user_options={}, gpu_offers=offers,
+                       cull_rules=None, idle_rule=settings.idle_rule)
+    assert _idle_lines(html) == [] and "Idle rule" not in html

@@ -34,6 +34,15 @@ if token:
     c.JupyterHub.load_roles = [{"name": "admin", "services": ["gpuspawner-demo-admin"]}]
 
 # --- the pods ------------------------------------------------------------------------------
+culler = env.get("GPUSPAWNER_DEMO_CULLER")
+if culler:  # gpuspawner demo's GPU culler (gpuspawner/commands/demo_cull.py; --no-cull: none)
+    import json
+
+    spec = json.loads(culler)
+    c.JupyterHub.services.append(
+        {"name": "gpu-culler", "command": spec["command"], "environment": spec["environment"]})
+    c.JupyterHub.load_roles.append({"name": "gpu-culler", "scopes": spec["scopes"], "services": ["gpu-culler"]})
+
 c.GPUSpawner.namespace = "jupyterhub"
 c.GPUSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
 c.GPUSpawner.cmd = ["jupyterhub-singleuser"]

@@ -6,6 +6,7 @@
 * ``images``: profile images whose CUDA fits no (or not every) node's driver;
 * ``pending``: pods stuck Pending on GPUs;
 * ``rbac``: access the hub lacks;
+* ``cull``: GPU nodes whose GPU activity the culler cannot see (only when culling is configured);
 * ``dra``: Dynamic Resource Allocation: DeviceClasses, ResourceSlices, ResourceClaims, GPUs
   published by both paths, the hub's DRA rights (and the device-plugin findings DRA explains).
 
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.doctor.checks.cull import CullSetup, check_cull_coverage
 from gpuspawner.doctor.checks.dra import check_dra, dra_gpu_nodes, reconcile
 from gpuspawner.doctor.checks.gfd import check_gfd_labels
 from gpuspawner.doctor.checks.images import check_images
@@ -34,6 +36,8 @@ from gpuspawner.doctor.findings import Finding, ObjectRef, by_severity
 from gpuspawner.doctor.rbac import RbacFacts
 
 __all__ = [
+    "CullSetup",
+    "check_cull_coverage",
     "check_dra",
     "check_gfd_labels",
     "check_images",
@@ -97,17 +101,21 @@ def run_checks(
     now: float,
     pending_after: float,
     dra: DraState | None = None,
+    cull: CullSetup | None = None,
 ) -> list[Finding]:
     """All checks, errors first.  ``nodes``/``pods`` None: they could not be
     listed (the reason is then an ``rbac-missing`` finding) and their checks
     are reported as skipped.  ``dra``: what ``gather`` read of ``resource.k8s.io/v1``
-    (None or not served: no DRA checks); the device-plugin findings it explains are dropped."""
+    (None or not served: no DRA checks); the device-plugin findings it explains are dropped.
+    ``cull``: culling is configured (None: its coverage is not checked)."""
     out: list[Finding] = list(check_rbac(rbac))
     if nodes is not None:
         out += check_nodes(nodes, config)
         out += check_gfd_labels(nodes, config)
         out += check_taints(nodes, hub, config)
         out += check_images(nodes, hub, config)
+        if cull is not None:
+            out += check_cull_coverage(nodes, pods, cull.series, cull.prometheus_url)
     if pods is not None:
         out += check_pending_pods(pods, config, now, pending_after)
     out += _skipped(nodes, pods)

@@ -15,15 +15,82 @@ from gpuspawner.capacity.podres import pod_usage
 from gpuspawner.doctor.findings import Finding, ObjectRef
 from gpuspawner.kube import objects
 from gpuspawner.kube.times import format_duration
-from gpuspawner.spawn.schedmsg import AFFINITY, INSUFFICIENT, NODE_NAME, TAINT, UNSCHEDULABLE, parse_scheduling_message
+from gpuspawner.spawn.schedmsg import (
+    AFFINITY,
+    INSUFFICIENT,
+    NODE_NAME,
+    TAINT,
+    UNBOUND_IMMEDIATE,
+    UNSCHEDULABLE,
+    VOLUME,
+    VOLUME_ZONE,
+    SchedulingFailure,
+    missing_claim,
+    parse_scheduling_message,
+)
 
 __all__ = ["check_pending_pods"]
 
 
-def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int]) -> str:
+def claim_names(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The PersistentVolumeClaims a pod mounts (``spec.volumes[].persistentVolumeClaim.claimName``),
+    in its order, each once."""
+    out: list[str] = []
+    for volume in objects.section(pod, "spec").get("volumes") or ():
+        claim = volume.get("persistentVolumeClaim") if isinstance(volume, Mapping) else None
+        name = claim.get("claimName") if isinstance(claim, Mapping) else None
+        if isinstance(name, str) and name and name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def _storage_fix(failure: SchedulingFailure, ns: str, claims: Sequence[str], describe: str) -> str | None:
+    """The fix for the scheduler's volume reasons (VolumeBinding, VolumeZone): a volume bound to
+    a zone where no node the pod may use runs, a missing claim or volume, an unbound Immediate
+    claim; None when the message names none of them."""
+    shown = ", ".join(claims) or "CLAIM"
+    inspect = f"kubectl get pvc -n {ns} {shown} -o wide; kubectl get pv VOLUME -o jsonpath='{{.spec.nodeAffinity}}'"
+    if failure.count(VOLUME_ZONE):
+        return (
+            f"Its volume (claim {shown}) is bound to a zone where none of the GPU nodes it may use runs "
+            "(volume node affinity conflict: the home volume was created in another zone than the GPU pool). "
+            "Fixes: move the data to a volume in the GPU pool's zone (snapshot and restore, or a new claim), "
+            "add GPU nodes in the volume's zone, or give home volumes a StorageClass with volumeBindingMode: "
+            f"WaitForFirstConsumer so that new ones are created where the pod is scheduled; see the zones: "
+            f"{inspect}; {describe}"
+        )
+    for r in failure.reasons:
+        if r.kind != VOLUME:
+            continue
+        missing = missing_claim(r.text)
+        if missing is not None and missing[0] == "claim":
+            return (
+                f"Its claim {missing[1]} {'is being deleted' if missing[2] else 'does not exist'}: recreate it, "
+                "or let KubeSpawner create users' claims before their pods (c.KubeSpawner.storage_pvc_ensure = "
+                f"True with pvc_name_template); {describe}"
+            )
+        if missing is not None:
+            return (
+                f"Its claim is bound to the volume {missing[1]}, which no longer exists: restore the volume "
+                f"or give the user a new claim; {inspect}; {describe}"
+            )
+        if r.text == UNBOUND_IMMEDIATE:
+            return (
+                f"Its claim {shown} is not bound: its StorageClass binds immediately and no volume matches or the "
+                f"provisioner made none (look for ProvisioningFailed in kubectl describe pvc -n {ns} {shown}); "
+                "a WaitForFirstConsumer class also creates the volume in the GPU node's zone; " + describe
+            )
+    if failure.count(VOLUME):
+        return f"Its volumes cannot be bound on the nodes it may use: kubectl describe pvc -n {ns} {shown}; {describe}"
+    return None
+
+
+def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int], claims: Sequence[str] = ()) -> str:
     """The fix for what the scheduler's ``FailedScheduling`` message (the ``PodScheduled``
     condition's) names, read with the spawner's own parser (``spawn.schedmsg``); the first of
-    a taint, too few free resources, node affinity, cordoned nodes wins."""
+    a taint, a volume problem (``claims``: the claims the pod mounts), too few free resources,
+    node affinity, cordoned nodes wins.  A volume conflict goes before ``Insufficient``: the
+    nodes without GPUs say ``Insufficient`` while the GPU nodes are excluded by the volume."""
     describe = f"kubectl describe pod -n {ns} {name}"
     failure = parse_scheduling_message(message)
     if failure is None:
@@ -33,6 +100,9 @@ def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int]) -> 
             f"A taint keeps it off the GPU nodes: allow its key in c.GPUSpawner.gpu_tolerated_taint_keys "
             f"(see untolerated-gpu-taint) or remove the taint; details: {describe}"
         )
+    storage = _storage_fix(failure, ns, claims, describe)
+    if storage is not None:
+        return storage
     if failure.count(INSUFFICIENT):
         wanted = ", ".join(f"{n} x {r}" for r, n in sorted(usage.items()))
         return (
@@ -69,7 +139,7 @@ def _pending(pod: Mapping[str, Any], cond: Mapping[str, Any], usage: Mapping[str
         "pod-pending-on-gpu",
         "warning",
         f"Pod {ns}/{name} asks for {wanted} and has been Pending {age_text}: {message}",
-        _pending_fix(message, ns, name, usage),
+        _pending_fix(message, ns, name, usage, claim_names(pod)),
         (ObjectRef("Pod", name, ns),),
         {"requests": dict(usage), "age_seconds": round(age, 1) if age is not None else None,
          "reason": cond.get("reason"), "message": message},

@@ -1,0 +1,203 @@
+"""The demo's culler: ``gpuspawner cull`` as a hub-managed service and, when Debian's (or any)
+``prometheus`` is on PATH, a Prometheus scraping the simulated DCGM exporters for it.
+
+The hub starts the culler (``GPUSPAWNER_DEMO_CULLER``, read by the demo's
+``jupyterhub_config.py``) with the narrow role of docs/culling.md and ``KUBECONFIG`` in its
+``environment`` (a hub-managed service gets only what that key gives it).  Without Prometheus the
+culler scrapes the exporter pods directly.
+
+Debian builds Prometheus without Kubernetes service discovery, so the demo serves the exporter
+pods as an ``http_sd_configs`` endpoint (:class:`PodDiscovery`): the pods are listed through the
+simulated API server and handed over with the targets and ``__meta_kubernetes_*`` labels that
+``kubernetes_sd_configs`` (``role: pod``) gives (Prometheus' ``discovery/kubernetes/pod.go``: one
+target per container port, ``podIP:port``, none for a pod without an IP).  Prometheus runs in its
+own session with its data in the demo's directory, and is stopped with the demo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CULLER_SCOPES", "IDLE_TIMEOUT", "DemoCulling", "PodDiscovery", "culler_service", "pod_targets", "prometheus_config",
+           "start_prometheus", "stop_prometheus"]
+
+IDLE_TIMEOUT = "30m"
+#: docs/culling.md's role, without read:users:groups (the demo exempts no group)
+CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
+EXPORTER_NAMESPACE, EXPORTER_SELECTOR = "gpu-operator", "app=nvidia-dcgm-exporter"
+
+
+def culler_service(kubeconfig: str, prometheus_url: str | None, pythonpath: str | None) -> dict[str, Any]:
+    """What ``GPUSPAWNER_DEMO_CULLER`` carries: the service's command and environment, and its scopes."""
+    command = [sys.executable, "-m", "gpuspawner", "cull", "--idle-timeout", IDLE_TIMEOUT]
+    if prometheus_url:
+        command += ["--prometheus-url", prometheus_url]
+    environment = {"KUBECONFIG": kubeconfig}
+    if pythonpath:  # a source checkout: the culler imports the same gpuspawner as the demo
+        environment["PYTHONPATH"] = pythonpath
+    return {"command": command, "environment": environment, "scopes": CULLER_SCOPES}
+
+
+def _label_name(name: str) -> str:
+    # Prometheus' strutil.SanitizeLabelName: anything outside [a-zA-Z0-9_] becomes "_"
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def pod_targets(pod: dict) -> list[dict]:
+    """A pod's ``http_sd`` target groups, as ``kubernetes_sd_configs`` (role: pod) builds them.  Pure."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    ip = status.get("podIP")
+    if not ip:
+        return []
+    ready = next((str(c.get("status", "")).lower() for c in status.get("conditions") or []
+                  if c.get("type") == "Ready"), "unknown")
+    labels = {"__meta_kubernetes_namespace": meta.get("namespace", ""),
+              "__meta_kubernetes_pod_name": meta.get("name", ""), "__meta_kubernetes_pod_ip": ip,
+              "__meta_kubernetes_pod_ready": ready, "__meta_kubernetes_pod_phase": status.get("phase", ""),
+              "__meta_kubernetes_pod_node_name": spec.get("nodeName", ""),
+              "__meta_kubernetes_pod_host_ip": status.get("hostIP", ""),
+              "__meta_kubernetes_pod_uid": meta.get("uid", "")}
+    for k, v in (meta.get("labels") or {}).items():
+        labels[f"__meta_kubernetes_pod_label_{_label_name(k)}"] = v
+        labels[f"__meta_kubernetes_pod_labelpresent_{_label_name(k)}"] = "true"
+    groups = []
+    for c in spec.get("containers") or []:
+        for port in c.get("ports") or []:
+            groups.append({"targets": [f"{ip}:{port['containerPort']}"], "labels": dict(
+                labels, __meta_kubernetes_pod_container_name=c.get("name", ""),
+                __meta_kubernetes_pod_container_port_number=str(port["containerPort"]),
+                __meta_kubernetes_pod_container_port_name=port.get("name", ""),
+                __meta_kubernetes_pod_container_port_protocol=port.get("protocol", "TCP"))})
+    return groups
+
+
+def prometheus_config(sd_url: str, scrape_interval: str = "15s") -> str:
+    """The demo's Prometheus config: docs/culling.md's scrape job, with http_sd for kubernetes_sd."""
+    return f"""\
+global:
+  scrape_interval: {scrape_interval}
+scrape_configs:
+- job_name: dcgm-exporter
+  http_sd_configs:          # stands for kubernetes_sd_configs: [{{role: pod, namespaces: {{names: [gpu-operator]}}}}]
+  - url: {sd_url}
+    refresh_interval: 15s
+  relabel_configs:
+  - {{source_labels: [__meta_kubernetes_pod_label_app], regex: nvidia-dcgm-exporter, action: keep}}
+  - {{source_labels: [__meta_kubernetes_pod_container_port_number], regex: "9400", action: keep}}
+  - {{source_labels: [__meta_kubernetes_namespace], target_label: namespace}}
+  - {{source_labels: [__meta_kubernetes_pod_name], target_label: pod}}
+"""
+
+
+class PodDiscovery:
+    """An ``http_sd`` endpoint on loopback listing the exporter pods through the API server."""
+
+    def __init__(self, k8s_url: str):
+        self.k8s_url = k8s_url.rstrip("/")
+        self.url = ""
+        self._runner: Any = None
+
+    async def _targets(self, request: Any) -> Any:
+        import aiohttp
+        from aiohttp import web
+
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"{self.k8s_url}/api/v1/namespaces/{EXPORTER_NAMESPACE}/pods",
+                                 params={"labelSelector": EXPORTER_SELECTOR},
+                                 timeout=aiohttp.ClientTimeout(total=10)) as r:
+                    doc = await r.json() if r.status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            doc = None
+        if doc is None:
+            return web.json_response([], status=503)
+        return web.json_response([g for pod in doc.get("items") or [] for g in pod_targets(pod)])
+
+    async def start(self) -> str:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_get("/", self._targets)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start_prometheus(binary: str, workdir: Path, sd_url: str) -> tuple[asyncio.subprocess.Process, str]:
+    """Prometheus on a free loopback port, its config, data and log in ``workdir``; (process, URL)."""
+    directory = workdir / "prometheus"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "prometheus.yml").write_text(prometheus_config(sd_url), encoding="utf-8")
+    port = _free_port()
+    log = open(directory / "prometheus.log", "wb")  # noqa: SIM115 - closed when the process is reaped
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            binary, f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", stdout=log, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True)
+    finally:
+        log.close()  # the child has its own descriptor
+    return proc, f"http://127.0.0.1:{port}"
+
+
+async def stop_prometheus(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
+    if proc.returncode is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), 10)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
+class DemoCulling:
+    """The demo's culling: Prometheus (when installed) and its discovery; the culler's service spec."""
+
+    def __init__(self) -> None:
+        self.discovery: PodDiscovery | None = None
+        self.prometheus: asyncio.subprocess.Process | None = None
+        self.prometheus_url: str | None = None
+
+    async def start(self, k8s_url: str, workdir: Path, kubeconfig: str, pythonpath: str | None) -> dict[str, str]:
+        """Start Prometheus if ``prometheus`` is on PATH; the hub environment that adds the culler."""
+        binary = shutil.which("prometheus")
+        if binary:
+            self.discovery = PodDiscovery(k8s_url)
+            sd_url = await self.discovery.start()
+            self.prometheus, self.prometheus_url = await start_prometheus(binary, workdir, sd_url)
+        spec = culler_service(kubeconfig, self.prometheus_url, pythonpath)
+        return {"GPUSPAWNER_DEMO_CULLER": json.dumps(spec)}
+
+    def describe(self) -> str:
+        how = (f"GPU activity from Prometheus at {self.prometheus_url}" if self.prometheus_url
+               else "scraping the DCGM exporters directly (no prometheus on PATH)")
+        return f"GPU culler: idle GPU servers stop after {IDLE_TIMEOUT}, {how} (--no-cull: off)"
+
+    async def stop(self) -> None:
+        if self.prometheus is not None:
+            await stop_prometheus(self.prometheus)
+        if self.discovery is not None:
+            await self.discovery.stop()
