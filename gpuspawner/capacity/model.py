@@ -113,9 +113,14 @@ class CapacitySnapshot:
         return self.pools_by_id.get(pool_id)
 
     def to_json(self, pools: tuple[PoolView, ...] | None = None) -> dict[str, Any]:
+        """The body of ``GET /hub/api/gpus``.  ``healthy`` is true (and ``error`` null) only
+        while the figures are live; otherwise ``error`` says why in plain words and
+        ``age_seconds`` how old the figures served are."""
         return {
             "pools": [p.to_json() for p in (self.pools if pools is None else pools)],
             "synced": self.synced,
+            "healthy": bool(self.healthy and self.synced and not self.error),
+            "error": self.error or (None if self.healthy and self.synced else "GPU capacity is unknown"),
             "age_seconds": round(self.age_seconds, 3),
         }
 

@@ -39,9 +39,18 @@ def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnExceptio
     return _with_hub_message(SpawnException(message, reason=reason, status_code=status_code), message)
 
 
-def refusal(status: int, message: str) -> web.HTTPError:
-    """The ``HTTPError`` of a refused request, with the same message in the progress stream."""
-    return _with_hub_message(web.HTTPError(status, message), message)
+class Refusal(SpawnException):
+    """A spawn request refused before anything was created (a user's mistake, a quota, capacity
+    unknown).  A ``SpawnException``: JupyterHub counts it as a handled rejection, never toward
+    ``consecutive_failure_limit``, whatever its status (503 included).  ``hub.logfilter``
+    knows it by its class and keeps JupyterHub's own ERROR lines and tracebacks about it out
+    of the log: the spawner logs the refusal once, at INFO."""
+
+
+def refusal(status: int, message: str, *, reason: str = "refused") -> Refusal:
+    """A refused request, with the same message on the page, in the REST answer and in the
+    progress stream; ``reason`` is JupyterHub's metrics label."""
+    return _with_hub_message(Refusal(message, reason=reason, status_code=status), message)
 
 
 class GPUSpawnFailure(SpawnException):

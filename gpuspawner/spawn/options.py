@@ -396,3 +396,59 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
         hint = f" GPU pools whose drivers fit this image: {', '.join(others)}." if others else ""
         raise CudaRefusal(fit.refusal(chosen.display_name) + hint)
     return Selection(profile=slug, offer=offer, pool=chosen, gpus=gpus, image_key=image_key, cuda=fit)
+
+
+# --- query-string spawns -----------------------------------------------------------------------
+
+#: KubeSpawner's form field names: ``profile-option-<profile slug>--<option>``
+FORM_OPTION_PREFIX = "profile-option-"
+
+
+def options_from_query(query: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """The user options of a query-string spawn (``GET /hub/spawn/<user>?profile=gpu&gpus=2``).
+
+    JupyterHub hands the query's arguments over as lists of strings, after taking out ``next``
+    and ``display_name`` (and the ``opt-`` prefix, when every name carries it).  Both spellings
+    of an option are read: the REST API's (``gpu_pool``, ``gpus``, ``image``) and the spawn
+    form's (``profile-option-gpu--gpus``), so a link can be copied from either.  Nothing is
+    dropped: a name given twice, a form name of another profile than the one chosen, or a form
+    name that is not one is refused here; unknown names are refused with the rest of the
+    options by :func:`validate_user_options` (KubeSpawner's form reader would drop them with a
+    log line and start something else than what the link asked for).
+    """
+    repeated = sorted(k for k, v in query.items() if not isinstance(v, (list, tuple)) or len(v) != 1)
+    if repeated:
+        raise OptionError(f"give each option once in the query; given more than once: {_names(repeated)}", reason=OTHER)
+    flat = {k: v[0] for k, v in query.items()}
+    slug = flat.get("profile")
+    options: dict[str, str] = {}
+    for key, value in flat.items():
+        name = key
+        if key.startswith(FORM_OPTION_PREFIX):
+            owner, sep, name = key[len(FORM_OPTION_PREFIX):].partition("--")
+            if not sep or not owner or not name:
+                raise OptionError(
+                    f"{_names([key])} is not an option name: form names look like "
+                    "`profile-option-<profile>--<option>`, or use the option's own name (`gpus`)",
+                    reason=FORBIDDEN_OPTION,
+                )
+            if owner != slug:
+                raise OptionError(
+                    f"{_names([key])} is an option of profile {_show(owner)}, but the query chooses "
+                    f"{'profile ' + _show(slug) if slug else 'no profile'}; add profile={owner} or drop it",
+                    reason=FORBIDDEN_OPTION,
+                )
+        if name in options:
+            raise OptionError(f"option {_names([name])} is given twice in the query", reason=OTHER)
+        options[name] = value
+    return options
+
+
+def dropped_query_names(raw: Iterable[str]) -> list[str]:
+    """The query's names that JupyterHub does not hand to the spawner: when a query mixes
+    ``opt-`` names with plain ones, JupyterHub 5+ reads only the ``opt-`` ones
+    (jupyterhub/handlers/pages.py ``SpawnHandler._get_user_options``); ``next`` and
+    ``display_name`` are JupyterHub's own."""
+    names = [k for k in raw if k not in ("next", "display_name")]
+    plain = sorted(k for k in names if not k.startswith("opt-"))
+    return plain if plain and len(plain) < len(names) else []

@@ -135,6 +135,7 @@ FATAL_KINDS = frozenset(
         "node_out_of_resource",
         "preempted",
         "pod_failed",
+        "no_free_gpu",
     }
 )
 

@@ -1,0 +1,83 @@
+"""Keep JupyterHub's own log lines about a refused spawn out of the hub's log.
+
+A refused request (``errors.Refusal``: a bad option, a quota, capacity
+unknown) is logged once by the spawner, at INFO, without a traceback.
+JupyterHub 6.1 logs the same failure again, at ERROR, on each path it takes:
+
+* ``user.py`` ``User.spawn``: ``Not starting {user}'s server {name}: {e}``
+  (a ``SpawnException``);
+* ``handlers/pages.py`` ``_wrap_spawn_single_user``: ``Error starting server
+  {user}[:{name}]: {e}``;
+* ``handlers/pages.py`` ``SpawnHandler.get`` / ``.post``: ``Failed to spawn
+  single-user server with query arguments`` / ``with form``, with
+  ``exc_info=True``: a full traceback per refused form post.
+
+So one user posting bad forms could fill the log with tracebacks.
+:class:`RefusalLogFilter` drops those records: the ones that carry a
+:class:`~gpuspawner.hub.errors.Refusal` as ``exc_info``, and the exact lines
+the spawner announced (:func:`expect`) just before raising it.  Every other
+record passes, so a JupyterHub that words its lines differently loses
+nothing but the deduplication.  The access log's one line per request
+(``400 POST /hub/api/users/...``) is not touched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+from gpuspawner.hub.errors import Refusal
+
+__all__ = ["RefusalLogFilter", "install", "expect"]
+
+_MAX_EXPECTED = 512  # announced lines kept; the oldest go first (a line never logged)
+
+
+class RefusalLogFilter(logging.Filter):
+    """Drops JupyterHub's repeats of a refusal the spawner already logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._expected: OrderedDict[str, None] = OrderedDict()
+
+    def expect(self, *lines: str) -> None:
+        for line in lines:
+            self._expected[line] = None
+            self._expected.move_to_end(line)
+        while len(self._expected) > _MAX_EXPECTED:
+            self._expected.popitem(last=False)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, Refusal):
+            return False
+        if not self._expected or record.levelno < logging.WARNING:
+            return True
+        try:
+            line = record.getMessage()
+        except Exception:  # a record that cannot be formatted is not ours to judge
+            return True
+        if line in self._expected:
+            del self._expected[line]
+            return False
+        return True
+
+
+_filter = RefusalLogFilter()
+
+
+def install(logger: logging.Logger) -> RefusalLogFilter:
+    """Attach the process's filter to ``logger`` (JupyterHub's application logger); idempotent."""
+    if _filter not in logger.filters:
+        logger.addFilter(_filter)
+    return _filter
+
+
+def expect(user: str, server: str, log_name: str, error: Refusal) -> None:
+    """Announce the lines JupyterHub 6.1 writes for ``error``, about to be raised from a spawn
+    of ``user``'s server ``server`` (``log_name``: the spawner's ``_log_name``)."""
+    _filter.expect(
+        f"Not starting {user}'s server {server}: {error}",
+        f"Error starting {user}'s server: {error}",
+        f"Error starting server {log_name}: {error}",
+    )
