@@ -1,0 +1,74 @@
+"""JupyterHub's own ERROR lines and tracebacks about a refused spawn are kept out of the hub's log
+(issue #7, section 5): records on a real ``logging.Logger``, worded as JupyterHub 6.1 words them."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from tornado import web
+
+from gpuspawner.hub import logfilter
+from gpuspawner.hub.errors import Refusal, refusal
+
+
+@pytest.fixture
+def hub_log():
+    logger = logging.getLogger("test-jupyterhub-app")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep()
+    logger.addHandler(handler)
+    logfilter.install(logger)
+    logfilter.install(logger)  # idempotent
+    yield logger, records
+    logger.removeHandler(handler)
+    logger.filters.clear()
+
+
+def test_install_adds_one_filter(hub_log):
+    logger, _ = hub_log
+    assert sum(isinstance(f, logfilter.RefusalLogFilter) for f in logger.filters) == 1
+
+
+def test_a_refusal_with_a_traceback_is_dropped(hub_log):
+    logger, records = hub_log
+    try:
+        raise refusal(400, "`gpus` must be a whole number", reason="bad_count")
+    except Refusal:
+        logger.error("Failed to spawn single-user server with form", exc_info=True)
+    assert records == []
+
+
+def test_the_lines_announced_for_a_refusal_are_dropped_once(hub_log):
+    logger, records = hub_log
+    error = refusal(503, "GPU capacity is unknown", reason="capacity_unknown")
+    logfilter.expect("ada", "", "ada", error)
+    logger.error(f"Not starting ada's server : {error}")  # jupyterhub/user.py, a SpawnException
+    logger.error(f"Error starting server ada: {error}")  # jupyterhub/handlers/pages.py
+    assert records == []
+    logger.error(f"Error starting server ada: {error}")  # the same words again are not announced again
+    assert [r.getMessage() for r in records] == [f"Error starting server ada: {error}"]
+
+
+def test_other_errors_pass(hub_log):
+    logger, records = hub_log
+    try:
+        raise web.HTTPError(500, "boom")
+    except web.HTTPError:
+        logger.error("Failed to spawn single-user server with form", exc_info=True)
+    logger.error("Error starting server bob: something else")
+    logger.info("Refused spawn of ada (bad_count): `gpus` must be a whole number")
+    assert len(records) == 3 and records[0].exc_info is not None
+
+
+def test_announced_lines_are_bounded():
+    f = logfilter.RefusalLogFilter()
+    f.expect(*(f"line {i}" for i in range(2000)))
+    assert len(f._expected) == logfilter._MAX_EXPECTED
