@@ -21,8 +21,8 @@ try:
 except ImportError:  # JupyterHub 5.x
 
     class SpawnException(web.HTTPError):  # type: ignore[no-redef]
-        def __init__(self, message, *, reason, status_code=400, **_):
-            super().__init__(status_code, message)
+        def __init__(self, message, *, reason, status_code=400, log_message="", **_):
+            super().__init__(status_code, log_message or message)
             self.message = message
             self.reason_label = reason
 
@@ -49,8 +49,11 @@ class Refusal(SpawnException):
 
 def refusal(status: int, message: str, *, reason: str = "refused") -> Refusal:
     """A refused request, with the same message on the page, in the REST answer and in the
-    progress stream; ``reason`` is JupyterHub's metrics label."""
-    return _with_hub_message(Refusal(message, reason=reason, status_code=status), message)
+    progress stream; ``reason`` is JupyterHub's metrics label.  The log message has its ``%``
+    doubled: tornado formats it with ``%`` when it logs the error (``log_exception``), and a
+    user's value in the message (``"gpus": "%s"``) must not break that."""
+    error = Refusal(message, reason=reason, status_code=status, log_message=message.replace("%", "%%"))
+    return _with_hub_message(error, message)
 
 
 class GPUSpawnFailure(SpawnException):

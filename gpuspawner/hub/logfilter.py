@@ -10,7 +10,9 @@ JupyterHub 6.1 logs the same failure again, at ERROR, on each path it takes:
   {user}[:{name}]: {e}``;
 * ``handlers/pages.py`` ``SpawnHandler.get`` / ``.post``: ``Failed to spawn
   single-user server with query arguments`` / ``with form``, with
-  ``exc_info=True``: a full traceback per refused form post.
+  ``exc_info=True``: a full traceback per refused form post;
+* tornado's ``RequestHandler.log_exception``: ``%d %s: <message>`` at WARNING
+  for every ``HTTPError`` a handler raises.
 
 So one user posting bad forms could fill the log with tracebacks.
 :class:`RefusalLogFilter` drops those records: the ones that carry a
@@ -38,6 +40,7 @@ class RefusalLogFilter(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
+        # formatted lines, and unformatted ones (``record.msg``, as tornado logs an HTTPError)
         self._expected: OrderedDict[str, None] = OrderedDict()
 
     def expect(self, *lines: str) -> None:
@@ -47,20 +50,25 @@ class RefusalLogFilter(logging.Filter):
         while len(self._expected) > _MAX_EXPECTED:
             self._expected.popitem(last=False)
 
+    def _take(self, line: object) -> bool:
+        if isinstance(line, str) and line in self._expected:
+            del self._expected[line]
+            return True
+        return False
+
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, Refusal):
             return False
         if not self._expected or record.levelno < logging.WARNING:
             return True
+        if record.args and self._take(record.msg):
+            return False
         try:
             line = record.getMessage()
         except Exception:  # a record that cannot be formatted is not ours to judge
             return True
-        if line in self._expected:
-            del self._expected[line]
-            return False
-        return True
+        return not self._take(line)
 
 
 _filter = RefusalLogFilter()
@@ -74,10 +82,11 @@ def install(logger: logging.Logger) -> RefusalLogFilter:
 
 
 def expect(user: str, server: str, log_name: str, error: Refusal) -> None:
-    """Announce the lines JupyterHub 6.1 writes for ``error``, about to be raised from a spawn
-    of ``user``'s server ``server`` (``log_name``: the spawner's ``_log_name``)."""
+    """Announce the lines JupyterHub 6.1 (and tornado) write for ``error``, about to be raised
+    from a spawn of ``user``'s server ``server`` (``log_name``: the spawner's ``_log_name``)."""
     _filter.expect(
         f"Not starting {user}'s server {server}: {error}",
         f"Error starting {user}'s server: {error}",
         f"Error starting server {log_name}: {error}",
+        "%d %s: " + error.log_message,  # tornado/web.py RequestHandler.log_exception, unformatted
     )

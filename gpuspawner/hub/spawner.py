@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from jupyterhub.utils import maybe_future
+from tornado.log import app_log, gen_log
 from kubespawner import KubeSpawner
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
@@ -347,10 +349,14 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         return snapshot
 
     def _log_capacity_problem(self, problem: str) -> None:
-        # once per distinct problem per process: the page is rendered often
-        if problem in self._logged_capacity_problems:
+        # once per distinct problem per process: the page is rendered often, and the figures' age
+        # (and any other number) changes with every view, so numbers do not make a problem new
+        key = re.sub(r"[0-9]+", "N", problem)
+        if key in self._logged_capacity_problems:
             return
-        self._logged_capacity_problems.add(problem)
+        if len(self._logged_capacity_problems) >= 256:  # an API server that words each failure anew
+            self._logged_capacity_problems.clear()
+        self._logged_capacity_problems.add(key)
         self.log.warning(
             "%s. Static profiles are still offered; GPU profiles show 'capacity unknown'%s. "
             "If this is a permissions problem, apply deploy/rbac.yaml (ClusterRole rules: "
@@ -540,7 +546,9 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             self._refused = True
             self._forget_refused_options()
         error = refusal(status, message, reason=reason)
-        logfilter.install(_logger_of(self.log))
+        # the handlers' log, jupyterhub/user.py's (tornado's app_log) and tornado's own (gen_log)
+        for logger in (_logger_of(self.log), app_log, gen_log):
+            logfilter.install(logger)
         logfilter.expect(getattr(self.user, "name", ""), self.name, self._log_name, error)
         return error
 
@@ -768,6 +776,35 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
         self._refused = False
         return super().start()
 
+    # KubeSpawner 7.1's reflector doubles its retry delay from 0.1 s and returns for good once it
+    # passes 30 s (about 50 s of failed watches: kubespawner/reflector.py ``_watch_and_update``),
+    # and one whose first list failed never starts watching; with one namespace nothing replaces
+    # either until a spawn has waited out ``start_timeout`` for its pod.  So after an API server
+    # outage the first spawn would hang.  KubeSpawner asks for its reflectors right after
+    # ``load_user_options``: one that has loaded (or failed to), has no running watch and was
+    # not stopped is replaced there.
+
+    def _revive(self, reflector: Any) -> bool:
+        if reflector is None or getattr(reflector, "_stopping", False):
+            return False
+        loaded = getattr(reflector, "first_load_future", None)
+        if loaded is None or not loaded.done():
+            return False  # still starting: KubeSpawner's own start waits for it
+        task = getattr(reflector, "watch_task", None)
+        if task is not None and not task.done():
+            return False
+        if not loaded.cancelled():
+            loaded.exception()  # a failed first list, which KubeSpawner logged: retrieved here
+        self.log.warning("KubeSpawner's %s watch is not running (after an API server outage?); restarting it",
+                         getattr(reflector, "kind", "reflector"))
+        return True
+
+    async def _start_watching_pods(self, replace=False):
+        return await super()._start_watching_pods(replace=replace or self._revive(self.pod_reflector))
+
+    async def _start_watching_events(self, replace=False):
+        return await super()._start_watching_events(replace=replace or self._revive(self.event_reflector))
+
     async def _start(self):
         self._gpu_spawn = None
         self._gpu_short = None
@@ -937,6 +974,13 @@ class GPUSpawner(KubeSpawner, GPUCapacitySettings):
             if ctx is not None:
                 event, _ = rewrite_progress_event(event, ctx)
             yield event
+
+    async def poll(self):
+        """KubeSpawner's poll, except after a refused start: nothing runs, and nothing needs a
+        Kubernetes call to say so (JupyterHub polls before cleaning up a failed start)."""
+        if self._refused:
+            return 0
+        return await super().poll()
 
     async def stop(self, now=False):
         self.release_gpus()

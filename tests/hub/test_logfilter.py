@@ -57,6 +57,24 @@ def test_the_lines_announced_for_a_refusal_are_dropped_once(hub_log):
     assert [r.getMessage() for r in records] == [f"Error starting server ada: {error}"]
 
 
+def test_tornados_line_for_the_http_error_is_dropped(hub_log):
+    """tornado's RequestHandler.log_exception logs ``"%d %s: " + log_message`` at WARNING."""
+    logger, records = hub_log
+    error = refusal(400, "unknown option(s) `colour` for profile 'cpu'; it accepts: profile", reason="x")
+    logfilter.expect("ada", "", "ada", error)
+    logger.warning("%d %s: " + error.log_message, 400, "POST /hub/api/users/ada/server (127.0.0.1)")
+    assert records == []
+
+
+def test_a_percent_sign_in_a_refusal_does_not_break_tornados_log_line(hub_log):
+    logger, records = hub_log
+    error = refusal(400, "`gpus` must be a whole number, not '%s%d'", reason="bad_count")
+    assert error.jupyterhub_message == "`gpus` must be a whole number, not '%s%d'"  # what the user reads
+    logger.removeFilter(logger.filters[0])  # as if the line were not announced
+    logger.warning("%d %s: " + error.log_message, 400, "POST /x")
+    assert records[0].getMessage() == "400 POST /x: `gpus` must be a whole number, not '%s%d'"
+
+
 def test_other_errors_pass(hub_log):
     logger, records = hub_log
     try:
