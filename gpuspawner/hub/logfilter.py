@@ -14,7 +14,9 @@ JupyterHub 6.1 logs the same failure again, at ERROR, on each path it takes:
 * tornado's ``RequestHandler.log_exception``: ``%d %s: <message>`` at WARNING
   for every ``HTTPError`` a handler raises.
 
-So one user posting bad forms could fill the log with tracebacks.
+So one user posting bad forms could fill the log with tracebacks.  The same goes for a body
+that is not JSON: ``apihandlers/base.py`` ``get_json_body`` logs ``Couldn't parse JSON`` at
+ERROR with the parser's traceback; that record is kept as one INFO line without it.
 :class:`RefusalLogFilter` drops those records: the ones that carry a
 :class:`~gpuspawner.hub.errors.Refusal` as ``exc_info``, and the exact lines
 the spawner announced (:func:`expect`) just before raising it.  Every other
@@ -30,9 +32,16 @@ from collections import OrderedDict
 
 from gpuspawner.hub.errors import Refusal
 
-__all__ = ["RefusalLogFilter", "install", "expect"]
+__all__ = ["RefusalLogFilter", "install", "install_for_hub", "expect"]
 
 _MAX_EXPECTED = 512  # announced lines kept; the oldest go first (a line never logged)
+_BAD_JSON = "Couldn't parse JSON"  # jupyterhub/apihandlers/base.py get_json_body
+
+
+def _one_info_line(record: logging.LogRecord, text: str) -> None:
+    record.msg, record.args = "%s", (text[:300],)
+    record.exc_info = record.exc_text = None
+    record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
 
 
 class RefusalLogFilter(logging.Filter):
@@ -60,6 +69,9 @@ class RefusalLogFilter(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, Refusal):
             return False
+        if record.msg == _BAD_JSON and isinstance(exc, (ValueError, RecursionError)):
+            _one_info_line(record, f"{_BAD_JSON} in a request body: {exc}")
+            return True
         if not self._expected or record.levelno < logging.WARNING:
             return True
         if record.args and self._take(record.msg):
@@ -79,6 +91,16 @@ def install(logger: logging.Logger) -> RefusalLogFilter:
     if _filter not in logger.filters:
         logger.addFilter(_filter)
     return _filter
+
+
+def install_for_hub() -> None:
+    """Attach the filter to the loggers a JupyterHub process writes spawn failures to: its
+    application's (``JupyterHub``) and tornado's (JupyterHub renames them, the objects stay).
+    Called by the config snippet, so it holds from the first request on."""
+    from tornado.log import app_log, gen_log
+
+    for logger in (logging.getLogger("JupyterHub"), app_log, gen_log):
+        install(logger)
 
 
 def expect(user: str, server: str, log_name: str, error: Refusal) -> None:

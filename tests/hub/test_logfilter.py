@@ -75,6 +75,30 @@ def test_a_percent_sign_in_a_refusal_does_not_break_tornados_log_line(hub_log):
     assert records[0].getMessage() == "400 POST /x: `gpus` must be a whole number, not '%s%d'"
 
 
+@pytest.mark.parametrize("body", ["not json", "[" * 5000 + "]" * 5000])
+def test_a_body_that_is_not_json_is_one_info_line(hub_log, body):
+    """jupyterhub/apihandlers/base.py logs the parser's traceback at ERROR for every such body."""
+    import json
+
+    logger, records = hub_log
+    try:
+        json.loads(body)
+    except (ValueError, RecursionError):
+        logger.error("Couldn't parse JSON", exc_info=True)
+    assert len(records) == 1
+    r = records[0]
+    assert (r.levelno, r.exc_info) == (logging.INFO, None)
+    assert r.getMessage().startswith("Couldn't parse JSON in a request body: ")
+
+
+def test_the_snippet_installs_the_filter_on_jupyterhubs_loggers():
+    from tornado.log import app_log, gen_log
+
+    logfilter.install_for_hub()
+    for logger in (logging.getLogger("JupyterHub"), app_log, gen_log):
+        assert any(isinstance(f, logfilter.RefusalLogFilter) for f in logger.filters)
+
+
 def test_other_errors_pass(hub_log):
     logger, records = hub_log
     try:

@@ -7,7 +7,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
 * ``c.JupyterHub.spawner_class = "gpu"`` (the ``jupyterhub.spawners`` entry
   point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
   settings, including ``profile_list``, keep working);
-* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``).
+* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``);
+* a log filter that keeps a refused spawn to one INFO line, without JupyterHub's own
+  ERROR lines and tracebacks about it (``gpuspawner.hub.logfilter``).
 
 Site settings go in your own config, e.g.::
 
@@ -22,6 +24,7 @@ separate service process could not share.)
 """
 
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
+from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's
@@ -30,3 +33,4 @@ c = globals()["c"]
 
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
+_gpuspawner_log_filter()
