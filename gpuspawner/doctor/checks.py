@@ -12,8 +12,9 @@ from the hub's ``cuda_check`` (default ``cuda.rules.decide``) on the node view
 ``overrides.taint_key_allowed``, so doctor judges a cluster exactly as the
 spawner will.
 
-Label names and their sources are in
-``/work/shared/reference/cuda-compat-and-gpu-labels.md`` ("ref §x.y").
+Label names and their sources are in the project's reference notes on CUDA
+compatibility and GPU labels ("ref §x.y"; primary sources: NVIDIA/k8s-device-plugin
+``docs/gpu-feature-discovery/README.md``, ROCm/k8s-device-plugin, the GKE/EKS/AKS GPU guides).
 """
 
 from __future__ import annotations
