@@ -3,10 +3,12 @@ configurable-http-proxy), used the way a researcher and a script use it."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import html
 import json
 import re
 import shutil
+import time
 
 import pytest
 import requests
@@ -27,10 +29,11 @@ POOL_FIELDS = {
 }
 
 
-# the demo's server command, behind a line that says which devices the container got (read back
-# through pods/log): what the device plugin's NVIDIA_VISIBLE_DEVICES gives the server
+# the demo's server command, behind a line that says which devices the container got (what the device
+# plugin's NVIDIA_VISIBLE_DEVICES gives the server, read back through pods/log); it starts 2 s late, so
+# that a test can read the spawn's progress while it runs
 DEVICES_CONFIG = """
-c.GPUSpawner.cmd = ["sh", "-c", 'echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-}"; exec "$0" "$@"',
+c.GPUSpawner.cmd = ["sh", "-c", 'echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-}"; sleep 2; exec "$0" "$@"',
                     "jupyterhub-singleuser"]
 """
 
@@ -50,19 +53,27 @@ def devices(hub: DemoHub, pod: dict) -> list[str]:
     return [d for d in m.group(1).split(",") if d]
 
 
-def progress_messages(hub: DemoHub, user: str, server: str = "") -> list[str]:
-    """The spawn's progress stream (server-sent events) until it says ready or failed."""
-    path = f"/users/{user}/servers/{server}/progress" if server else f"/users/{user}/server/progress"
-    r = requests.get(f"{hub.url}/hub/api{path}", headers={"Authorization": f"token {hub.token}"},
-                     stream=True, timeout=120)
-    messages = []
-    for line in r.iter_lines(decode_unicode=True):
-        if line and line.startswith("data:"):
-            event = json.loads(line[5:])
-            messages.append(event.get("message", ""))
-            if event.get("ready") or event.get("failed"):
-                break
-    return messages
+def spawn_watching_progress(hub: DemoHub, user: str, server: str, body: dict) -> tuple[requests.Response, list[str]]:
+    """POST the spawn and read its progress stream (server-sent events) while it runs, until it says
+    ready or failed; the answer to the POST and the messages."""
+    path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        answer = ex.submit(hub.api, "POST", path, json=body)
+        deadline = time.monotonic() + 60
+        messages: list[str] = []
+        while not messages and time.monotonic() < deadline:
+            r = requests.get(f"{hub.url}/hub/api{path}/progress", headers={"Authorization": f"token {hub.token}"},
+                             stream=True, timeout=120)
+            if r.status_code != 200:  # not pending yet
+                time.sleep(0.05)
+                continue
+            for line in r.iter_lines(decode_unicode=True):
+                if line and line.startswith("data:"):
+                    event = json.loads(line[5:])
+                    messages.append(event.get("message", ""))
+                    if event.get("ready") or event.get("failed"):
+                        break
+        return answer.result(), messages
 
 
 def gpu_limits(pod: dict) -> dict[str, str]:
@@ -206,12 +217,8 @@ def test_spawn_through_the_rest_api_with_a_named_server(hub):
     pool = pick_pool(hub, 2)
     before = pool["free"]
     hub.create_user("bob")
-    r = hub.api(
-        "POST", "/users/bob/servers/train",
-        json={"profile": "gpu", "gpu_pool": pool["id"], "gpus": "2"},
-    )
+    r, messages = spawn_watching_progress(hub, "bob", "train", {"profile": "gpu", "gpu_pool": pool["id"], "gpus": "2"})
     assert r.status_code in (201, 202), r.text
-    messages = progress_messages(hub, "bob", "train")
     hub.wait_ready("bob", "train")
     pod = user_pod(hub, "bob", "train")
     assert gpu_limits(pod) == {pool["resource"]: "2"}
