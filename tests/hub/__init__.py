@@ -1,0 +1,1 @@
+"""Tests of gpuspawner.hub: the JupyterHub glue (builders: tests/builders/)."""

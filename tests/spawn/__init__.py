@@ -1,0 +1,1 @@
+"""Tests of gpuspawner.spawn: the pure rules of one spawn (builders: tests/builders/)."""

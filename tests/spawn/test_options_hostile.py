@@ -9,13 +9,17 @@ import json
 
 import pytest
 
-from gpuspawner.capacity.model import CapacitySnapshot
+from gpuspawner.capacity.model import CapacitySnapshot, PoolView, Taint, pool_id
 from gpuspawner.spawn.options import MAX_OPTIONS_BYTES, OptionError, options_size, validate_user_options
 from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers, merge_profiles
 
-from ..builders import pool_view
-
-A100 = pool_view("a100", "NVIDIA-A100-SXM4-80GB", total=16, free=8, per_node=4)
+GKE = "cloud.google.com/gke-nodepool"
+A100 = PoolView(
+    id=pool_id("a100", "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu"), resource="nvidia.com/gpu",
+    product="NVIDIA-A100-SXM4-80GB", memory_mib=None, node_group_label=GKE, node_group="a100", nodes=2,
+    total=16, free=8, max_free_per_node=4, driver_version=None, cuda_version=None, scale_up=None,
+    defining_labels=((GKE, "a100"),), taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),),
+)
 STATIC = [
     {"display_name": "CPU", "slug": "cpu", "default": True},
     {"display_name": "Small", "slug": "small",
