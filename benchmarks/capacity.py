@@ -1,7 +1,7 @@
 """Benchmark of the live GPU capacity cache and the spawn page it feeds (issues #2, #7): a script.
 
-    python benchmarks/capacity.py              # 5,000 GPU nodes, 150,000 pods
-    python benchmarks/capacity.py --quick      # 500 nodes, 15,000 pods
+    .venv/bin/python benchmarks/capacity.py              # 5,000 GPU nodes, 150,000 pods
+    .venv/bin/python benchmarks/capacity.py --quick      # 500 nodes, 15,000 pods
 
 A child process builds a simulated cluster straight into a sim ``Store`` (``bigcluster.py``)
 and serves it with the sim ``ApiServer`` on 127.0.0.1 (a separate process, so the server's

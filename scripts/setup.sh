@@ -2,6 +2,8 @@
 # Sets up a development environment from the project's own files:
 #   .venv/            Python virtual environment with gpuspawner (editable) and its test dependencies
 #   node_modules/     configurable-http-proxy (JupyterHub's proxy), from package-lock.json
+#   kubectl           Debian's kubernetes-client, when no kubectl is on PATH (for the kubectl tests and
+#                     the demo's hints; needs root or sudo)
 #   /usr/bin/chromium Debian's Chromium for the browser tests (only with --browser; needs root or sudo)
 #   /usr/bin/prometheus Debian's Prometheus for the culler's end-to-end tests (only with --prometheus;
 #                     needs root or sudo; its system service is left stopped: the tests start their own)
@@ -45,12 +47,28 @@ if [ ! -x node_modules/.bin/configurable-http-proxy ] || [ package-lock.json -nt
   npm ci --no-audit --no-fund --loglevel=error
 fi
 
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+apt_updated=0
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup.sh: $1 is missing and this is not a Debian-based system: install $1 yourself" >&2
+    exit 1
+  fi
+  if [ "$apt_updated" = 0 ]; then
+    $SUDO apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$1" >/dev/null
+}
+
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "==> installing Debian's kubernetes-client (kubectl) for the kubectl tests"
+  apt_install kubernetes-client
+fi
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "==> installing Debian's chromium for the browser tests"
-  SUDO=""
-  [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  apt_install chromium
 fi
 if [ "$want_prometheus" = 1 ] && ! command -v prometheus >/dev/null 2>&1; then
   echo "==> installing Debian's prometheus for the culler's end-to-end tests"

@@ -19,10 +19,16 @@ by two informers with client-go reflector semantics
 * **other failures back off** exponentially with full jitter, capped
   (``delay = rand() * min(cap, base * 2**(n-1))``, the "full jitter" of the
   AWS Architecture Blog "Exponential Backoff and Jitter"); a watch that stays
-  open but silent longer than ``stall_timeout`` is treated as stuck and
-  restarted: the API server's watch cache sends a bookmark about once a minute
-  (``k8s.io/apiserver/pkg/storage/cacher``, ``bookmarkFrequency``), so silence
-  is abnormal;
+  open but silent longer than ``stall_timeout`` (``CapacityConfig.stall_timeout``,
+  90 s by default), or a request that gets no answer for that long, is treated
+  as stuck and restarted: the API server's watch cache sends a bookmark about
+  once a minute (``k8s.io/apiserver/pkg/storage/cacher``, ``bookmarkFrequency``
+  = 1 min), so longer silence is abnormal.  Figures older than that bound are
+  **stale**: the snapshot says so (``healthy`` False, ``error`` why) and a
+  spawn is not admitted on them;
+* **re-check on demand** (:meth:`CapacityCache.recheck`): when the scheduler
+  contradicts the counts (a pod admitted on them waits with ``Insufficient``
+  GPUs), both informers re-list at once, at most once per ``recheck_interval``;
 * **403** (the Zero to JupyterHub hub Role is namespaced) is reported in
   :attr:`CapacityCache.health` and in ``CapacitySnapshot.error`` with the
   ClusterRole rules to add; the informer keeps retrying slowly, so granting
@@ -46,6 +52,7 @@ import weakref
 from typing import Any, Awaitable, Callable, ClassVar
 
 from gpuspawner.capacity import gcpolicy
+from gpuspawner.capacity import health as words
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dracache import DRA_KINDS, DraSource
 from gpuspawner.capacity.labels import node_record
@@ -80,6 +87,7 @@ class _HttpError(Exception):
     def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+        self.message = message
         self.retry_after = retry_after
 
 
@@ -127,6 +135,7 @@ class _Informer:
         self.synced = False
         self.forbidden = False
         self.last_contact: float | None = None
+        self.listed_at: float | None = None  # when the last complete list began (recheck)
         self.failures = 0  # consecutive
         self.error: str | None = None
         self.lists = 0
@@ -186,7 +195,7 @@ class _Informer:
                 # client-go treats a watch that ends at once without events as
                 # an error ("very short watch"), so a server that keeps
                 # closing streams is not hammered in a tight loop
-                self.error = "very short watch: the API server closed it at once without events"
+                self.error = "the Kubernetes API server keeps closing the hub's watch at once, without events"
                 log.warning("capacity %s: %s", self.kind, self.error)
             except asyncio.CancelledError:
                 raise
@@ -208,14 +217,15 @@ class _Informer:
                 self.error = str(e)
                 log.warning("capacity %s: %s; restarting the watch", self.kind, e)
             except Exception as e:  # network errors, 5xx, bad JSON: back off and retry
-                self.error = f"{type(e).__name__}: {e}".strip()
+                self.error = words.describe_failure(e, timeout=self.cache._request_timeout)
                 wait = getattr(e, "retry_after", None)
                 log.warning(
-                    "capacity %s %s failed (%d in a row): %s",
+                    "capacity %s %s failed (%d in a row): %s [%s]",
                     self.kind,
                     "list" if need_list else "watch",
                     self.failures + 1,
                     self.error,
+                    f"{type(e).__name__}: {e}",  # for the admin: what the client raised
                 )
             self.failures += 1
             self.cache._changed_health()
@@ -230,6 +240,7 @@ class _Informer:
 
     async def _list(self) -> None:
         cache = self.cache
+        began_list = cache._clock()
         seen: set[str] = set()
         token: str | None = None
         rv: str | None = None
@@ -256,6 +267,7 @@ class _Informer:
         if removed:
             log.info("capacity %s re-list dropped %d vanished objects", self.kind, removed)
         self.resource_version = rv
+        self.listed_at = began_list
         self._ok()
         if not self.synced:
             self.synced = True
@@ -306,7 +318,10 @@ class _Informer:
             )
         except asyncio.TimeoutError:
             # no response headers within stall_timeout (aiohttp sock_read)
-            raise _Stuck(f"watch request unanswered for more than {cache._stall_timeout:g}s") from None
+            raise _Stuck(
+                f"the Kubernetes API server left the hub's watch of {self.kind} unanswered "
+                f"for more than {cache._stall_timeout:g} s"
+            ) from None
         try:
             await _raise_for_status(resp)
             self.watches += 1
@@ -324,7 +339,10 @@ class _Informer:
                     # cancelling the informer needs no helper task
                     chunk = await resp.content.readany()
                 except asyncio.TimeoutError:
-                    raise _Stuck(f"watch silent for more than {cache._stall_timeout:g}s") from None
+                    raise _Stuck(
+                        f"the hub's watch of {self.kind} stayed silent for more than {cache._stall_timeout:g} s "
+                        "(no events, no bookmarks)"
+                    ) from None
                 if not chunk:
                     return seen
                 self._contact()
@@ -434,16 +452,19 @@ class CapacityCache:
         rand: Callable[[], float] = random.random,
         page_size: int = 250,
         watch_timeout: float = 300.0,
-        stall_timeout: float = 120.0,
+        stall_timeout: float | None = None,
         request_timeout: float = 60.0,
         backoff_base: float = 0.8,
         backoff_cap: float = 30.0,
         stale_after: float | None = None,
         dra_rediscover_after: float = 600.0,
         gc_freeze: bool = False,
+        recheck_interval: float = 30.0,
     ) -> None:
         if not isinstance(config, CapacityConfig):
             raise TypeError(f"CapacityCache needs a CapacityConfig, got {type(config).__name__}")
+        if stall_timeout is None:
+            stall_timeout = config.stall_timeout
         if page_size < 1 or watch_timeout <= 0 or stall_timeout <= 0 or backoff_base <= 0 or backoff_cap <= 0:
             raise ValueError("page_size, watch_timeout, stall_timeout and the backoff times must be positive")
         self.config = config
@@ -460,7 +481,11 @@ class CapacityCache:
         self._request_timeout = request_timeout
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
-        self._stale_after = stale_after if stale_after is not None else 2 * stall_timeout
+        # figures are stale once nothing was heard for as long as a watch may stay silent
+        self._stale_after = stale_after if stale_after is not None else stall_timeout
+        self._recheck_interval = recheck_interval
+        self._recheck_at: float | None = None
+        self.rechecks = 0
         self._ledger = Ledger(config.declared_pools)
         self._started = clock()
         self._informers = {
@@ -577,12 +602,20 @@ class CapacityCache:
     def synced(self) -> bool:
         return all(i.synced for i in self._informers.values())
 
-    def _error(self) -> str | None:
+    def _error(self, age: float | None = None) -> str | None:
+        """Why the figures cannot be trusted now, in plain words; None while they can."""
         forbidden = [k for k, i in self._informers.items() if i.forbidden]
         if forbidden:
             return missing_rules_message(forbidden)
-        errors = [f"{k}: {i.error}" for k, i in self._informers.items() if i.error]
-        return "; ".join(errors) or None
+        failing = words.combine({k: i.error or "" for k, i in self._informers.items()})
+        if failing:
+            return failing
+        if not self.synced:
+            return words.syncing_message()
+        age = self._age() if age is None else age
+        if age > self._stale_after:
+            return words.silent_message(self._stale_after)
+        return None
 
     def _age(self) -> float:
         now = self._clock()
@@ -591,11 +624,7 @@ class CapacityCache:
         return max(0.0, now - oldest)
 
     def _healthy(self, age: float) -> bool:
-        return (
-            self.synced
-            and not any(i.error or i.forbidden for i in self._informers.values())
-            and age <= self._stale_after
-        )
+        return self._error(age) is None
 
     def _first_sync_done(self) -> None:
         """When both informers have listed for the first time, with ``gc_freeze``: move what
@@ -634,7 +663,7 @@ class CapacityCache:
             age_seconds=age,
             generation=self._ledger.generation + self._dra.ledger.generation,
             healthy=self._healthy(age),
-            error=self._error(),
+            error=self._error(age),
             pools_by_id=by_id,
         )
 
@@ -676,6 +705,37 @@ class CapacityCache:
         self._ledger.release(owner)
         self._dra.ledger.release(owner)
 
+    def recheck(self) -> float:
+        """Re-list nodes and pods now, because something (the scheduler) contradicts the counts.
+
+        Returns a token for :meth:`rechecked_since`.  Requests within
+        ``recheck_interval`` of the last one share it, so many pending pods
+        cost one re-list.  The informers' tasks are restarted: a task parked
+        in a watch is cancelled there, and a new one lists from scratch (the
+        list's ``retain`` drops what vanished, as after ``410 Gone``)."""
+        now = self._clock()
+        if self._recheck_at is not None and now - self._recheck_at < self._recheck_interval:
+            return self._recheck_at
+        self._recheck_at = now
+        self.rechecks += 1
+        log.info("capacity: re-listing nodes and pods (the scheduler disagrees with the counts)")
+        if self._tasks:
+            # the node and pod informers only: the DRA task (discovery, DRA informers) goes on
+            names = {f"gpuspawner-capacity-{kind}" for kind in self._informers}
+            kept = [t for t in self._tasks if t.get_name() not in names]
+            for t in self._tasks:
+                if t.get_name() in names:
+                    t.cancel()
+            self._tasks = [
+                asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}")
+                for inf in self._informers.values()
+            ] + kept
+        return now
+
+    def rechecked_since(self, token: float) -> bool:
+        """Whether both informers completed a list that began at or after ``token`` (from :meth:`recheck`)."""
+        return all(i.listed_at is not None and i.listed_at >= token for i in self._informers.values())
+
     @property
     def health(self) -> dict[str, Any]:
         age = self._age()
@@ -684,7 +744,8 @@ class CapacityCache:
             "synced": self.synced,
             "age_seconds": round(age, 3),
             "healthy": self._healthy(age),
-            "error": self._error(),
+            "error": self._error(age),
+            "rechecks": self.rechecks,
             "relists": sum(i.relists for i in self._informers.values()),
             "watch_restarts": sum(i.watch_restarts for i in self._informers.values()),
             "consecutive_failures": max(i.failures for i in self._informers.values()),

@@ -229,6 +229,9 @@ class CapacityConfig:
     dra_drivers: tuple[str, ...] = DEFAULT_DRA_DRIVERS
     declared_pools: tuple[DeclaredPool, ...] = ()
     reservation_ttl: float = 300.0
+    # seconds a watch may stay silent (and figures go unrefreshed) before they are
+    # stale: the API server bookmarks about once a minute, so 90 s tolerates one late bookmark
+    stall_timeout: float = 90.0
     _gpu_set: frozenset = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -256,6 +259,9 @@ class CapacityConfig:
         ttl = self.reservation_ttl
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
             raise ValueError(f"CapacityConfig.reservation_ttl must be a number of seconds > 0, got {ttl!r}")
+        stall = self.stall_timeout
+        if isinstance(stall, bool) or not isinstance(stall, (int, float)) or not math.isfinite(stall) or stall <= 0:
+            raise ValueError(f"CapacityConfig.stall_timeout must be a number of seconds > 0, got {stall!r}")
         object.__setattr__(self, "_gpu_set", frozenset(self.gpu_resources))
 
     def is_gpu_resource(self, name: str) -> bool:

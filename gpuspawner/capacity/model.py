@@ -13,8 +13,8 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 #: The node labels that name a node's NVIDIA driver and that a required node affinity can
-#: steer by (GPU Feature Discovery; ``/work/shared/reference/cuda-compat-and-gpu-labels.md``
-#: section 4.1): the full version, written since GFD v0.15.0, and the deprecated major version,
+#: steer by (GPU Feature Discovery, NVIDIA/k8s-device-plugin
+#: ``docs/gpu-feature-discovery/README.md``; the project's reference notes, section 4.1): the full version, written since GFD v0.15.0, and the deprecated major version,
 #: the only driver label older GFD releases write that one expression can match.
 DRIVER_LABELS: tuple[str, ...] = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver.major")
 
@@ -267,9 +267,14 @@ class CapacitySnapshot:
         return self.pools_by_id.get(pool_id)
 
     def to_json(self, pools: tuple[PoolView, ...] | None = None) -> dict[str, Any]:
+        """The body of ``GET /hub/api/gpus``.  ``healthy`` is true (and ``error`` null) only
+        while the figures are live; otherwise ``error`` says why in plain words and
+        ``age_seconds`` how old the figures served are."""
         return {
             "pools": [p.to_json() for p in (self.pools if pools is None else pools)],
             "synced": self.synced,
+            "healthy": bool(self.healthy and self.synced and not self.error),
+            "error": self.error or (None if self.healthy and self.synced else "GPU capacity is unknown"),
             "age_seconds": round(self.age_seconds, 3),
         }
 

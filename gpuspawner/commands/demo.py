@@ -186,6 +186,7 @@ async def _stop_hub(hub: asyncio.subprocess.Process) -> None:
 
 async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     from gpuspawner.sim.cluster import SimCluster
+    from gpuspawner.sim.errors import ApiError
     from gpuspawner.sim.loader import LoadError
 
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
@@ -202,8 +203,10 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     try:
         try:
             k8s_url = await cluster.start()
-        except LoadError as e:
-            print(f"gpuspawner demo: {e}", file=sys.stderr)
+        except (LoadError, ValueError, ApiError) as e:
+            # the loader's LoadError names the document, the item and the field; an object the
+            # loader let through and the API server's validation refused is an ApiError (422)
+            print(f"gpuspawner demo: cannot load the cluster {args.cluster or '(built in)'}: {e}", file=sys.stderr)
             return 2
         _ensure_namespace(cluster, DEMO_NAMESPACE)
         kubeconfig = workdir / "kubeconfig"

@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _serve(args: argparse.Namespace) -> int:
     from gpuspawner.sim.cluster import SimCluster
+    from gpuspawner.sim.errors import ApiError
     from gpuspawner.sim.loader import LoadError
     from gpuspawner.sim.plugins import MessageStyle
 
@@ -57,8 +58,11 @@ async def _serve(args: argparse.Namespace) -> int:
                          dcgm_exporter=args.dcgm_exporter, keep_timestamps=args.keep_timestamps)
     try:
         url = await cluster.start()
-    except LoadError as e:
-        print(f"gpuspawner sim: cannot load the cluster: {e}", file=sys.stderr)
+    except (LoadError, ValueError, ApiError) as e:
+        # LoadError names the document, the item and the field; an object the API server's own
+        # validation refused is an ApiError (422 Invalid) that names the object and the field
+        print(f"gpuspawner sim: cannot load the cluster {args.cluster or '(built in)'}: {e}", file=sys.stderr)
+        await cluster.stop()
         return 2
     except OSError as e:
         print(f"gpuspawner sim: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)

@@ -21,8 +21,8 @@ try:
 except ImportError:  # JupyterHub 5.x
 
     class SpawnException(web.HTTPError):  # type: ignore[no-redef]
-        def __init__(self, message, *, reason, status_code=400, **_):
-            super().__init__(status_code, message)
+        def __init__(self, message, *, reason, status_code=400, log_message="", **_):
+            super().__init__(status_code, log_message or message)
             self.message = message
             self.reason_label = reason
 
@@ -39,9 +39,21 @@ def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnExceptio
     return _with_hub_message(SpawnException(message, reason=reason, status_code=status_code), message)
 
 
-def refusal(status: int, message: str) -> web.HTTPError:
-    """The ``HTTPError`` of a refused request, with the same message in the progress stream."""
-    return _with_hub_message(web.HTTPError(status, message), message)
+class Refusal(SpawnException):
+    """A spawn request refused before anything was created (a user's mistake, a quota, capacity
+    unknown).  A ``SpawnException``: JupyterHub counts it as a handled rejection, never toward
+    ``consecutive_failure_limit``, whatever its status (503 included).  ``hub.logfilter``
+    knows it by its class and keeps JupyterHub's own ERROR lines and tracebacks about it out
+    of the log: the spawner logs the refusal once, at INFO."""
+
+
+def refusal(status: int, message: str, *, reason: str = "refused") -> Refusal:
+    """A refused request, with the same message on the page, in the REST answer and in the
+    progress stream; ``reason`` is JupyterHub's metrics label.  The log message has its ``%``
+    doubled: tornado formats it with ``%`` when it logs the error (``log_exception``), and a
+    user's value in the message (``"gpus": "%s"``) must not break that."""
+    error = Refusal(message, reason=reason, status_code=status, log_message=message.replace("%", "%%"))
+    return _with_hub_message(error, message)
 
 
 class GPUSpawnFailure(SpawnException):

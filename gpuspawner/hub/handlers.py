@@ -29,7 +29,9 @@ API_PATH = r"/api/gpus"
 
 
 class GPUCapacityHandler(APIHandler):
-    """JSON: ``{"pools": [...], "synced": bool, "age_seconds": float}``."""
+    """JSON: ``{"pools": [...], "synced": bool, "healthy": bool, "error": str | null,
+    "age_seconds": float}``: ``healthy`` is true and ``error`` null only while the
+    figures are live (``CapacitySnapshot.to_json``)."""
 
     # the hub's config does not change while it runs: build its settings once, not per request
     # (the memo holds the config it was built from, so another hub's config is never mistaken for it)
@@ -48,8 +50,11 @@ class GPUCapacityHandler(APIHandler):
         try:
             return settings.shared_capacity_cache().snapshot()
         except Exception as e:
-            self.log.error("GET /hub/api/gpus: the GPU capacity cache could not start: %s", e)
-            return CapacitySnapshot(pools=(), synced=False, age_seconds=0.0, generation=0, healthy=False, error=str(e))
+            self.log.error("GET /hub/api/gpus: the GPU capacity cache could not start: %s: %s", type(e).__name__, e)
+            return CapacitySnapshot(
+                pools=(), synced=False, age_seconds=0.0, generation=0, healthy=False,
+                error="the hub could not start watching the cluster (the hub's log has the details)",
+            )
 
     async def get(self):
         if self.current_user is None:

@@ -156,6 +156,20 @@ class GPUSpawnerSettings(Configurable):
             c.GPUSpawner.gpu_capacity_gc_freeze = False
         """,
     )
+    gpu_capacity_stall_timeout = Float(
+        90.0,
+        config=True,
+        help="""
+        Seconds the hub's watch on the cluster may stay silent before it is
+        treated as stuck and restarted, and before the GPU figures count as
+        stale (spawns are then refused, or admitted unchecked with
+        ``gpu_admit_without_capacity``, and ``GET /hub/api/gpus`` says
+        ``"healthy": false``). The Kubernetes API server sends a watch bookmark
+        about once a minute, so keep it above 60.
+
+            c.GPUSpawner.gpu_capacity_stall_timeout = 90
+        """,
+    )
     gpu_pool_rules = List(
         Dict(),
         config=True,
@@ -239,10 +253,12 @@ class GPUSpawnerSettings(Configurable):
             raise TraitError(f"{proposal.trait.name} may not contain empty names: {value!r}")
         return value
 
-    @validate("gpu_reservation_ttl")
+    @validate("gpu_reservation_ttl", "gpu_capacity_stall_timeout")
     def _validate_ttl(self, proposal):
-        if not proposal.value > 0:
-            raise TraitError(f"gpu_reservation_ttl must be a positive number of seconds, not {proposal.value!r}")
+        if not proposal.value > 0 or proposal.value == float("inf"):
+            raise TraitError(
+                f"{proposal.trait.name} must be a positive number of seconds, not {proposal.value!r}"
+            )
         return proposal.value
 
     @validate("gpu_declared_pools")
@@ -340,6 +356,7 @@ class GPUSpawnerSettings(Configurable):
         kwargs: dict[str, Any] = {
             "declared_pools": tuple(DeclaredPool.from_config(d) for d in self.gpu_declared_pools),
             "reservation_ttl": self.gpu_reservation_ttl,
+            "stall_timeout": self.gpu_capacity_stall_timeout,
         }
         for field, value in (
             ("gpu_resources", self.gpu_resources),

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from jupyterhub.utils import maybe_future
+from tornado.log import app_log, gen_log
 from kubespawner import KubeSpawner
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
@@ -43,12 +45,28 @@ from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
-from gpuspawner.hub.errors import GPUSpawnFailure, refusal, spawn_error
+from gpuspawner.hub import logfilter
+from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
-from gpuspawner.spawn.options import CudaRefusal, OptionError, Selection, validate_user_options
+from gpuspawner.spawn.options import (
+    CudaRefusal,
+    OptionError,
+    Selection,
+    dropped_query_names,
+    options_from_query,
+    validate_user_options,
+)
 from gpuspawner.spawn.overrides import build_overrides
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, NEVER_TOLERATED_PREFIXES, untolerated_taints
-from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION, fatal_verdict, queued_before
+from gpuspawner.spawn.pending import (
+    GPUS_ANNOTATION,
+    POOL_ANNOTATION,
+    fatal_verdict,
+    no_room_verdict,
+    queued_before,
+    scheduling_failure,
+    short_of_gpus,
+)
 from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
 from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_servers
 from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
@@ -89,6 +107,7 @@ class GPUSpawnInfo:
     pool_name: str
     resource: str
     gpus: int
+    checked: bool = True  # admitted on counted capacity (not gpu_admit_without_capacity)
 
 
 class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
@@ -119,6 +138,22 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         may wait Pending.
 
             c.GPUSpawner.gpu_admit_without_capacity = True
+        """,
+    )
+    gpu_full_pool_grace = Float(
+        30.0,
+        config=True,
+        help="""
+        Seconds a GPU server's pod may wait when the scheduler finds no room for
+        its GPUs (``Insufficient nvidia.com/gpu``) although it was admitted on
+        counts that had room (they were out of date, or another workload took
+        the GPUs meanwhile). The hub then re-lists the cluster, and when no node
+        of the pool has the GPUs and the pool cannot add nodes, the spawn fails
+        with a message that says so instead of waiting out ``start_timeout``.
+        The default covers Kubernetes' default termination grace period (30 s),
+        so GPUs held by pods that are shutting down are waited for.
+
+            c.GPUSpawner.gpu_full_pool_grace = 60
         """,
     )
     gpu_capacity_sync_timeout = Float(
@@ -304,10 +339,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 )
         return proposal.value
 
-    @validate("gpu_capacity_sync_timeout")
+    @validate("gpu_capacity_sync_timeout", "gpu_full_pool_grace")
     def _validate_sync_timeout(self, proposal):
         if not proposal.value >= 0:
-            raise TraitError(f"gpu_capacity_sync_timeout must be 0 or more seconds, not {proposal.value!r}")
+            raise TraitError(f"{proposal.trait.name} must be 0 or more seconds, not {proposal.value!r}")
         return proposal.value
 
     @default("additional_profile_form_template_paths")
@@ -340,10 +375,14 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         return snapshot
 
     def _log_capacity_problem(self, problem: str) -> None:
-        # once per distinct problem per process: the page is rendered often
-        if problem in self._logged_capacity_problems:
+        # once per distinct problem per process: the page is rendered often, and the figures' age
+        # (and any other number) changes with every view, so numbers do not make a problem new
+        key = re.sub(r"[0-9]+", "N", problem)
+        if key in self._logged_capacity_problems:
             return
-        self._logged_capacity_problems.add(problem)
+        if len(self._logged_capacity_problems) >= 256:  # an API server that words each failure anew
+            self._logged_capacity_problems.clear()
+        self._logged_capacity_problems.add(key)
         self.log.warning(
             "%s. Static profiles are still offered; GPU profiles show 'capacity unknown'%s. "
             "If this is a permissions problem, apply deploy/rbac.yaml (ClusterRole rules: %s at the cluster scope).",
@@ -498,20 +537,14 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             if selection.gpus:
                 self._check_gpu_quota(selection.gpus, profile_list)
         except AccessError as e:
-            self.gpu_held = 0
-            self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
             # a valid selection means the quota check refused it
-            self._count_refusal("quota" if selection is not None else "not_allowed", profile_list, view.offers)
-            raise refusal(e.status, str(e)) from None
+            reason = "quota" if selection is not None else "not_allowed"
+            self._count_refusal(reason, profile_list, view.offers)
+            raise self._refuse(e.status, str(e), reason=reason) from None
         except OptionError as e:
-            self.gpu_held = 0
-            self.log.warning("Refusing spawn of %s (%s): %s", self._log_name, e.reason, e)
             self._count_refusal(e.reason, profile_list, view.offers)
-            if isinstance(e, CudaRefusal):
-                # SpawnException: JupyterHub logs it without a traceback and
-                # counts it as a policy failure (reason label) in its metrics
-                raise spawn_error(str(e), reason="cuda-driver", status_code=400) from None
-            raise refusal(e.status, str(e)) from None
+            # "cuda-driver": the CUDA check's reason label in JupyterHub's spawn metrics
+            raise self._refuse(e.status, str(e), reason="cuda-driver" if isinstance(e, CudaRefusal) else e.reason) from None
         self.gpu_held = selection.gpus or 0
         if not profile_list:
             return
@@ -528,9 +561,65 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         except ValueError as e:
             # KubeSpawner: an option with only a free-text choice and no value
             self._count_refusal(REFUSED_OTHER, profile_list, view.offers)
-            raise refusal(400, f"{e} Choose a value for it on the spawn form or in user options.") from None
+            raise self._refuse(
+                400, f"{e} Choose a value for it on the spawn form or in user options.", reason=REFUSED_OTHER
+            ) from None
         if selection.offer is not None:
             self._apply_gpu_selection(selection)
+
+    # set when this start was refused before any Kubernetes object existed: the stop
+    # JupyterHub then calls has nothing to delete (no API call, no log line)
+    _refused = False
+
+    def _refuse(self, status: int, message: str, *, reason: str, in_start: bool = True) -> Refusal:
+        """The error a refused request is raised with; logged here once, at INFO, without a
+        traceback (JupyterHub's own ERROR lines about it are dropped: ``hub.logfilter``).
+
+        The refused options are not kept as the next spawn's defaults: JupyterHub stores
+        a request's options in its database before ``start`` (jupyterhub/user.py ``spawn``)."""
+        self.log.info("Refused spawn of %s (%s): %s", self._log_name, reason, message)
+        if in_start:  # not for a query refused before JupyterHub stored anything
+            self.gpu_held = 0
+            self._refused = True
+            self._forget_refused_options()
+        error = refusal(status, message, reason=reason)
+        # the handlers' log, jupyterhub/user.py's (tornado's app_log) and tornado's own (gen_log)
+        for logger in (_logger_of(self.log), app_log, gen_log):
+            logfilter.install(logger)
+        logfilter.expect(getattr(self.user, "name", ""), self.name, self._log_name, error)
+        return error
+
+    def _forget_refused_options(self) -> None:
+        orm = getattr(self, "orm_spawner", None)
+        if orm is None or not getattr(orm, "user_options", None):
+            return
+        try:
+            orm.user_options = {}
+            db = getattr(self.user, "db", None)
+            if db is not None:
+                db.commit()
+        except Exception as e:  # the refusal stands either way
+            self.log.warning("Could not forget the refused options of %s: %s", self._log_name, e)
+
+    def options_from_query(self, query_data):
+        """A query-string spawn (``/hub/spawn/<user>?profile=gpu&gpu_pool=...&gpus=2``): the REST
+        API's option names and the form's are both read (``options.options_from_query``); a name
+        JupyterHub dropped before handing the query over, or one no profile takes, is refused
+        with a 400 that names it, never ignored (KubeSpawner's form reader ignores unknown
+        names, which started another server than the link asked for)."""
+        handler = getattr(self, "handler", None)
+        raw = getattr(getattr(handler, "request", None), "query_arguments", None) or {}
+        try:
+            dropped = dropped_query_names(raw)
+            if dropped:
+                raise OptionError(
+                    f"the query mixes `opt-` names with plain ones ({', '.join(f'`{k}`' for k in dropped[:5])}), "
+                    "and JupyterHub reads only the `opt-` ones: write every option the same way, "
+                    "e.g. ?profile=gpu&gpus=2"
+                )
+            return options_from_query(query_data)
+        except OptionError as e:
+            raise self._refuse(400, str(e), reason=e.reason, in_start=False) from None
 
     def gpu_metrics(self) -> metrics.GPUMetrics:
         """The collector spawn outcomes are counted in (``metrics.install``: idempotent)."""
@@ -636,7 +725,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             )
         except ValueError as e:
             self.gpu_metrics().spawn_refused(pool.id, REFUSED_OTHER)
-            raise refusal(400, f"{e}; choose another pool") from None
+            raise self._refuse(400, f"{e}; choose another pool", reason=REFUSED_OTHER) from None
         for name, value in overrides.as_traits().items():
             setattr(self, name, value)
         self.extra_annotations = {
@@ -666,7 +755,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             else:
                 self._gpu_reservation = (cache, owner)
         self._gpu_spawn = GPUSpawnInfo(
-            pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus
+            pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
+            checked=selection.pool.checked,
         )
         self.log.info(
             "%s gets %d x %s in pool %s%s",
@@ -728,10 +818,41 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         # a fresh future per spawn: progress() waits on it for this spawn's
         # CUDA warnings, computed in load_user_options
         self._cuda_notes = asyncio.get_running_loop().create_future()
+        self._refused = False
         return super().start()
+
+    # KubeSpawner 7.1's reflector doubles its retry delay from 0.1 s and returns for good once it
+    # passes 30 s (about 50 s of failed watches: kubespawner/reflector.py ``_watch_and_update``),
+    # and one whose first list failed never starts watching; with one namespace nothing replaces
+    # either until a spawn has waited out ``start_timeout`` for its pod.  So after an API server
+    # outage the first spawn would hang.  KubeSpawner asks for its reflectors right after
+    # ``load_user_options``: one that has loaded (or failed to), has no running watch and was
+    # not stopped is replaced there.
+
+    def _revive(self, reflector: Any) -> bool:
+        if reflector is None or getattr(reflector, "_stopping", False):
+            return False
+        loaded = getattr(reflector, "first_load_future", None)
+        if loaded is None or not loaded.done():
+            return False  # still starting: KubeSpawner's own start waits for it
+        task = getattr(reflector, "watch_task", None)
+        if task is not None and not task.done():
+            return False
+        if not loaded.cancelled():
+            loaded.exception()  # a failed first list, which KubeSpawner logged: retrieved here
+        self.log.warning("KubeSpawner's %s watch is not running (after an API server outage?); restarting it",
+                         getattr(reflector, "kind", "reflector"))
+        return True
+
+    async def _start_watching_pods(self, replace=False):
+        return await super()._start_watching_pods(replace=replace or self._revive(self.pod_reflector))
+
+    async def _start_watching_events(self, replace=False):
+        return await super()._start_watching_events(replace=replace or self._revive(self.event_reflector))
 
     async def _start(self):
         self._gpu_spawn = None
+        self._gpu_short = None
         self._gpu_wait_seen = False
         self._gpu_starting = True
         self._start_began = _clock()
@@ -816,16 +937,53 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
 
     def _check_gpu_pod(self, pod: Mapping[str, Any]) -> None:
         """Record the GPU wait once the pod is scheduled, and end the wait at
-        once (``GPUSpawnFailure``) when the pod can never start."""
+        once (``GPUSpawnFailure``) when the pod can never start, or when the
+        scheduler finds no room for its GPUs and a fresh count agrees
+        (:meth:`_full_pool_verdict`)."""
         info = self._gpu_spawn
         if not self._gpu_wait_seen:
             if self.gpu_metrics().observe_pod_scheduled(info.pool_id, pod) is not None:
                 self._gpu_wait_seen = True
         ctx = self.spawn_context(pod)
         verdict = fatal_verdict(pod, self.events, ctx)
+        if verdict is None and info.checked:
+            verdict = self._full_pool_verdict(pod, ctx)
         if verdict is not None:
             self.log.warning("GPU server %s cannot start (%s): %s", self._log_name, verdict.kind, verdict.reason)
             raise GPUSpawnFailure(verdict)
+
+    # (first seen, recheck token) while the scheduler finds no room for this spawn's GPUs
+    _gpu_short: tuple[float, float] | None = None
+
+    def _full_pool_verdict(self, pod: Mapping[str, Any], ctx: Any) -> Any:
+        """The spawn was admitted on counts with room, but the scheduler says ``Insufficient``
+        GPUs: the counts were out of date (a stalled watch) or the GPUs went to another
+        workload meanwhile.  The first time, give back this spawn's reservation (the
+        scheduler did not place the pod either) and have the cache re-list the cluster; once
+        ``gpu_full_pool_grace`` has passed and the re-list is done, fail when no node of the
+        pool has room and it cannot grow (``pending.no_room_verdict``); else keep waiting."""
+        info = self._gpu_spawn
+        if not short_of_gpus(scheduling_failure(pod, self.events), info.resource):
+            self._gpu_short = None
+            return None
+        now = _clock()
+        try:
+            cache = self.shared_capacity_cache()
+            if self._gpu_short is None:
+                self.release_gpus()
+                self._gpu_short = (now, cache.recheck())
+                self.log.info(
+                    "The scheduler finds no room for %d GPU(s) of %s in pool %s; re-checking capacity",
+                    info.gpus, self._log_name, info.pool_id,
+                )
+                return None
+            since, token = self._gpu_short
+            if now - since < self.gpu_full_pool_grace or not cache.rechecked_since(token):
+                return None
+        except Exception as e:  # the start timeout still ends the wait
+            self._log_capacity_problem(f"the GPU capacity cache could not re-check: {e}")
+            return None
+        return no_room_verdict(ctx)
 
     def is_pod_running(self, pod):
         """KubeSpawner's test, which its ``_start`` polls until the pod runs
@@ -864,12 +1022,28 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
 
     _gpu_dra_template: str | None = None  # "<namespace>/<name>" of this server's claim template
 
+    async def poll(self):
+        """KubeSpawner's poll, except after a refused start: nothing runs, and nothing needs a
+        Kubernetes call to say so (JupyterHub polls before cleaning up a failed start)."""
+        if self._refused:
+            return 0
+        return await super().poll()
+
     async def stop(self, now=False):
         self.release_gpus()
+        if self._refused:
+            # refused in load_user_options, before KubeSpawner created anything
+            self._refused = False
+            return None
         result = await super().stop(now=now)
         if self._gpu_dra_template is not None:
             await dra_glue.remove_unused_templates(self)
         return result
+
+
+def _logger_of(log: Any) -> Any:
+    """The ``logging.Logger`` behind a spawner's ``log`` (a Logger or a LoggerAdapter)."""
+    return getattr(log, "logger", log)
 
 
 def capacity_settings_class(spawner_class: object) -> type[GPUSpawnerSettings]:

@@ -15,7 +15,7 @@ the refused-spawn metric.
 
 from __future__ import annotations
 
-import math
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,7 +60,11 @@ TRAIT_LIKE = frozenset(
     }
 )
 
-_DIGITS = re.compile(r"[0-9]{1,9}")
+_DIGITS = re.compile(r"[0-9]+")  # ASCII digits only (``str.isdigit`` also takes "²")
+_MAX_DIGITS = 9  # without leading zeros: no GPU count comes near 10**9
+#: the most bytes of JSON user options a spawn request may carry (options are
+#: a profile slug, a pool id, a count and a few choices: well under 1 KiB)
+MAX_OPTIONS_BYTES = 8 * 1024
 # the value KubeSpawner's form gives a select whose free-text choice is picked
 UNLISTED = "unlisted-choice"
 
@@ -115,27 +119,31 @@ def _show(value: Any) -> str:
 
 
 def parse_gpu_count(value: Any) -> int:
-    """A positive whole number from JSON: ``2``, ``2.0`` or ``"2"``.
+    """A positive whole number of GPUs: a JSON integer (``2``) or a string of
+    ASCII decimal digits (``"2"``, what the spawn form posts).
 
-    Refused: booleans (``true`` is an int in Python), fractions, strings that
-    are not plain digits (``"2.5"``, ``"1e3"``, ``"-1"``), lists, objects.
+    Nothing else is read as a count, so what a client sent is what it gets:
+    refused are ``null`` and ``""`` (say nothing to get one GPU), booleans
+    (``true`` is an int in Python), every JSON number with a decimal point or
+    an exponent (``1.0``, and ``0.99999999999999999``, which JSON parsers
+    round to ``1.0``), strings with signs, spaces, tabs, dots, exponents or
+    non-ASCII digits (``"\\t1"``, ``"2e0"``, ``"²"``), lists and objects.
     """
     n: int | None = None
-    if isinstance(value, bool):
-        n = None
-    elif isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         n = value
-    elif isinstance(value, float):
-        if math.isfinite(value) and value.is_integer():
-            n = int(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if _DIGITS.fullmatch(text):
-            n = int(text)
+    elif isinstance(value, str) and _DIGITS.fullmatch(value):
+        digits = value.lstrip("0") or "0"
+        if len(digits) > _MAX_DIGITS:
+            raise OptionError(
+                f"`{GPU_COUNT_OPTION}` {_show(value)} is far more GPUs than any server can have",
+                reason=BAD_COUNT,
+            )
+        n = int(digits)
     if n is None:
         raise OptionError(
-            f"`{GPU_COUNT_OPTION}` must be a whole number of GPUs such as 1 or 2, "
-            f"not {_show(value)}",
+            f"`{GPU_COUNT_OPTION}` must be a whole number of GPUs written as digits, such as 1 or \"2\", "
+            f"not {_show(value)}; leave `{GPU_COUNT_OPTION}` out to get 1",
             reason=BAD_COUNT,
         )
     if n < 1:
@@ -145,6 +153,27 @@ def parse_gpu_count(value: Any) -> int:
             reason=BAD_COUNT,
         )
     return n
+
+
+def options_size(user_options: Any) -> int:
+    """The size of ``user_options`` as JupyterHub stores it (JSON, UTF-8), in bytes.
+
+    Values JSON cannot hold (the bytes of an uploaded file) count by their ``repr``."""
+    return len(json.dumps(user_options, default=repr, ensure_ascii=False).encode("utf-8", "replace"))
+
+
+def check_size(user_options: Any, limit: int = MAX_OPTIONS_BYTES) -> None:
+    """Refuse user options larger than ``limit`` bytes of JSON, before anything else reads them."""
+    try:
+        size = options_size(user_options)
+    except (TypeError, ValueError, RecursionError):
+        raise OptionError("user options must be a JSON object of names and values", reason=OTHER) from None
+    if size > limit:
+        raise OptionError(
+            f"user options may be at most {limit:,} bytes as JSON; these are {size:,} bytes. "
+            'Send only the profile and its options, e.g. {"profile": "gpu", "gpu_pool": "<pool id>", "gpus": 1}',
+            reason=OTHER,
+        )
 
 
 def _pools_hint(offer: ProfileOffer) -> str:
@@ -190,6 +219,53 @@ def _check_profile_option(slug: str, name: str, option: Mapping[str, Any], opts:
             )
 
 
+def _names(keys: Sequence[str], limit: int = 5) -> str:
+    """The option names for a message, in backquotes: each cut to 40 characters, at most ``limit``."""
+    shown = ", ".join(f"`{k if len(k) <= 40 else k[:37] + '...'}`" for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _check_keys(
+    user_options: Mapping[str, Any],
+    allowed: set[str],
+    offer: ProfileOffer | None,
+    slug: str | None,
+    profile_list: Sequence[Mapping[str, Any]],
+    offers: Mapping[str, ProfileOffer],
+    trait_names: Iterable[str],
+) -> None:
+    """Refuse every key the chosen profile does not take, naming them: an option
+    that would steer the pod if it were copied onto the spawner, a GPU option
+    on a profile without GPUs, and any other name (a typo must not start a
+    server other than the one asked for)."""
+    traits = set(trait_names) | TRAIT_LIKE
+    forbidden = sorted(k for k in user_options if k not in allowed and k in traits)
+    if forbidden:
+        raise OptionError(
+            f"user options may not set {_names(forbidden)}; choose a profile "
+            f"instead (profiles: {_profile_slugs(profile_list)})",
+            reason=FORBIDDEN_OPTION,
+        )
+    if offer is None:
+        gpu_keys = sorted(k for k in user_options if k in GPU_OPTIONS and k not in allowed)
+        if gpu_keys:
+            gpu_slugs = ", ".join(offers) or "(none on this hub)"
+            where = f"profile {slug!r} has no GPUs" if slug else "this hub has no profiles"
+            raise OptionError(
+                f"{where}, so `{gpu_keys[0]}` cannot be set; for GPUs choose a GPU profile: {gpu_slugs}",
+                reason=FORBIDDEN_OPTION,
+            )
+    else:
+        allowed = allowed | set(GPU_OPTIONS)
+    extra = sorted(k for k in user_options if k not in allowed)
+    if extra:
+        where = f"for profile {slug!r}" if slug else "on this hub, which has no profiles"
+        raise OptionError(
+            f"unknown option(s) {_names(extra)} {where}; it accepts: {', '.join(sorted(allowed))}",
+            reason=FORBIDDEN_OPTION,
+        )
+
+
 def validate_user_options(
     user_options: Any,
     profile_list: Sequence[Mapping[str, Any]],
@@ -213,6 +289,7 @@ def validate_user_options(
         raise OptionError(
             f"user options must be a JSON object like {{\"profile\": \"gpu\"}}, not {_show(user_options)}", reason=OTHER
         )
+    check_size(user_options)
     bad_keys = [k for k in user_options if not isinstance(k, str)]
     if bad_keys:
         raise OptionError(f"user option names must be strings, not {_show(bad_keys[0])}", reason=OTHER)
@@ -227,7 +304,8 @@ def validate_user_options(
         profile = next((p for p in profile_list if p.get("slug") == slug), None)
         if profile is None:
             raise OptionError(
-                f"unknown profile {slug!r}; profiles you can use: {_profile_slugs(profile_list)}", reason=NOT_ALLOWED
+                f"unknown profile {_show(slug)}; profiles you can use: {_profile_slugs(profile_list)}",
+                reason=NOT_ALLOWED,
             )
     else:
         profile = next((p for p in profile_list if p.get("default")), None)
@@ -239,32 +317,7 @@ def validate_user_options(
     options: Mapping[str, Any] = (profile.get("profile_options") or {}) if profile else {}
     allowed = {"profile", *options, *admin_keys}
     allowed |= {f"{n}--unlisted-choice" for n, o in options.items() if (o.get("unlisted_choice") or {}).get("enabled")}
-    traits = set(trait_names) | TRAIT_LIKE
-    forbidden = sorted(k for k in user_options if k not in allowed and k in traits)
-    if forbidden:
-        raise OptionError(
-            f"user options may not set {', '.join(f'`{k}`' for k in forbidden)}; choose a profile "
-            f"instead (profiles: {_profile_slugs(profile_list)})",
-            reason=FORBIDDEN_OPTION,
-        )
-    if offer is None:
-        gpu_keys = sorted(k for k in user_options if k in GPU_OPTIONS and k not in allowed)
-        if gpu_keys:
-            gpu_slugs = ", ".join(offers) or "(none on this hub)"
-            where = f"profile {slug!r} has no GPUs" if slug else "this hub has no profiles"
-            raise OptionError(
-                f"{where}, so `{gpu_keys[0]}` cannot be set; for GPUs choose a GPU profile: {gpu_slugs}",
-                reason=FORBIDDEN_OPTION,
-            )
-    else:
-        allowed |= set(GPU_OPTIONS)
-        extra = sorted(k for k in user_options if k not in allowed)
-        if extra:
-            raise OptionError(
-                f"unknown option(s) {', '.join(f'`{k}`' for k in extra)} for profile {slug!r}; "
-                f"it accepts: {', '.join(sorted(allowed))}",
-                reason=FORBIDDEN_OPTION,
-            )
+    _check_keys(user_options, allowed, offer, slug, profile_list, offers, trait_names)
     for name, option in options.items():
         if offer is not None and name in GPU_OPTIONS:
             continue
@@ -277,12 +330,12 @@ def validate_user_options(
 
 def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: Mapping[str, ProfileOffer]) -> Selection:
     slug = offer.spec.slug
-    raw_count = user_options.get(GPU_COUNT_OPTION)
-    gpus = 1 if raw_count in (None, "") else parse_gpu_count(raw_count)
+    gpus = parse_gpu_count(user_options[GPU_COUNT_OPTION]) if GPU_COUNT_OPTION in user_options else 1
     pool_id = user_options.get(GPU_POOL_OPTION)
-    if pool_id is not None and not isinstance(pool_id, str):
+    if GPU_POOL_OPTION in user_options and (not isinstance(pool_id, str) or not pool_id):
         raise OptionError(
-            f"`{GPU_POOL_OPTION}` must be a pool id string, not {_show(pool_id)}; {_pools_hint(offer)}",
+            f"`{GPU_POOL_OPTION}` must be a pool id string, not {_show(pool_id)}; leave it out to get "
+            f"the pool with the most room, or choose one: {_pools_hint(offer)}",
             reason=UNKNOWN_POOL,
         )
 
@@ -343,3 +396,59 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
         hint = f" GPU pools whose drivers fit this image: {', '.join(others)}." if others else ""
         raise CudaRefusal(fit.refusal(chosen.display_name) + hint)
     return Selection(profile=slug, offer=offer, pool=chosen, gpus=gpus, image_key=image_key, cuda=fit)
+
+
+# --- query-string spawns -----------------------------------------------------------------------
+
+#: KubeSpawner's form field names: ``profile-option-<profile slug>--<option>``
+FORM_OPTION_PREFIX = "profile-option-"
+
+
+def options_from_query(query: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """The user options of a query-string spawn (``GET /hub/spawn/<user>?profile=gpu&gpus=2``).
+
+    JupyterHub hands the query's arguments over as lists of strings, after taking out ``next``
+    and ``display_name`` (and the ``opt-`` prefix, when every name carries it).  Both spellings
+    of an option are read: the REST API's (``gpu_pool``, ``gpus``, ``image``) and the spawn
+    form's (``profile-option-gpu--gpus``), so a link can be copied from either.  Nothing is
+    dropped: a name given twice, a form name of another profile than the one chosen, or a form
+    name that is not one is refused here; unknown names are refused with the rest of the
+    options by :func:`validate_user_options` (KubeSpawner's form reader would drop them with a
+    log line and start something else than what the link asked for).
+    """
+    repeated = sorted(k for k, v in query.items() if not isinstance(v, (list, tuple)) or len(v) != 1)
+    if repeated:
+        raise OptionError(f"give each option once in the query; given more than once: {_names(repeated)}", reason=OTHER)
+    flat = {k: v[0] for k, v in query.items()}
+    slug = flat.get("profile")
+    options: dict[str, str] = {}
+    for key, value in flat.items():
+        name = key
+        if key.startswith(FORM_OPTION_PREFIX):
+            owner, sep, name = key[len(FORM_OPTION_PREFIX):].partition("--")
+            if not sep or not owner or not name:
+                raise OptionError(
+                    f"{_names([key])} is not an option name: form names look like "
+                    "`profile-option-<profile>--<option>`, or use the option's own name (`gpus`)",
+                    reason=FORBIDDEN_OPTION,
+                )
+            if owner != slug:
+                raise OptionError(
+                    f"{_names([key])} is an option of profile {_show(owner)}, but the query chooses "
+                    f"{'profile ' + _show(slug) if slug else 'no profile'}; add profile={owner} or drop it",
+                    reason=FORBIDDEN_OPTION,
+                )
+        if name in options:
+            raise OptionError(f"option {_names([name])} is given twice in the query", reason=OTHER)
+        options[name] = value
+    return options
+
+
+def dropped_query_names(raw: Iterable[str]) -> list[str]:
+    """The query's names that JupyterHub does not hand to the spawner: when a query mixes
+    ``opt-`` names with plain ones, JupyterHub 5+ reads only the ``opt-`` ones
+    (jupyterhub/handlers/pages.py ``SpawnHandler._get_user_options``); ``next`` and
+    ``display_name`` are JupyterHub's own."""
+    names = [k for k in raw if k not in ("next", "display_name")]
+    plain = sorted(k for k in names if not k.startswith("opt-"))
+    return plain if plain and len(plain) < len(names) else []

@@ -1,7 +1,7 @@
 """A GPU server's pod while it is Pending: its place in the scheduler's queue,
 whether it can ever start, and how long it waited for its GPUs.
 
-Pure (stdlib, ``kube.objects`` to read the pod, ``progress`` for its words):
+Pure (stdlib, ``kube.objects`` to read the pod, ``progress`` for its words, ``schedmsg`` for the scheduler's):
 no JupyterHub, no Kubernetes client.  The pods and events are the core/v1
 dicts KubeSpawner's pod and event reflectors keep; ``GPUSpawner`` passes them
 in and raises ``errors.GPUSpawnFailure`` on a fatal verdict;
@@ -15,8 +15,18 @@ from typing import Any
 
 from gpuspawner.kube import objects
 from gpuspawner.spawn.progress import SpawnContext, Translation, translate, translate_pod
+from gpuspawner.spawn.schedmsg import CONDITION_TAINT, UNSCHEDULABLE, SchedulingFailure, parse_scheduling_message
 
-__all__ = ["POOL_ANNOTATION", "GPUS_ANNOTATION", "queued_before", "fatal_verdict", "gpu_wait_seconds"]
+__all__ = [
+    "POOL_ANNOTATION",
+    "GPUS_ANNOTATION",
+    "queued_before",
+    "fatal_verdict",
+    "gpu_wait_seconds",
+    "scheduling_failure",
+    "short_of_gpus",
+    "no_room_verdict",
+]
 
 # what GPUSpawner writes on a GPU server's pod; queued_before reads the pool back
 POOL_ANNOTATION = "gpuspawner.io/pool"
@@ -118,3 +128,68 @@ def gpu_wait_seconds(pod: Any) -> float | None:
     if scheduled is None or scheduled.tzinfo is None or created.tzinfo is None:
         return None
     return max(0.0, (scheduled - created).total_seconds())
+
+
+# ---------------------------------------------------------------------------
+# admitted, but the pool's GPUs are gone: fail early instead of the start timeout
+# ---------------------------------------------------------------------------
+
+
+def scheduling_failure(pod: Any, events: Iterable[Any]) -> SchedulingFailure | None:
+    """The scheduler's current verdict on an unbound pod, parsed: the message of its
+    ``PodScheduled=False`` condition (which the scheduler rewrites on every attempt,
+    ``pkg/scheduler/schedule_one.go`` ``handleSchedulingFailure``), else its newest
+    ``FailedScheduling`` event of this pod's uid.  None once the pod has a node, or while
+    the scheduler has said nothing parseable."""
+    if not isinstance(pod, Mapping) or objects.section(pod, "spec").get("nodeName"):
+        return None
+    cond = objects.condition(pod, "PodScheduled")
+    if cond is not None and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+        found = parse_scheduling_message(cond.get("message"))
+        if found is not None:
+            return found
+    uid = objects.section(pod, "metadata").get("uid")
+    newest = None
+    for event in events:
+        if not isinstance(event, Mapping) or event.get("reason") != "FailedScheduling":
+            continue
+        involved = event.get("involvedObject") or {}
+        if uid and isinstance(involved, Mapping) and involved.get("uid") and involved.get("uid") != uid:
+            continue
+        newest = event
+    return parse_scheduling_message(newest.get("message")) if newest is not None else None
+
+
+def short_of_gpus(failure: SchedulingFailure | None, resource: str) -> bool:
+    """Whether the scheduler turned the pod away for lack of ``resource`` (``Insufficient
+    nvidia.com/gpu``), with no node out for a passing reason: a cordoned node
+    (``node(s) were unschedulable``) or a not-ready one (a node-condition taint) may be back
+    soon, and the scheduler's message does not say which pool such a node is in."""
+    if failure is None or not failure.insufficient(resource):
+        return False
+    return not failure.count(UNSCHEDULABLE, CONDITION_TAINT)
+
+
+def no_room_verdict(ctx: SpawnContext) -> Translation | None:
+    """The fatal verdict for a pod the scheduler turned away for lack of GPUs, judged on the
+    pool as a fresh re-list of the cluster shows it (``ctx``): no node of the pool has
+    ``ctx.gpus`` free and no scale-up can add one.  None while it may still fit soon: the
+    pool is unknown, a node has room (the scheduler retries when pods end), or a declared
+    autoscaler may still add a node."""
+    if ctx.nodes is None or ctx.max_free_per_node is None:
+        return None
+    if ctx.can_grow() or ctx.max_free_per_node >= ctx.gpus:
+        return None
+    what = "a free GPU" if ctx.gpus == 1 else f"{ctx.gpus} free GPUs on one node"
+    if ctx.total == 0 or ctx.nodes == 0:
+        state = "it has no usable node now"
+    elif ctx.free == 0:
+        state = f"all {ctx.total} of its GPUs are in use" if ctx.total != 1 else "its only GPU is in use"
+    else:
+        state = f"{ctx.free} of its {ctx.total} GPUs are free, at most {ctx.max_free_per_node} on one node"
+    grow = "it is at its maximum size" if ctx.scale_up is not None else "it cannot add nodes"
+    reason = (
+        f"pool {ctx.label} has no node with {what} ({state}) and {grow}: the GPUs this server was "
+        "counted on were taken after it was admitted; start it again later, or choose another pool"
+    )
+    return Translation(f"Cannot start: {reason}.", "no_free_gpu", fatal=True, reason=reason)

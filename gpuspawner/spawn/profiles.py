@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
+from gpuspawner.capacity.health import figures_age
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.spawn.cudafit import GroupFit, PoolFit, ProfileImages, profile_images
@@ -261,16 +262,20 @@ def present_pools(
 
 
 def capacity_problem(snapshot: CapacitySnapshot | None) -> str | None:
-    """Why live capacity cannot be trusted now, or None when it can."""
+    """Why live capacity cannot be trusted now, or None when it can; once figures were
+    read, how old they are (``capacity.health.figures_age``)."""
     if snapshot is None:
         return "GPU capacity is unknown: the hub could not start watching the cluster"
+    if snapshot.healthy and snapshot.synced and not snapshot.error:
+        return None
     if snapshot.error:
-        return f"GPU capacity is unknown: {snapshot.error}"
-    if not snapshot.synced:
-        return "GPU capacity is unknown: the hub has not finished reading the cluster yet"
-    if not snapshot.healthy:
-        return "GPU capacity is unknown: the hub has lost its watch on the cluster"
-    return None
+        why = snapshot.error
+    elif not snapshot.synced:
+        why = "the hub has not finished reading the cluster yet"
+    else:
+        why = "the hub has lost its watch on the cluster"
+    age = f"; {figures_age(snapshot.age_seconds)}" if snapshot.synced else ""
+    return f"GPU capacity is unknown: {why}{age}"
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ FATAL_KINDS = frozenset(
         "preempted",
         "pod_failed",
         "gpu_class_missing",
+        "no_free_gpu",
     }
 )
 

@@ -16,8 +16,6 @@ import shutil
 import pytest
 import requests
 
-from gpuspawner.spawn.profiles import PoolRule
-
 from ..e2e.harness import DemoHub
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -77,25 +75,14 @@ def chromium_missing() -> str | None:
     return None
 
 
-def pool_access_supported() -> bool:
-    """Whether pool rules take ``allowed_groups`` (per-group access, issue #4 section 2)."""
-    try:
-        PoolRule.from_config({"match": "x:*", "allowed_groups": [MIG_GROUP]})
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
 def demo_config(workdir: pathlib.Path) -> pathlib.Path:
     """Settings on top of the demo's (which renders the shipped templates): a GPU profile with an image
-    choice (so each pool card shows a CUDA fit per image), and per-group access to one pool
-    when that is supported."""
+    choice (so each pool card shows a CUDA fit per image), and per-group access to one pool."""
+    rule = {"match": MIG_3G_POOL, "allowed_groups": [MIG_GROUP]}
     lines = [
         f"c.GPUSpawner.gpu_profiles = [{GPU_PROFILE!r}]",
+        f"c.GPUSpawner.gpu_pool_rules = [{rule!r}]",
     ]
-    if pool_access_supported():
-        rule = {"match": MIG_3G_POOL, "allowed_groups": [MIG_GROUP]}
-        lines.append(f"c.GPUSpawner.gpu_pool_rules = [{rule!r}]")
     path = workdir / "extra_config.py"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -108,7 +95,6 @@ def hub(tmp_path_factory):
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp("spawn-page")
     h = DemoHub(extra_config=str(demo_config(workdir))).start()
-    h.pool_access = pool_access_supported()
     try:
         yield h
     finally:

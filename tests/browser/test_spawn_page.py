@@ -305,11 +305,6 @@ def test_every_control_is_labelled_and_reachable_by_keyboard(hub, new_page, logi
 
 @browser_test
 def test_a_pool_the_user_may_not_use_is_absent(hub, new_page, login):
-    if not hub.pool_access:
-        pytest.skip(
-            "per-group pool access (allowed_groups on gpu_pool_rules, issue #4 section 2) is not "
-            "wired into GPUSpawner yet: gpuspawner.spawn.profiles.PoolRule rejects 'allowed_groups'"
-        )
     mig_3g = next(p["id"] for p in hub.gpus()["pools"] if p["resource"] == "nvidia.com/mig-3g.40gb")
     page = new_page()
     login(page, "eve")

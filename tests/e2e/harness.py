@@ -171,6 +171,12 @@ class DemoHub:
         r.raise_for_status()
         return r.json()
 
+    def kube_text(self, path: str, **params) -> str:
+        """A plain-text answer of the Kubernetes API (``pods/{name}/log``)."""
+        r = requests.get(f"{self.k8s_url}{path}", params=params, timeout=30)
+        r.raise_for_status()
+        return r.text
+
     def pods(self, namespace: str | None = None, **params) -> list[dict]:
         path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
         return self.kube(path, **params)["items"]

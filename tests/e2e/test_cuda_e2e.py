@@ -9,8 +9,10 @@ and ``k8s_api_host``, as it reaches a real one. Three paths:
 * a pool whose every node is too old: the hub refuses the spawn (400) with
   the reason and the fix, and no pod is created;
 * the opt-in probe: its init container really runs ``gpuspawner probe`` here,
-  where no NVIDIA driver exists, and the user sees that through the hub's REST
-  API instead of waiting out the start timeout.
+  with NVML as a node without the NVIDIA container runtime shows it (a fake
+  ``pynvml`` on the probe's ``PYTHONPATH``, whatever driver this machine has),
+  and the user sees that through the hub's REST API instead of waiting out the
+  start timeout.
 
 Not marked ``hub``: no configurable-http-proxy is needed (a MockHub serves
 the REST API; the spawns that reach the proxy are driven on the spawner).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pathlib
 import textwrap
 
 import pytest
@@ -179,11 +182,26 @@ async def test_pool_mid_upgrade_steers_the_pod_to_the_fitting_node(cluster):
         await spawner.stop(now=True)
 
 
+# a fake pynvml whose nvmlInit fails as on a node without the NVIDIA container runtime
+NO_DRIVER_NVML = str(pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "nvml" / "no-driver-module")
+
+
+def probe_sees_no_driver(spawner, pod):
+    """``modify_pod_hook``: the probe init container imports the fake ``pynvml``, so the test does not
+    depend on whether this machine has an NVIDIA driver (a real one would be found otherwise)."""
+    from kubernetes_asyncio.client import V1EnvVar
+
+    for c in pod.spec.init_containers or []:
+        if c.command == ["gpuspawner"] and (c.args or [])[:1] == ["probe"]:  # the probe's init container
+            c.env = [*(c.env or []), V1EnvVar(name="PYTHONPATH", value=NO_DRIVER_NVML)]
+    return pod
+
+
 @pytest.fixture
 async def hub(cluster):
     """A MockHub (not started: no proxy) with GPUSpawner on the simulated
     cluster; yields (the sim, base URL of the hub API, a user's token)."""
-    c = hub_config(cluster.url, cuda_probe=True)
+    c = hub_config(cluster.url, cuda_probe=True, modify_pod_hook=probe_sees_no_driver)
     c.JupyterHub.spawner_class = GPUSpawner
     MockHub.clear_instance()
     app = MockHub.instance(config=c)
@@ -253,7 +271,7 @@ async def probe_outcome(base: str, token: str) -> str:
 async def test_probe_failure_reaches_the_user_through_the_hub(hub):
     sim, base, token = hub
     message = await asyncio.wait_for(probe_outcome(base, token), WAIT * 2)
-    # this machine has no NVIDIA driver: exactly what a node without the
+    # the probe's NVML finds no driver (NO_DRIVER_NVML): what a node without the
     # device plugin / container runtime set up looks like from inside the pod
     expected = textwrap.dedent("""\
         The GPU check on node mixed-new failed before your server started: no NVIDIA driver is visible in the

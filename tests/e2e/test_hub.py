@@ -3,11 +3,15 @@ configurable-http-proxy), used the way a researcher and a script use it."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import html
+import json
 import re
 import shutil
+import time
 
 import pytest
+import requests
 
 from .harness import DemoHub, running_demo, wait_for
 
@@ -25,10 +29,51 @@ POOL_FIELDS = {
 }
 
 
+# the demo's server command, behind a line that says which devices the container got (what the device
+# plugin's NVIDIA_VISIBLE_DEVICES gives the server, read back through pods/log); it starts 2 s late, so
+# that a test can read the spawn's progress while it runs
+DEVICES_CONFIG = """
+c.GPUSpawner.cmd = ["sh", "-c", 'echo "NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES:-}"; sleep 2; exec "$0" "$@"',
+                    "jupyterhub-singleuser"]
+"""
+
+
 @pytest.fixture(scope="module")
-def hub():
-    with running_demo() as h:
+def hub(tmp_path_factory):
+    with running_demo(DEVICES_CONFIG, tmp_path_factory.mktemp("hub")) as h:
         yield h
+
+
+def devices(hub: DemoHub, pod: dict) -> list[str]:
+    """The device ids the server's container got, from the first line it printed."""
+    meta = pod["metadata"]
+    text = hub.kube_text(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/log")
+    m = re.search(r"^NVIDIA_VISIBLE_DEVICES=(.*)$", text, re.M)
+    assert m, f"the server did not print its devices: {text[:500]}"
+    return [d for d in m.group(1).split(",") if d]
+
+
+def spawn_watching_progress(hub: DemoHub, user: str, server: str, body: dict) -> tuple[requests.Response, list[str]]:
+    """POST the spawn and read its progress stream (server-sent events) while it runs, until it says
+    ready or failed; the answer to the POST and the messages."""
+    path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        answer = ex.submit(hub.api, "POST", path, json=body)
+        deadline = time.monotonic() + 60
+        messages: list[str] = []
+        while not messages and time.monotonic() < deadline:
+            r = requests.get(f"{hub.url}/hub/api{path}/progress", headers={"Authorization": f"token {hub.token}"},
+                             stream=True, timeout=120)
+            if r.status_code != 200:  # not pending yet
+                time.sleep(0.05)
+                continue
+            for line in r.iter_lines(decode_unicode=True):
+                if line and line.startswith("data:"):
+                    event = json.loads(line[5:])
+                    messages.append(event.get("message", ""))
+                    if event.get("ready") or event.get("failed"):
+                        break
+        return answer.result(), messages
 
 
 def gpu_limits(pod: dict) -> dict[str, str]:
@@ -84,8 +129,8 @@ def pick_pool(hub: DemoHub, need: int, taken: set[str] = frozenset()) -> dict:
 
 def test_capacity_api_exact_shape(hub):
     data = hub.gpus()
-    assert set(data) == {"pools", "synced", "age_seconds"}
-    assert data["synced"] is True
+    assert list(data) == ["pools", "synced", "healthy", "error", "age_seconds"]
+    assert data["synced"] is True and data["healthy"] is True and data["error"] is None
     assert isinstance(data["age_seconds"], float)
     assert len(data["pools"]) >= 4
     for pool in data["pools"]:
@@ -151,9 +196,9 @@ def test_spawn_through_the_form_reaches_the_server_and_frees_on_stop(hub):
     pod = user_pod(hub, "alice")
     assert gpu_limits(pod) == {pool["resource"]: "1"}
     node_pool_matches(hub, pod, pool)
-    # requests equal limits for extended resources
+    # extended resources cannot be overcommitted: the pod's GPU request equals its limit, exactly
     c = pod["spec"]["containers"][0]
-    assert c["resources"].get("requests", {}).get(pool["resource"]) in (None, "1")
+    assert c["resources"]["requests"][pool["resource"]] == c["resources"]["limits"][pool["resource"]] == "1"
 
     # the server answers through the proxy (the session follows the OAuth dance)
     r = session.get(f"{hub.url}/user/alice/api", timeout=60)
@@ -172,36 +217,54 @@ def test_spawn_through_the_rest_api_with_a_named_server(hub):
     pool = pick_pool(hub, 2)
     before = pool["free"]
     hub.create_user("bob")
-    r = hub.api(
-        "POST", "/users/bob/servers/train",
-        json={"profile": "gpu", "gpu_pool": pool["id"], "gpus": "2"},
-    )
+    r, messages = spawn_watching_progress(hub, "bob", "train", {"profile": "gpu", "gpu_pool": pool["id"], "gpus": "2"})
     assert r.status_code in (201, 202), r.text
     hub.wait_ready("bob", "train")
     pod = user_pod(hub, "bob", "train")
     assert gpu_limits(pod) == {pool["resource"]: "2"}
     node_pool_matches(hub, pod, pool)
-    # the device plugin's share: two distinct devices, no other running pod holds them
+    # the scheduler's Scheduled event, in GPU words, with the node it chose
+    got = re.compile(rf"Got 2 GPUs in pool {re.escape(pool['product'])}.* on node "
+                     rf"{re.escape(pod['spec']['nodeName'])}; preparing your server\.")
+    assert any(got.fullmatch(m) for m in messages), messages
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
     assert env.get("JUPYTERHUB_USER") == "bob"
-    wait_for(lambda: hub.pool(pool["id"])["free"] == before - 2, 30, "the free count to drop by 2")
-    r = hub.api("DELETE", "/users/bob/servers/train")
-    assert r.status_code in (202, 204)
+    # another server in the same pool, running at the same time
+    hub.create_user("bella")
+    r = hub.api("POST", "/users/bella/server", json={"profile": "gpu", "gpu_pool": pool["id"], "gpus": 1})
+    assert r.status_code in (201, 202), r.text
+    hub.wait_ready("bella")
+    # the device plugin's share: two distinct devices, and no other running pod holds either
+    mine = devices(hub, pod)
+    assert len(mine) == 2 and len(set(mine)) == 2, mine
+    others = devices(hub, user_pod(hub, "bella"))
+    assert len(others) == 1 and not set(mine) & set(others), (mine, others)
+    wait_for(lambda: hub.pool(pool["id"])["free"] == before - 3, 30, "the free count to drop by 3")
+    for path in ("/users/bob/servers/train", "/users/bella/server"):
+        assert hub.api("DELETE", path).status_code in (202, 204)
     hub.wait_stopped("bob", "train")
+    hub.wait_stopped("bella")
     wait_for(lambda: hub.pool(pool["id"])["free"] == before, 60, "the free count to come back")
 
 
 @pytest.mark.parametrize(
     "options, words",
     [
-        pytest.param({"profile": "gpu", "gpu_pool": "no-such:pool:nvidia.com/gpu", "gpus": 1}, "pool", id="unknown-pool"),
-        pytest.param({"profile": "gpu", "gpus": 0}, "gpu", id="zero-gpus"),
-        pytest.param({"profile": "gpu", "gpus": "two"}, "gpu", id="not-a-number"),
-        pytest.param({"profile": "gpu", "gpus": 1000}, "gpu", id="too-many"),
-        pytest.param({"profile": "nope"}, "profile", id="unknown-profile"),
-        pytest.param({"profile": "gpu", "gpus": 1, "node_selector": {"a": "b"}}, "node_selector", id="node-selector"),
-        pytest.param({"profile": "cpu", "image": "evil/image"}, "image", id="image"),
-        pytest.param({"profile": "gpu", "gpus": 1, "tolerations": [{"operator": "Exists"}]}, "tolerations", id="tolerations"),
+        pytest.param({"profile": "gpu", "gpu_pool": "no-such:pool:nvidia.com/gpu", "gpus": 1},
+                     "unknown pool 'no-such:pool:nvidia.com/gpu'; pools you can use: ", id="unknown-pool"),
+        pytest.param({"profile": "gpu", "gpus": 0}, "`gpus` must be at least 1, not 0", id="zero-gpus"),
+        pytest.param({"profile": "gpu", "gpus": "two"},
+                     "`gpus` must be a whole number of GPUs written as digits, such as 1 or \"2\", not 'two'",
+                     id="not-a-number"),
+        pytest.param({"profile": "gpu", "gpus": 1000}, "choose between 1 and ", id="too-many"),
+        pytest.param({"profile": "nope"}, "unknown profile 'nope'; profiles you can use: cpu, gpu", id="unknown-profile"),
+        pytest.param({"profile": "gpu", "gpus": 1, "node_selector": {"a": "b"}},
+                     "user options may not set `node_selector`; choose a profile instead", id="node-selector"),
+        pytest.param({"profile": "cpu", "image": "evil/image"}, "user options may not set `image`", id="image"),
+        pytest.param({"profile": "gpu", "gpus": 1, "tolerations": [{"operator": "Exists"}]},
+                     "user options may not set `tolerations`", id="tolerations"),
+        pytest.param({"profile": "cpu", "colour": "blue"},
+                     "unknown option(s) `colour` for profile 'cpu'; it accepts: profile", id="unknown-key"),
     ],
 )
 def test_bad_options_are_refused_with_400_and_no_pod(hub, options, words):
@@ -209,7 +272,7 @@ def test_bad_options_are_refused_with_400_and_no_pod(hub, options, words):
     r = hub.api("POST", "/users/mallory/server", json=options)
     assert r.status_code == 400, (r.status_code, r.text)
     message = r.json().get("message", "")
-    assert words.lower() in message.lower(), message
+    assert words in message, message
     assert not hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=mallory")
     # nothing is left pending: the next good request works
     assert not (hub.server("mallory") or {}).get("pending")

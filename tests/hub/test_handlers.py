@@ -124,8 +124,8 @@ async def test_capacity_for_a_plain_user_token(hub, install_cache):
     fake = install_cache(fake_cache(A100, SECRET, H100))
     code, body = await get(url, token)
     assert code == 200
-    assert list(body) == ["pools", "synced", "age_seconds"]
-    assert body["synced"] is True and body["age_seconds"] == pytest.approx(1.235)
+    assert list(body) == ["pools", "synced", "healthy", "error", "age_seconds"]
+    assert body["synced"] is True and body["healthy"] is True and body["error"] is None and body["age_seconds"] == pytest.approx(1.235)
     # admin's order (h100 rule first), hidden pool left out, exact keys
     assert [p["id"] for p in body["pools"]] == [H100.id, A100.id]
     assert all(list(p) == KEYS for p in body["pools"])

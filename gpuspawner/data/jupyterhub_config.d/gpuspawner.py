@@ -15,7 +15,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   every user) again and again while the GPU capacity cache reads a big cluster.
   They are never garbage; nothing else changes. The capacity cache freezes what
   the hub holds once more after its first sync (``c.GPUSpawner.gpu_capacity_gc_freeze``);
-  docs/capacity.md, "Garbage collection", has the figures.
+  docs/capacity.md, "Garbage collection", has the figures;
+* a log filter that keeps a refused spawn to one INFO line, without JupyterHub's own
+  ERROR lines and tracebacks about it (``gpuspawner.hub.logfilter``).
 
 Site settings go in your own config, e.g.::
 
@@ -32,6 +34,7 @@ separate service process could not share.)
 import gc as _gc
 
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
+from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's
@@ -40,6 +43,7 @@ c = globals()["c"]
 
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
+_gpuspawner_log_filter()
 
 # after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
 # collect once, so that no garbage is kept, then freeze what is left (Python docs, gc.freeze)

@@ -2,8 +2,9 @@
 schedulable?  Findings ``gpu-node-no-allocatable``, ``gpu-node-not-ready``,
 ``gpu-node-cordoned`` and ``no-gpu-nodes``.  Pure.
 
-Label names and their sources are in ``/work/shared/reference/cuda-compat-and-gpu-labels.md``
-("ref §x.y").
+Label names and their sources are in the project's reference notes on CUDA
+compatibility and GPU labels ("ref §x.y"; primary sources: NVIDIA/k8s-device-plugin
+``docs/gpu-feature-discovery/README.md``, ROCm/k8s-device-plugin, the GKE/EKS/AKS GPU guides).
 """
 
 from __future__ import annotations

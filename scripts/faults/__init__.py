@@ -1,0 +1,13 @@
+"""Fault scenarios of issue #7 (section 3), each a script that exits non-zero when an invariant breaks.
+
+* ``api_outage.py``: the Kubernetes API server unreachable for minutes, then back;
+* ``watch_fuzz.py``: random watch events, dropped watches, 410 Gone and restarts; incremental counts
+  against a recount from scratch;
+* ``concurrent_spawns.py``: 64 concurrent REST spawns against a pool with fewer free GPUs;
+* ``hostile_bodies.py``: generated hostile REST bodies through the real hub.
+
+Run from the repository root, e.g. ``python -m scripts.faults.watch_fuzz --events 1000000``.
+They talk to loopback only (the simulated cluster, ``gpuspawner demo``) and are bounded in time.
+The tests (``tests/capacity/test_faults.py``, ``tests/e2e/test_faults.py``) run the same code
+with smaller sizes.
+"""

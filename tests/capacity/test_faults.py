@@ -1,0 +1,356 @@
+"""The capacity cache under faults (issue #7, sections 3 and 5): a silent watch is stale well
+before two minutes, failures are told in plain words, a re-check re-lists on demand, an API
+server that is gone for minutes and comes back, and random watch events against a recount."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+import pytest
+
+from gpuspawner.capacity import health
+from gpuspawner.capacity.cache import CapacityCache, _HttpError
+from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.capacity.ledger import Ledger
+from gpuspawner.spawn.profiles import capacity_problem
+from scripts.faults import watch_fuzz
+from scripts.faults.recount import counted, differences, recount
+
+from tests.builders import node, pod
+from .test_cache import A100, NODE_LIST, POD_LIST, ScriptedApi, a100, listing, sim_api, wait_for
+
+
+class _Parked:
+    """A watch response whose stream stays open: it gives what is :meth:`send` to it, and is
+    silent in between."""
+
+    def __init__(self):
+        self.status = 200
+        self.content = self
+        self.chunks = []
+        self.wake = asyncio.Event()
+
+    def send(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.wake.set()
+
+    async def read(self):
+        return b""
+
+    def release(self):
+        pass
+
+    async def readany(self):
+        while not self.chunks:
+            await self.wake.wait()
+            self.wake.clear()
+        return self.chunks.pop(0)
+
+
+@pytest.fixture
+async def caches():
+    made = []
+
+    def make(api, **kw):
+        c = CapacityCache(kw.pop("config", CapacityConfig()), api_factory=lambda: api, **kw)
+        c._owns_api = False
+        made.append(c)
+        c.start()
+        return c
+
+    yield make
+    for c in made:
+        await c.stop()
+
+
+# --- a silent watch is stale after the stall bound (90 s), not after two minutes --------------------------
+
+def test_the_stall_bound_is_90_s_and_configurable():
+    assert CapacityConfig().stall_timeout == 90.0
+    assert CapacityCache(CapacityConfig())._stall_timeout == 90.0
+    assert CapacityCache(CapacityConfig(stall_timeout=75))._stall_timeout == 75
+    with pytest.raises(ValueError, match="stall_timeout must be a number of seconds > 0"):
+        CapacityConfig(stall_timeout=0)
+
+
+def test_the_hub_setting_reaches_the_cache():
+    from gpuspawner.hub.settings import GPUSpawnerSettings
+
+    assert GPUSpawnerSettings(gpu_capacity_stall_timeout=80).capacity_config().stall_timeout == 80
+    assert GPUSpawnerSettings().capacity_config().stall_timeout == 90
+
+
+async def test_a_watch_silent_past_the_bound_makes_the_figures_stale(caches):
+    clock = [1000.0]
+    bookmark = json.dumps({"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "150"}}})
+    nodes_watch = _Parked()
+    pods_watch = _Parked()
+    api = ScriptedApi(list_node=[listing(NODE_LIST), nodes_watch],
+                      list_pod_for_all_namespaces=[listing(POD_LIST), pods_watch])
+    cache = caches(api, clock=lambda: clock[0])
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: cache.health["informers"]["pods"]["watches"] == 1, what="both watches open")
+    # a bookmark a minute later (the API server's bookmarkFrequency) keeps the figures live
+    clock[0] += 60
+    nodes_watch.send((bookmark + "\n").encode())
+    pods_watch.send((bookmark + "\n").encode())
+    await wait_for(lambda: cache.health["informers"]["nodes"]["resource_version"] == "150", what="bookmark")
+    clock[0] += 89  # 89 s after the last word: live
+    snap = cache.snapshot()
+    assert (snap.healthy, snap.error) == (True, None)
+    assert snap.to_json()["healthy"] is True and snap.to_json()["error"] is None
+    clock[0] += 2  # 91 s of silence: stale, and said so
+    snap = cache.snapshot()
+    assert snap.healthy is False
+    assert snap.error == health.silent_message(90.0)
+    body = snap.to_json()
+    assert body["healthy"] is False and body["error"].startswith("the hub has heard nothing from the Kubernetes API")
+    assert body["age_seconds"] == pytest.approx(91.0)
+    assert capacity_problem(snap).endswith("; the last figures are 91 s old")
+
+
+@pytest.mark.integration
+async def test_a_watch_request_that_is_never_answered_is_stale_then_restarted():
+    """The hostile tester's stalled watch: the API server takes the watch request and never answers.
+    The figures turn stale after the bound and the watch is restarted; live again afterwards."""
+    from gpuspawner.sim.apiserver import ApiServer
+    from gpuspawner.sim.store import Store
+
+    store = Store()
+    store.create("namespaces", {"metadata": {"name": "jhub"}})
+    store.create("nodes", a100("n1"))
+    server = ApiServer(store, bookmark_interval=0.2)
+    url = await server.start()
+    # DRA off: its three watches would take the stalled requests meant for nodes and pods
+    cache = CapacityCache(CapacityConfig(stall_timeout=1.0, dra_drivers=()), api_factory=sim_api(url),
+                          backoff_base=0.01, backoff_cap=0.05)
+    cache.start()
+    try:
+        assert await cache.wait_synced(10)
+        await wait_for(lambda: server.open_watches == 2, what="both watches")
+        server.faults.stall(3.0, verb="watch", count=2)  # the next two watch requests hang
+        server.faults.close_watches()
+        await wait_for(lambda: not cache.snapshot().healthy, timeout=5, what="stale while unanswered")
+        assert "Kubernetes API server" in cache.snapshot().error
+        await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="restarted")
+        await wait_for(lambda: cache.snapshot().healthy, timeout=10, what="live again")
+    finally:
+        await cache.stop()
+        await server.stop()
+
+
+# --- plain words, never exception names --------------------------------------------------------------
+
+def _refused() -> Exception:
+    os_error = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 1)")
+    return aiohttp.ClientConnectorError(
+        aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 1, False, True, None, None, None), os_error
+    )
+
+
+@pytest.mark.parametrize(
+    "error, words",
+    [
+        (_HttpError(500, "etcdserver: request timed out"),
+         "the Kubernetes API server failed (HTTP 500 Internal Server Error): etcdserver: request timed out"),
+        (_HttpError(503, ""), "the Kubernetes API server failed (HTTP 503 Service Unavailable)"),
+        (_HttpError(429, "too many requests"),
+         "the Kubernetes API server is overloaded and asked the hub to wait (HTTP 429 Too Many Requests): "
+         "too many requests"),
+        (_HttpError(404, "the server could not find the requested resource"),
+         "the Kubernetes API server refused the request (HTTP 404 Not Found): "
+         "the server could not find the requested resource"),
+        (_refused(), "cannot connect to the Kubernetes API server (connection refused)"),
+        (aiohttp.ServerDisconnectedError(), "cannot connect to the Kubernetes API server (it closed the connection)"),
+        (asyncio.TimeoutError(), "the Kubernetes API server did not answer within 60 s"),
+        (aiohttp.ServerTimeoutError("Timeout on reading data from socket"),
+         "the Kubernetes API server did not answer within 60 s"),
+        (json.JSONDecodeError("Expecting value", "<html>", 0),
+         "the Kubernetes API server sent a reply that is not valid JSON"),
+        (aiohttp.ClientPayloadError("Response payload is not completed"),
+         "the connection to the Kubernetes API server broke in the middle of a reply"),
+        (KeyError("items"),
+         "an unexpected error while reading from the Kubernetes API server (the hub's log has the details)"),
+    ],
+    ids=["500", "503-no-message", "429", "404", "refused", "disconnected", "timeout", "read-timeout",
+         "not-json", "payload", "other"],
+)
+def test_failures_are_told_in_plain_words(error, words):
+    text = health.describe_failure(error, timeout=60)
+    assert text == words
+    assert type(error).__name__ not in text
+
+
+def test_a_server_message_is_kept_short():
+    text = health.describe_failure(_HttpError(500, "x" * 10_000))
+    assert len(text) < 300 and text.endswith("...")
+
+
+@pytest.mark.parametrize(
+    "errors, words",
+    [
+        ({"nodes": "E", "pods": "E"}, "the hub cannot read the cluster's nodes and pods: E"),
+        ({"nodes": "E", "pods": ""}, "the hub cannot read the cluster's nodes: E"),
+        ({"nodes": "E", "pods": "F"}, "the hub cannot read the cluster's nodes: E; the hub cannot read the cluster's pods: F"),
+        ({"nodes": "", "pods": ""}, None),
+    ],
+)
+def test_informer_errors_combine_into_one_sentence(errors, words):
+    assert health.combine(errors) == words
+
+
+@pytest.mark.parametrize("seconds, words", [(0, "0 s"), (45.7, "45 s"), (119, "119 s"), (300, "5 min"),
+                                            (7200, "2 h"), (7500, "2 h 5 min")])
+def test_ages_in_words(seconds, words):
+    assert health.age_words(seconds) == words
+
+
+@pytest.mark.integration
+async def test_a_failing_api_server_is_described_without_internal_names():
+    """The hostile tester read ``nodes: _HttpError: HTTP 500: ...`` in a 503; now the words say what failed."""
+    from gpuspawner.sim.apiserver import ApiServer
+    from gpuspawner.sim.store import Store
+
+    store = Store()
+    store.create("nodes", a100("n1"))
+    server = ApiServer(store)
+    url = await server.start()
+    server.faults.fail_next(1000, 500, verb="list")
+    cache = CapacityCache(CapacityConfig(), api_factory=sim_api(url), backoff_base=0.01, backoff_cap=0.02)
+    cache.start()
+    try:
+        await wait_for(lambda: cache.health["consecutive_failures"] >= 1
+                       and all(i["error"] for i in cache.health["informers"].values()), what="both failing")
+        error = cache.snapshot().error
+        assert error == ("the hub cannot read the cluster's nodes and pods: the Kubernetes API server failed "
+                         "(HTTP 500 Internal Server Error): Internal error occurred: injected fault")
+        assert "_HttpError" not in error and "HTTP 500:" not in error
+        problem = capacity_problem(cache.snapshot())
+        assert problem == f"GPU capacity is unknown: {error}"  # not synced: no figures, so no age
+    finally:
+        await cache.stop()
+        await server.stop()
+
+
+# --- re-check on demand ---------------------------------------------------------------------------
+
+async def test_recheck_relists_both_kinds_once_per_interval(caches):
+    clock = [500.0]
+    api = ScriptedApi(
+        list_node=[listing(NODE_LIST, rv="100"), _Parked(), listing([a100("n1")], rv="300"), _Parked()],
+        list_pod_for_all_namespaces=[listing(POD_LIST, rv="100"), _Parked(), listing([], rv="300"), _Parked()],
+    )
+    cache = caches(api, clock=lambda: clock[0], recheck_interval=30.0)
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: len(api.watch_calls("list_pod_for_all_namespaces")) == 1, what="watching")
+    assert cache.snapshot().pool(A100).free == 13
+    clock[0] += 1
+    token = cache.recheck()
+    assert not cache.rechecked_since(token)
+    await wait_for(lambda: cache.rechecked_since(token), what="re-listed")
+    assert len(api.list_calls("list_node")) == 2 and len(api.list_calls("list_pod_for_all_namespaces")) == 2
+    # the re-list is the truth now: n2 and pod "a" are gone
+    p = cache.snapshot().pool(A100)
+    assert (p.nodes, p.free) == (1, 8)
+    # within the interval a second request shares the first: no second re-list
+    clock[0] += 10
+    assert cache.recheck() == token
+    await asyncio.sleep(0.05)
+    assert len(api.list_calls("list_node")) == 2
+    assert cache.health["rechecks"] == 1
+
+
+# --- the API server gone for minutes, then back ------------------------------------------------------------
+
+@pytest.mark.integration
+async def test_api_server_unreachable_for_five_minutes_then_back():
+    """Scenario 1 in seconds: the server goes away (connections refused), five minutes pass on the
+    cache's clock, the cluster changes meanwhile; the figures say unknown and their age, and once the
+    server is back the counts equal a recount of the cluster from scratch."""
+    from gpuspawner.sim.apiserver import ApiServer
+    from gpuspawner.sim.store import Store
+
+    store = Store(history=100)
+    store.create("namespaces", {"metadata": {"name": "jhub"}})
+    for obj in (a100("n1"), a100("n2"), node("cpu-1")):
+        store.create("nodes", obj)
+    store.create("pods", pod("a", 3, "n1"))
+    server = ApiServer(store, bookmark_interval=0.2)
+    url = await server.start()
+    port = server.port
+    offset = [0.0]
+    cache = CapacityCache(CapacityConfig(), api_factory=sim_api(url), clock=lambda: time.monotonic() + offset[0],
+                          backoff_base=0.05, backoff_cap=0.2)
+    cache.start()
+    again = None
+    try:
+        assert await cache.wait_synced(10)
+        await server.stop()  # unreachable: open connections die, new ones are refused
+        await wait_for(lambda: all(i["consecutive_failures"] >= 2 for i in cache.health["informers"].values()),
+                       what="both informers failing while it is away")
+        offset[0] += 300  # five minutes pass
+        # the cluster changes while the hub cannot see it; far more writes than the history holds
+        store.create("pods", pod("b", 8, "n2"))
+        store.delete("pods", "a", "jhub", grace_period_seconds=0)
+        for i in range(150):
+            store.create("configmaps", {"metadata": {"name": f"c{i}"}}, "jhub")
+        snap = cache.snapshot()
+        assert snap.healthy is False
+        assert snap.error == "the hub cannot read the cluster's nodes and pods: cannot connect to the " \
+                             "Kubernetes API server (connection refused)"
+        assert snap.age_seconds >= 300
+        assert capacity_problem(snap).endswith("; the last figures are 5 min old")
+        assert snap.pool(A100).free == 13  # the last figures are still served, marked unknown
+        again = ApiServer(store, port=port, bookmark_interval=0.2)
+        await again.start()
+        await wait_for(lambda: cache.snapshot().healthy, timeout=20, what="live again")
+        expected = recount(store.list("nodes")["items"], store.list("pods")["items"], CapacityConfig())
+        await wait_for(lambda: not differences(expected, counted(cache.snapshot())), timeout=10,
+                       what="the counts of a fresh recount")
+        assert cache.health["relists"] >= 1  # the history moved on: 410, then a re-list
+    finally:
+        await cache.stop()
+        if again is not None:
+            await again.stop()
+
+
+# --- random watch events against a recount from scratch ------------------------------------------------------
+
+async def test_100000_random_watch_events_match_a_recount():
+    """Scenario 2 as CI runs it (``scripts/faults/watch_fuzz.py`` runs a million): the cache's real
+    list/watch loop over an in-memory API, with dropped watches, 410 Gone and restarts."""
+    report = await watch_fuzz.run_memory(100_000, seed=7, checkpoint=1000)
+    assert report.problems == []
+    assert report.checkpoints == 100
+    assert report.dropped_watches > 100 and report.gone > 50 and report.restarts > 10
+
+
+@pytest.mark.integration
+async def test_random_watch_events_through_the_simulated_api_server_match_a_recount():
+    report = await watch_fuzz.run_sim(2_000, seed=3, checkpoint=200)
+    assert report.problems == []
+    assert report.checkpoints == 10 and report.dropped_watches and report.gone
+
+
+async def test_the_fuzz_catches_a_ledger_that_forgets(monkeypatch):
+    """The check can fail: a ledger that forgets one deletion of a bound GPU pod in five is caught
+    at a checkpoint (with the re-lists that would repair it made rare)."""
+    real = Ledger.remove_pod
+    calls = [0]
+
+    def forgetful(self, key):
+        rec = self._pods.get(key)
+        if rec is not None and rec.node is not None:
+            calls[0] += 1
+            if calls[0] % 5 == 0:
+                return False
+        return real(self, key)
+
+    monkeypatch.setattr(Ledger, "remove_pod", forgetful)
+    mix = watch_fuzz.Mix(drop_watch=0.5, gone=0, restart=0)
+    report = await watch_fuzz.run_memory(5_000, seed=1, checkpoint=100, mix=mix)
+    assert calls[0] >= 5
+    assert report.problems and "recount (nodes, total, free, max per node)" in report.problems[0]

@@ -1,0 +1,216 @@
+"""GPUSpawner against what a hostile tester did (issue #7, section 5), with KubeSpawner's client
+and the capacity cache replaced (``tests/hub/test_spawner.py``'s stand-ins): refusals logged once
+at INFO and not kept as defaults, nothing deleted after a refusal, query-string spawns, and the early
+end of a spawn whose pool turned out full."""
+
+from __future__ import annotations
+
+import logging
+
+import kubespawner.spawner
+import pytest
+from jupyterhub.spawner import SpawnException
+from tornado import web
+
+from gpuspawner.hub import spawner as spawner_module
+from gpuspawner.hub.errors import GPUSpawnFailure, Refusal
+from gpuspawner.hub.settings import GPUSpawnerSettings
+
+from tests.builders import FakeCache
+from tests.hub.test_spawner import A100, cache, make_spawner  # noqa: F401 (a fixture)
+
+
+class _Orm:
+    """The ``orm.Spawner`` row: where JupyterHub stored the request's options before ``start``."""
+
+    server = None
+    name = ""
+
+    def __init__(self, options):
+        self.user_options = options
+
+
+class _Db:
+    commits = 0
+
+    def commit(self):
+        self.commits += 1
+
+
+@pytest.mark.parametrize(
+    "options, status, reason",
+    [
+        ({"profile": "gpu", "gpus": 1.0}, 400, "bad_count"),
+        ({"profile": "cpu", "securityContext": {"privileged": True}}, 400, "forbidden_option"),
+        ({"profile": "cpu", "note": "x" * 1_000_000}, 400, "other"),
+    ],
+    ids=["float-count", "unknown-key-on-a-static-profile", "a-megabyte"],
+)
+async def test_a_refusal_is_one_info_line_and_is_not_kept(no_kube_client, cache, caplog, options, status, reason):
+    s = make_spawner()
+    db = _Db()
+    s.user.db = db
+    s.orm_spawner = _Orm(options)
+    s.user_options = options
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
+    with pytest.raises(Refusal) as e:
+        await s.load_user_options()
+    assert isinstance(e.value, SpawnException) and isinstance(e.value, web.HTTPError)
+    assert e.value.status_code == status and e.value.reason == reason
+    mine = [r for r in caplog.records if "alice" in r.getMessage() and r.levelno >= logging.INFO]
+    assert len(mine) == 1 and mine[0].levelno == logging.INFO and mine[0].exc_info is None
+    assert mine[0].getMessage().startswith(f"Refused spawn of alice ({reason}): ")
+    assert len(mine[0].getMessage()) < 400  # a megabyte of options is not echoed into the log
+    # JupyterHub stored the request's options as the next spawn's defaults: forgotten
+    assert s.orm_spawner.user_options == {} and db.commits == 1
+
+
+async def test_capacity_unknown_is_a_handled_refusal_with_503(no_kube_client, monkeypatch):
+    """A 503 that JupyterHub counts as a rejection, not an error: an API outage cannot reach
+    ``consecutive_failure_limit`` and stop the hub."""
+    unknown = FakeCache(A100, synced=True, error="the hub cannot read the cluster's nodes and pods: cannot "
+                                                  "connect to the Kubernetes API server (connection refused)")
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: unknown)
+    s = make_spawner()
+    s.user_options = {"profile": "gpu"}
+    with pytest.raises(Refusal) as e:
+        await s.load_user_options()
+    assert e.value.status_code == 503 and isinstance(e.value, SpawnException)
+    assert e.value.jupyterhub_message.startswith(
+        "GPU capacity is unknown: the hub cannot read the cluster's nodes and pods: cannot connect to the "
+        "Kubernetes API server (connection refused)")
+    assert "Error" not in e.value.jupyterhub_message  # no exception names
+
+
+async def test_the_stop_after_a_refusal_makes_no_kubernetes_call(no_kube_client, cache, monkeypatch):
+    deletes = []
+
+    async def delete(self, now=False):
+        deletes.append(self.pod_name)
+
+    monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "stop", delete)
+    s = make_spawner()
+    s.user_options = {"profile": "gpu", "gpus": "\t1"}
+    with pytest.raises(Refusal):
+        await s.start()
+    await s.stop()  # what JupyterHub calls after a failed start
+    assert deletes == []
+    await s.stop()  # a later stop is a real one again
+    assert deletes == [s.pod_name]
+
+
+class _Request:
+    def __init__(self, query):
+        self.query_arguments = {k: [v.encode() for v in vs] for k, vs in query.items()}
+
+
+class _Handler:
+    def __init__(self, query):
+        self.request = _Request(query)
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ({"profile": ["gpu"], "gpu_pool": [A100.id], "gpus": ["2"]},
+         {"profile": "gpu", "gpu_pool": A100.id, "gpus": "2"}),
+        ({"profile": ["gpu"], "profile-option-gpu--gpus": ["3"]}, {"profile": "gpu", "gpus": "3"}),
+    ],
+)
+def test_query_options_accept_rest_and_form_names(no_kube_client, cache, query, expected):
+    s = make_spawner()
+    s.handler = _Handler(query)
+    assert s.options_from_query(query) == expected
+
+
+def test_a_mixed_query_is_refused_naming_what_jupyterhub_dropped(no_kube_client, cache, caplog):
+    s = make_spawner()
+    s.handler = _Handler({"opt-profile": ["gpu"], "gpus": ["3"], "gpu_pool": [A100.id]})
+    caplog.set_level(logging.INFO)
+    with pytest.raises(Refusal) as e:
+        s.options_from_query({"profile": ["gpu"]})  # what JupyterHub hands over from that query
+    assert e.value.status_code == 400
+    assert e.value.jupyterhub_message.startswith(
+        "the query mixes `opt-` names with plain ones (`gpu_pool`, `gpus`), and JupyterHub reads only the `opt-` ones")
+    assert not s._refused  # nothing was started: a later stop is a real one
+
+
+async def test_query_options_then_load_refuse_unknown_names(no_kube_client, cache):
+    s = make_spawner()
+    query = {"profile": ["gpu"], "gpu_pool": [A100.id], "gpus": ["3"], "node_selector": ["x"]}
+    s.handler = _Handler(query)
+    s.user_options = s.options_from_query(query)
+    with pytest.raises(Refusal) as e:
+        await s.load_user_options()
+    assert e.value.status_code == 400 and "may not set `node_selector`" in e.value.jupyterhub_message
+
+
+# --- admitted with room, but the scheduler finds none: the early end -----------------------------------------
+
+INSUFFICIENT = ("0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node "
+                "affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+
+
+class RecheckingCache(FakeCache):
+    def __init__(self, *pools):
+        super().__init__(*pools)
+        self.rechecks = 0
+        self.done = False
+
+    def recheck(self):
+        self.rechecks += 1
+        return 7.0
+
+    def rechecked_since(self, token):
+        return self.done and token == 7.0
+
+
+def pending(pod_name):
+    return {"metadata": {"name": pod_name, "namespace": "jhub", "uid": "u1"},
+            "spec": {"containers": [{"name": "notebook"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": INSUFFICIENT}]}}
+
+
+async def test_a_pool_found_full_ends_the_spawn_after_the_grace_and_a_recheck(no_kube_client, monkeypatch):
+    fake = RecheckingCache(A100)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
+    now = [100.0]
+    monkeypatch.setattr(spawner_module, "_clock", lambda: now[0])
+    s = make_spawner(gpu_full_pool_grace=30)
+    s.user_options = {"profile": "gpu", "gpu_pool": A100.id, "gpus": 3}
+    await s.load_user_options()
+    assert fake.reservations  # admitted on counts with room (3 free on one node)
+    s._gpu_starting = True
+    pod = pending(s.pod_name)
+    s._check_gpu_pod(pod)  # first sight: the reservation goes back, the cache re-lists
+    assert fake.rechecks == 1 and fake.reservations == {}
+    # meanwhile another workload took the GPUs: the fresh counts have 1 free
+    import dataclasses
+    fake.pools[A100.id] = dataclasses.replace(A100, free=1, max_free_per_node=1)
+    now[0] += 29
+    fake.done = True
+    s._check_gpu_pod(pod)  # within the grace: keep waiting
+    now[0] += 2
+    with pytest.raises(GPUSpawnFailure) as e:
+        s._check_gpu_pod(pod)
+    assert e.value.kind == "no_free_gpu" and e.value.status_code == 500
+    assert e.value.jupyterhub_message.startswith("Pool NVIDIA-A100-SXM4-80GB (a100) has no node with 3 free GPUs on one node")
+
+
+async def test_a_pool_with_room_again_keeps_waiting(no_kube_client, monkeypatch):
+    fake = RecheckingCache(A100)
+    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
+    now = [100.0]
+    monkeypatch.setattr(spawner_module, "_clock", lambda: now[0])
+    s = make_spawner(gpu_full_pool_grace=0)
+    s.user_options = {"profile": "gpu", "gpu_pool": A100.id, "gpus": 3}
+    await s.load_user_options()
+    s._gpu_starting = True
+    pod = pending(s.pod_name)
+    s._check_gpu_pod(pod)
+    fake.done = True
+    now[0] += 60
+    s._check_gpu_pod(pod)  # the fresh counts still have a node with 3 free: the scheduler will retry
+    assert fake.rechecks == 1

@@ -1,0 +1,116 @@
+"""JupyterHub's own ERROR lines and tracebacks about a refused spawn are kept out of the hub's log
+(issue #7, section 5): records on a real ``logging.Logger``, worded as JupyterHub 6.1 words them."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from tornado import web
+
+from gpuspawner.hub import logfilter
+from gpuspawner.hub.errors import Refusal, refusal
+
+
+@pytest.fixture
+def hub_log():
+    logger = logging.getLogger("test-jupyterhub-app")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep()
+    logger.addHandler(handler)
+    logfilter.install(logger)
+    logfilter.install(logger)  # idempotent
+    yield logger, records
+    logger.removeHandler(handler)
+    logger.filters.clear()
+
+
+def test_install_adds_one_filter(hub_log):
+    logger, _ = hub_log
+    assert sum(isinstance(f, logfilter.RefusalLogFilter) for f in logger.filters) == 1
+
+
+def test_a_refusal_with_a_traceback_is_dropped(hub_log):
+    logger, records = hub_log
+    try:
+        raise refusal(400, "`gpus` must be a whole number", reason="bad_count")
+    except Refusal:
+        logger.error("Failed to spawn single-user server with form", exc_info=True)
+    assert records == []
+
+
+def test_the_lines_announced_for_a_refusal_are_dropped_once(hub_log):
+    logger, records = hub_log
+    error = refusal(503, "GPU capacity is unknown", reason="capacity_unknown")
+    logfilter.expect("ada", "", "ada", error)
+    logger.error(f"Not starting ada's server : {error}")  # jupyterhub/user.py, a SpawnException
+    logger.error(f"Error starting server ada: {error}")  # jupyterhub/handlers/pages.py
+    assert records == []
+    logger.error(f"Error starting server ada: {error}")  # the same words again are not announced again
+    assert [r.getMessage() for r in records] == [f"Error starting server ada: {error}"]
+
+
+def test_tornados_line_for_the_http_error_is_dropped(hub_log):
+    """tornado's RequestHandler.log_exception logs ``"%d %s: " + log_message`` at WARNING."""
+    logger, records = hub_log
+    error = refusal(400, "unknown option(s) `colour` for profile 'cpu'; it accepts: profile", reason="x")
+    logfilter.expect("ada", "", "ada", error)
+    logger.warning("%d %s: " + error.log_message, 400, "POST /hub/api/users/ada/server (127.0.0.1)")
+    assert records == []
+
+
+def test_a_percent_sign_in_a_refusal_does_not_break_tornados_log_line(hub_log):
+    logger, records = hub_log
+    error = refusal(400, "`gpus` must be a whole number, not '%s%d'", reason="bad_count")
+    assert error.jupyterhub_message == "`gpus` must be a whole number, not '%s%d'"  # what the user reads
+    logger.removeFilter(logger.filters[0])  # as if the line were not announced
+    logger.warning("%d %s: " + error.log_message, 400, "POST /x")
+    assert records[0].getMessage() == "400 POST /x: `gpus` must be a whole number, not '%s%d'"
+
+
+@pytest.mark.parametrize("body", ["not json", "[" * 5000 + "]" * 5000])
+def test_a_body_that_is_not_json_is_one_info_line(hub_log, body):
+    """jupyterhub/apihandlers/base.py logs the parser's traceback at ERROR for every such body."""
+    import json
+
+    logger, records = hub_log
+    try:
+        json.loads(body)
+    except (ValueError, RecursionError):
+        logger.error("Couldn't parse JSON", exc_info=True)
+    assert len(records) == 1
+    r = records[0]
+    assert (r.levelno, r.exc_info) == (logging.INFO, None)
+    assert r.getMessage().startswith("Couldn't parse JSON in a request body: ")
+
+
+def test_the_snippet_installs_the_filter_on_jupyterhubs_loggers():
+    from tornado.log import app_log, gen_log
+
+    logfilter.install_for_hub()
+    for logger in (logging.getLogger("JupyterHub"), app_log, gen_log):
+        assert any(isinstance(f, logfilter.RefusalLogFilter) for f in logger.filters)
+
+
+def test_other_errors_pass(hub_log):
+    logger, records = hub_log
+    try:
+        raise web.HTTPError(500, "boom")
+    except web.HTTPError:
+        logger.error("Failed to spawn single-user server with form", exc_info=True)
+    logger.error("Error starting server bob: something else")
+    logger.info("Refused spawn of ada (bad_count): `gpus` must be a whole number")
+    assert len(records) == 3 and records[0].exc_info is not None
+
+
+def test_announced_lines_are_bounded():
+    f = logfilter.RefusalLogFilter()
+    f.expect(*(f"line {i}" for i in range(2000)))
+    assert len(f._expected) == logfilter._MAX_EXPECTED
