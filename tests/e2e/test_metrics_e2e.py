@@ -158,7 +158,7 @@ def test_hub_metrics_show_pools_and_spawns_by_outcome(hub, hopeless_spawn):
     assert "jupyterhub_running_servers" in samples
     # GPUSpawner's default apply_user_options: JupyterHub no longer calls the GPU options unhandled
     log = hub.log_path.read_text(errors="replace")
-    assert "Refusing spawn of frank" in log  # the hub's own log is there
+    assert "Refused spawn of frank (cuda-driver)" in log  # the hub's own log is there
     assert "unhandled user_options" not in log.lower()
 
     r = hub.api("DELETE", "/users/grace/server")
