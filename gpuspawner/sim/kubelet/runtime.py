@@ -74,6 +74,26 @@ def _allowed() -> str:
     return "processes"
 
 
+
+@functools.lru_cache(maxsize=1)
+def image_paths() -> tuple[str, ...]:
+    """Host paths under ``/tmp`` that stand in for the container image and must stay visible under
+    a container's private ``/tmp``: the Python environment running the simulation (``sys.prefix``
+    and its base), what it imports from (``sys.path``, ``PYTHONPATH``) and ``PATH``.  A checkout
+    and its virtualenv in ``/tmp`` (a CI clone) would otherwise vanish from every pod."""
+    candidates = [sys.prefix, sys.exec_prefix, sys.base_prefix, *sys.path,
+                  *os.environ.get("PYTHONPATH", "").split(os.pathsep), *os.environ.get("PATH", "").split(os.pathsep)]
+    found: list[str] = []
+    for c in candidates:
+        if not c or not os.path.isdir(c):
+            continue
+        real = os.path.realpath(c)
+        if real.startswith("/tmp/") and real not in found:
+            found.append(real)
+    # a path inside another one is shared with it
+    return tuple(sorted(p for p in found if not any(p != q and p.startswith(q + "/") for q in found)))
+
+
 @dataclass(frozen=True)
 class Mount:
     source: str

@@ -450,7 +450,7 @@ class PodWorker:
                 cwd = str(self.dir)
         else:
             mounts = [*mounts, rt.Mount(str(c.term_file), tm_path)]
-        return rt.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir],
+        return rt.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir, *rt.image_paths()],
                               scratch=str(self.dir / "scratch" / c.name), stdin=bool(c.spec.get("stdin")),
                               tty=bool(c.spec.get("tty")), hostname=self.name, private_tmp=True)
 

@@ -106,3 +106,27 @@ async def test_a_terminal_and_its_size(tmp_path):
     assert await p.wait() == 0
     text = b"".join(out).decode()
     assert text.splitlines()[0] == "40 120" and "/dev/pts/" in text
+
+
+def test_image_paths_keep_a_python_environment_in_tmp_visible(monkeypatch, tmp_path):
+    # a CI clone and its virtualenv under /tmp must stay visible under a container's private /tmp
+    import sys
+
+    from gpuspawner.sim.kubelet import runtime
+
+    venv = tmp_path / "clone" / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (tmp_path / "clone" / "src").mkdir()
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "clone" / "src"))
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}{os.pathsep}/usr/bin")
+    runtime.image_paths.cache_clear()
+    try:
+        paths = runtime.image_paths()
+    finally:
+        runtime.image_paths.cache_clear()
+    real = os.path.realpath
+    if real(str(tmp_path)).startswith("/tmp/"):
+        assert real(str(venv)) in paths and real(str(tmp_path / "clone" / "src")) in paths
+        assert real(str(venv / "bin")) not in paths  # inside the venv, shared with it
+    assert all(p.startswith("/tmp/") for p in paths)
