@@ -42,7 +42,7 @@ async def _running(cluster, name, timeout=20):
 
 @pytest.fixture
 async def ticker(cluster):
-    c = container("main", ["sh", "-c", TICKER], workingDir="/work/here", env=[{"name": "GREETING", "value": "hello"}])
+    c = container("main", ["sh", "-c", TICKER], workingDir="/home/jovyan/work", env=[{"name": "GREETING", "value": "hello"}])
     cluster.store.create("pods", pod_manifest("ticker", c), namespace="default")
     await _running(cluster, "ticker")
     return cluster
@@ -53,7 +53,7 @@ async def test_exec_runs_in_the_containers_environment_and_reports_the_exit_code
                                  "echo $GREETING from $(hostname) in $(pwd); ps -o pid= -o args= | head -2")
     assert rc == 0, err
     lines = out.splitlines()
-    assert lines[0] == "hello from ticker in /work/here"
+    assert lines[0] == "hello from ticker in /home/jovyan/work"
     assert lines[1].split()[0] == "1" and lines[2].split()[:2] == ["2", "sh"]  # the container's own PID namespace
     rc, out, err = await kubectl(ticker, tmp_path, "exec", "ticker", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
     assert (rc, out, err) == (3, "out\n", "err\ncommand terminated with exit code 3\n")
