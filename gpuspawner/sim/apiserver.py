@@ -25,6 +25,7 @@ import yaml
 from aiohttp import web
 
 from . import connect, deletion, protobuf, tables
+from . import tls as tls_certs
 from .faults import Faults, RequestCounters
 from .errors import ApiError, bad_request
 from .resources import RESOURCES, SUBRESOURCE_GROUPS, SUBRESOURCES, ResourceInfo, group_versions
@@ -158,10 +159,11 @@ class _RefusingProtocol(asyncio.Protocol):
 
 
 class ApiServer:
-    """The Kubernetes API over HTTP on loopback, backed by ``store``."""
+    """The Kubernetes API over HTTP on loopback, backed by ``store``; over HTTPS with a
+    self-signed CA and serving certificate (``tls=True``, see ``tls.py``), as a real API server."""
 
     def __init__(self, store: Store, host: str = "127.0.0.1", port: int = 0, *,
-                 bookmark_interval: float = 60.0, min_request_timeout: float = 1800.0) -> None:
+                 bookmark_interval: float = 60.0, min_request_timeout: float = 1800.0, tls: bool = False) -> None:
         _check_loopback(host)
         if bookmark_interval <= 0:
             raise ValueError("bookmark_interval must be positive (seconds)")
@@ -173,6 +175,8 @@ class ApiServer:
         self.faults._close_watches = self._close_http_watches
         self.counters = RequestCounters()
         self.url: str | None = None
+        # tls.ServingCert when serving HTTPS: its CA goes into the kubeconfig
+        self.serving_cert = tls_certs.self_signed(host) if tls else None
         # the node agent pods/log, pods/exec and pods/attach reach (connect.py): the simulated kubelet
         self.kubelet: Any = None
         self._watches: set[Watcher] = set()
@@ -199,10 +203,11 @@ class ApiServer:
             return http()
 
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(factory, self.host, self.port, reuse_address=True)
+        ssl_context = self.serving_cert.server_context() if self.serving_cert else None
+        self._server = await loop.create_server(factory, self.host, self.port, reuse_address=True, ssl=ssl_context)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
-        self.url = f"http://{self.host}:{self.port}"
+        self.url = f"{'https' if ssl_context else 'http'}://{self.host}:{self.port}"
         return self.url
 
     async def stop(self) -> None:

@@ -55,7 +55,8 @@ class SimCluster:
                  host: str = "127.0.0.1", port: int = 0, run_pods: bool = True, stand_in: bool = False,
                  message_style: MessageStyle = MessageStyle(), restart_backoff: tuple[float, float] = (10.0, 300.0),
                  serve_http: bool = True, store: Store | None = None, pod_subnet: str | None = None,
-                 dcgm_exporter: bool = False, dcgm_interval: float = 1.0, keep_timestamps: bool = False):
+                 dcgm_exporter: bool = False, dcgm_interval: float = 1.0, keep_timestamps: bool = False,
+                 tls: bool = False):
         if cluster_file is not None and manifests is not None:
             raise ValueError("give either cluster_file or manifests, not both")
         if dcgm_exporter and (stand_in or not run_pods):
@@ -69,6 +70,7 @@ class SimCluster:
         self.message_style = message_style
         self.restart_backoff = restart_backoff
         self.serve_http = serve_http
+        self.tls = tls  # serve HTTPS with a self-signed CA, which the kubeconfig carries (tls.py)
         self.pod_subnet = pod_subnet
         # keep the file's creationTimestamp and status times (a snapshot replays with its ages)
         self.keep_timestamps = keep_timestamps
@@ -117,7 +119,7 @@ class SimCluster:
             if self.serve_http:
                 from .apiserver import ApiServer
 
-                self.apiserver = ApiServer(self.store, self.host, self.port)
+                self.apiserver = ApiServer(self.store, self.host, self.port, tls=self.tls)
                 self.url = await self.apiserver.start()
             self.node_lifecycle = NodeLifecycleController(self.store)
             await self.node_lifecycle.start()
@@ -182,8 +184,10 @@ class SimCluster:
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "gpuspawner-sim", "cluster": {"server": self.url}}],
-            "users": [{"name": "gpuspawner-sim", "user": {}}],
+            "clusters": [{"name": "gpuspawner-sim", "cluster": self._kubeconfig_cluster()}],
+            # over HTTPS kubectl asks for a user name unless the user has credentials: a bearer
+            # token, which the simulated API server (it authenticates nobody) accepts as any other
+            "users": [{"name": "gpuspawner-sim", "user": {"token": "gpuspawner-sim"} if self.tls else {}}],
             "contexts": [{"name": "gpuspawner-sim",
                           "context": {"cluster": "gpuspawner-sim", "user": "gpuspawner-sim",
                                       "namespace": "default"}}],
@@ -191,8 +195,15 @@ class SimCluster:
             "preferences": {},
         }
 
+    def _kubeconfig_cluster(self) -> dict[str, Any]:
+        cert = self.apiserver.serving_cert if self.apiserver is not None else None
+        if cert is None:
+            return {"server": self.url}
+        return {"server": self.url, "certificate-authority-data": cert.ca_data}
+
     def write_kubeconfig(self, path: str | Path) -> Path:
-        """Write a kubeconfig (no auth, plain HTTP) that kubectl, kubernetes_asyncio and KubeSpawner accept."""
+        """Write a kubeconfig (no auth; plain HTTP, or HTTPS with the CA's data) that kubectl,
+        kubernetes_asyncio and KubeSpawner accept."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
