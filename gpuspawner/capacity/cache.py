@@ -5,9 +5,9 @@ by two informers with client-go reflector semantics
 (``k8s.io/client-go/tools/cache/reflector.go``, STYLE.md #8):
 
 * **list** in pages (``limit`` + ``continue``), raw JSON (``_preload_content=
-  False``) parsed here, keeping only compact GPU records (a pod that requests
-  no GPU is not stored at all), yielding to the event loop between pages and
-  between slices of a page so the hub never stalls; the cyclic garbage collector
+  False``) parsed here one item at a time (``listjson``), keeping only compact GPU
+  records (a pod that requests no GPU is not stored at all), yielding to the event
+  loop between pages and between slices of a page so the hub never stalls; the cyclic garbage collector
   is paused while a page is parsed and applied, and (``gc_freeze``) what the
   process holds is frozen after the first sync (``gcpolicy``: full collections
   walk the whole heap, ~180 ms in a hub, and the page's objects would trigger them);
@@ -56,6 +56,7 @@ from gpuspawner.capacity import health as words
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dracache import DRA_KINDS, DraSource
 from gpuspawner.capacity.labels import node_record
+from gpuspawner.capacity.listjson import ITEM, iter_list
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.capacity.podres import pod_key, pod_record
@@ -276,8 +277,8 @@ class _Informer:
         cache._changed_health()
 
     async def _apply_page(self, body: bytes, seen: set[str]) -> dict:
-        """Parse one list page and apply its items (their keys go to ``seen``); returns the
-        list's metadata.
+        """Parse one list page item by item and apply the items (their keys go to ``seen``);
+        returns the list's metadata.
 
         One page at a time (the other informer's waits for the lock), so that the two
         informers' work never adds up in one turn of the loop; a yield whenever a stretch of
@@ -285,21 +286,22 @@ class _Informer:
         cyclic collection while the page's objects live (``gcpolicy.paused``): they die with
         the page, so none is promoted and they trigger no full collection.
         """
+        meta: dict = {}
         async with self.cache._page_lock:
             with gcpolicy.paused():
-                doc = json.loads(body)
-                items = doc.get("items") or []
-                meta = doc.get("metadata") or {}
-                doc = None
                 began = time.perf_counter()
-                for obj in items:
-                    key = self._apply(obj)
-                    if key is not None:
-                        seen.add(key)
+                # item by item (listjson): json.loads of a whole page would hold the loop ~10 ms
+                for field, value in iter_list(body):
+                    if field is ITEM:
+                        key = self._apply(value)
+                        if key is not None:
+                            seen.add(key)
+                    elif field == "metadata" and isinstance(value, dict):
+                        meta = value
                     if time.perf_counter() - began > _SLICE_SECONDS:
                         await asyncio.sleep(0)
                         began = time.perf_counter()
-                items = obj = None
+                value = None
         return meta
 
     async def _watch(self) -> int:
@@ -507,6 +509,7 @@ class CapacityCache:
         self._snapshot: CapacitySnapshot | None = None
         self._snapshot_key: tuple | None = None
         self._merged: tuple[tuple, tuple, tuple, dict] | None = None  # (plugin, dra, merged, by id)
+        self._held: tuple[float, tuple, dict, int] | None = None  # snapshot(max_age): (when, pools, by id, generation)
         self._gc_freeze = gc_freeze
         self._page_lock = asyncio.Lock()  # list pages are applied one at a time (_Informer._apply_page)
 
@@ -650,18 +653,30 @@ class CapacityCache:
                 pass
         return self.synced
 
-    def snapshot(self) -> CapacitySnapshot:
-        """The pools as of now.  No I/O; the pools are rebuilt only after a change."""
+    def snapshot(self, max_age: float = 0.0) -> CapacitySnapshot:
+        """The pools as of now.  No I/O; the pools are rebuilt only after a change.
+
+        ``max_age`` > 0: the pools of an earlier call are good enough if they were counted at
+        most that many seconds ago (the spawn page, which many users load while the counts
+        change many times a second on a big cluster); the health, age and error are always
+        current. A spawn asks with 0, for the counts as of now."""
         now = self._clock()
-        self._ledger.expire(now)
-        self._dra.ledger.expire(now)
-        pools, by_id = self._pools()
+        held = self._held  # what the last call with a max_age counted (fresh calls leave it be)
+        if max_age > 0 and held is not None and now - held[0] <= max_age:
+            _, pools, by_id, generation = held
+        else:
+            self._ledger.expire(now)
+            self._dra.ledger.expire(now)
+            pools, by_id = self._pools()
+            generation = self._ledger.generation + self._dra.ledger.generation
+            if max_age > 0:
+                self._held = (now, pools, by_id, generation)
         age = self._age()
         return CapacitySnapshot(
             pools=pools,
             synced=self.synced,
             age_seconds=age,
-            generation=self._ledger.generation + self._dra.ledger.generation,
+            generation=generation,
             healthy=self._healthy(age),
             error=self._error(age),
             pools_by_id=by_id,

@@ -307,6 +307,25 @@ async def test_reservation_counts_until_the_watch_shows_the_pod(make_cache):
     assert cache.snapshot().pool(A100).free == 5
 
 
+async def test_snapshot_with_max_age_keeps_its_counts_that_long_and_health_current(make_cache):
+    api = ScriptedApi(list_node=[listing(NODE_LIST)], list_pod_for_all_namespaces=[listing(POD_LIST, rv="120")])
+    clock = [1000.0]
+    cache = make_cache(api, clock=lambda: clock[0])
+    assert await cache.wait_synced(10)
+    page = cache.snapshot(max_age=2)
+    assert page.pool(A100).free == 13
+    cache.reserve("jhub/spawn", A100, 4)
+    # a spawn sees the reservation at once; the page keeps its counts (the same pools) for 2 s
+    assert cache.snapshot().pool(A100).free == 9
+    clock[0] += 2
+    held = cache.snapshot(max_age=2)
+    assert held.pools is page.pools and held.generation == page.generation
+    assert held.age_seconds == 2.0  # the figures' age is always current
+    clock[0] += 0.5
+    later = cache.snapshot(max_age=2)
+    assert later.pools is not page.pools and later.pool(A100).free == 9
+
+
 def test_reserve_needs_an_owner_with_namespace():
     cache = CapacityCache(CapacityConfig())
     with pytest.raises(ValueError, match="namespace"):
