@@ -71,6 +71,7 @@ from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, c
 from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_servers
 from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
+from gpuspawner.hub.pagememo import FormMemo, OfferMemo, fingerprint
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import render_form, template_dirs
 from gpuspawner.kube.apierrors import rules_text
@@ -166,6 +167,22 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         answered with its 4xx/5xx rather than a 202 and a later failure.
 
             c.GPUSpawner.gpu_capacity_sync_timeout = 5
+        """,
+    )
+
+    gpu_capacity_page_max_age = Float(
+        2.0,
+        config=True,
+        help="""
+        How old (seconds) the GPU counts on the spawn page may be. On a big
+        cluster the counts change many times a second; the page then builds
+        its offers (pools, counts, CUDA fit) once per interval for all users
+        and reuses a user's rendered form while nothing it shows changed,
+        instead of rebuilding both on every view. The page's live refresh and
+        ``GET /hub/api/gpus`` always show the current counts, and a spawn is
+        always checked against them. 0 builds the offers on every view.
+
+            c.GPUSpawner.gpu_capacity_page_max_age = 2
         """,
     )
 
@@ -339,9 +356,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 )
         return proposal.value
 
-    @validate("gpu_capacity_sync_timeout", "gpu_full_pool_grace")
+    @validate("gpu_capacity_sync_timeout", "gpu_full_pool_grace", "gpu_capacity_page_max_age")
     def _validate_sync_timeout(self, proposal):
-        if not proposal.value >= 0:
+        if not proposal.value >= 0 or proposal.value == float("inf"):
             raise TraitError(f"{proposal.trait.name} must be 0 or more seconds, not {proposal.value!r}")
         return proposal.value
 
@@ -357,13 +374,14 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
 
     # --- profiles and capacity ------------------------------------------
 
-    async def capacity_snapshot(self):
+    async def capacity_snapshot(self, max_age: float = 0.0):
         """The cache's snapshot (waiting for its first sync at most
-        ``gpu_capacity_sync_timeout``), or None when there is no cache."""
+        ``gpu_capacity_sync_timeout``), or None when there is no cache.
+        ``max_age``: counts that old will do (``CapacityCache.snapshot``)."""
         try:
             cache = self.shared_capacity_cache()
             await cache.wait_synced(self.gpu_capacity_sync_timeout)
-            snapshot = cache.snapshot()
+            snapshot = cache.snapshot(max_age)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -397,26 +415,46 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         profile_list, view = await self.gpu_offer_view()
         return profile_list, view.offers
 
-    async def gpu_offer_view(self) -> tuple[list[dict[str, Any]], UserOffers]:
+    async def gpu_offer_view(self, max_age: float = 0.0) -> tuple[list[dict[str, Any]], UserOffers]:
         """The initialized profile list and the GPU offers as this server's
-        user sees them (``allowed_groups``, see gpuspawner.spawn.access)."""
+        user sees them (``allowed_groups``, see gpuspawner.spawn.access), from
+        counts at most ``max_age`` seconds old (0: the current counts)."""
+        static = await self._static_profiles()
+        return self._user_view(static, await self.gpu_offers(max_age))
+
+    async def _static_profiles(self) -> list[dict[str, Any]]:
         static = self._sorted_dict_values(self.profile_list)
         if callable(static):
             static = await maybe_future(static(self))
-        specs = self.gpu_profile_specs()
-        offers: dict[str, ProfileOffer] = {}
-        if specs:
-            snapshot = await self.capacity_snapshot()
-            offers = build_offers(
-                specs,
-                snapshot,
-                self.pool_rules(),
-                admit_without_capacity=self.gpu_admit_without_capacity,
-                fit=self._cuda_fit,
-                count_limit=self.gpu_max_per_server,
-            )
+        return static or []
+
+    # the GPU offers of this hub process, per capacity snapshot and configuration (pagememo)
+    _offer_memo: OfferMemo = OfferMemo()
+
+    async def gpu_offers(self, max_age: float = 0.0) -> dict[str, ProfileOffer]:
+        """Every GPU profile's offer (all users'), from counts at most ``max_age`` seconds old;
+        built once per snapshot and configuration in this hub process (``pagememo``)."""
+        if not self.gpu_profiles:
+            return {}
+        snapshot = await self.capacity_snapshot(max_age)
+        config = fingerprint(self.gpu_profiles, self.gpu_pool_rules, self.gpu_admit_without_capacity,
+                             self.gpu_max_per_server, self.cuda_policy, self.cuda_check)
+        # a snapshot's pools are one object until a count changes; its problem text (which
+        # carries the figures' age when they are stale) is part of what the offers say
+        source = snapshot.pools if snapshot is not None else None
+        return self._offer_memo.get(source, (config, capacity_problem(snapshot)), lambda: build_offers(
+            self.gpu_profile_specs(),
+            snapshot,
+            self.pool_rules(),
+            admit_without_capacity=self.gpu_admit_without_capacity,
+            fit=self._cuda_fit,
+            count_limit=self.gpu_max_per_server,
+        ))
+
+    def _user_view(self, static: list[dict[str, Any]],
+                   offers: dict[str, ProfileOffer]) -> tuple[list[dict[str, Any]], UserOffers]:
         view = offers_for(principal_of(self.user), offers, self.access_rules())
-        merged, shadowed = merge_profiles(view.drop_hidden(static or []), view.offers)
+        merged, shadowed = merge_profiles(view.drop_hidden(static), view.offers)
         if shadowed:
             self.log.error("profile_list slugs %s are shadowed by gpu_profiles with the same slug", shadowed)
         return self._get_initialized_profile_list(merged), view
@@ -444,10 +482,32 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     # --- the spawn form ---------------------------------------------------
 
     async def _render_gpu_options_form(self, spawner=None):
-        profile_list, offers = await self.gpu_profile_list()
-        return self._render_options_form(profile_list, offers, initialized=True)
+        """The spawn form, from counts at most ``gpu_capacity_page_max_age`` old; the last form
+        this spawner rendered when none of its inputs changed (``pagememo.FormMemo``)."""
+        static = await self._static_profiles()
+        offers = await self.gpu_offers(self.gpu_capacity_page_max_age)
+        cull_rules = self.cull_rules()
+        key = (
+            principal_of(self.user),
+            # (the access rules come from gpu_profiles and gpu_pool_rules, part of the offers' key)
+            fingerprint(static, self.user_options or {}, repr(cull_rules), self.profile_form_template,
+                        self.additional_profile_form_template_paths, sorted(self._admin_option_keys())),
+        )
+        html = self._form_memo.get(offers, key)
+        if html is None:
+            profile_list, view = self._user_view(static, offers)
+            html = self._render_options_form(profile_list, view.offers, initialized=True, cull_rules=cull_rules)
+            self._form_memo.put(offers, key, html)
+        return html
 
-    def _render_options_form(self, profile_list, gpu_offers=None, initialized=False):
+    @property
+    def _form_memo(self) -> FormMemo:
+        memo = self.__dict__.get("_gpu_form_memo")
+        if memo is None:
+            memo = self.__dict__["_gpu_form_memo"] = FormMemo()
+        return memo
+
+    def _render_options_form(self, profile_list, gpu_offers=None, initialized=False, cull_rules=None):
         """KubeSpawner's renderer, with Jinja2 autoescaping on (node labels and
         admin strings reach the page; ``templates.render_form``) and the GPU
         offers in the context. ``initialized``: ``profile_list`` is already
@@ -475,7 +535,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             profile_list=profile_list,
             user_options=user_options,
             gpu_offers=gpu_offers,
-            cull_rules=self.cull_rules(),  # the idle rule per profile and pool (gpu_cull_rules)
+            # the idle rule per profile and pool (gpu_cull_rules)
+            cull_rules=cull_rules if cull_rules is not None else self.cull_rules(),
             idle_rule=self.idle_rule,
         )
 

@@ -154,6 +154,25 @@ def test_cards_show_live_counts_and_follow_the_cluster_without_reload(
 
 
 @browser_test
+def test_stale_figures_from_the_hub_are_not_shown_as_live(hub, new_page, login):
+    page = new_page()
+    login(page, "ana")
+    open_spawn_page(hub, page, refresh_s=3600)
+    rendered = cards_and_radios(page)
+    # the hub's answer while its watch is lost: old counts, healthy false and why (the API's
+    # exact fields); the page must keep what it shows and say the hub's words, not apply them
+    stale = {"synced": True, "healthy": False, "age_seconds": 130.0, "pools": [
+        {**hub.pool(T4), "free": 0, "max_free_per_node": 0}],
+        "error": "GPU capacity is unknown: the hub lost its watch of pods 2 minutes ago"}
+    page.route("**/hub/api/gpus", lambda route: route.fulfill(json=stale))
+    page.evaluate("location.hash = 'gs-refresh=1'")
+    expect(page.locator("#gs-live-status")).to_contain_text(
+        "GPU counts could not be refreshed (GPU capacity is unknown: the hub lost its watch of pods 2 minutes ago)")
+    assert cards_and_radios(page) == rendered
+    expect(pool_radio(page, T4)).to_be_enabled()
+
+
+@browser_test
 def test_a_choice_that_became_impossible_is_flagged_before_submit(
     hub, new_page, login, load, screenshot
 ):

@@ -335,12 +335,17 @@ class FakeCache:
         self.reservations: dict[str, tuple[str, int]] = {}
         self.released: list[str] = []
         self.snapshots = 0
+        self.max_ages: list[float] = []
+        self._last: CapacitySnapshot | None = None
 
     async def wait_synced(self, timeout: float) -> bool:
         return self.synced
 
-    def snapshot(self) -> CapacitySnapshot:
+    def snapshot(self, max_age: float = 0.0) -> CapacitySnapshot:
+        """The pools as of now: the same pools object until a count changes, as the real cache's
+        (the page's ``max_age`` is recorded in ``max_ages``)."""
         self.snapshots += 1
+        self.max_ages.append(max_age)
         pools = []
         for p in self.pools.values():
             held = sum(n for pid, n in self.reservations.values() if pid == p.id) if self.reservations_count else 0
@@ -348,8 +353,13 @@ class FakeCache:
                 p = dataclasses.replace(p, free=max(p.free - held, 0),
                                         max_free_per_node=max(p.max_free_per_node - held, 0))
             pools.append(p)
-        return snapshot(*pools, synced=self.synced, healthy=self.healthy, error=self.error,
+        snap = snapshot(*pools, synced=self.synced, healthy=self.healthy, error=self.error,
                         age_seconds=self.age_seconds, generation=self.generation)
+        # as the real cache's ledger: the same pools object until a count changes
+        if self._last is not None and self._last.pools == snap.pools:
+            snap = dataclasses.replace(snap, pools=self._last.pools)
+        self._last = snap
+        return snap
 
     def reserve(self, owner: str, pool_id: str, count: int) -> None:
         self.reservations[owner] = (pool_id, count)

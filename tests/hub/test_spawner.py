@@ -237,6 +237,39 @@ async def test_form_posts_become_the_same_user_options_as_rest(no_kube_client, c
     assert s.extra_resource_limits == {"nvidia.com/gpu": "2"}
 
 
+async def test_page_reuses_its_offers_and_form_until_a_count_changes(no_kube_client, cache):
+    # the page asks for counts at most gpu_capacity_page_max_age old, and while the snapshot's
+    # pools are the same it serves the form it rendered, not a new one
+    s = make_spawner(gpu_capacity_page_max_age=3)
+    first = await s.get_options_form()
+    again = await s.get_options_form()
+    assert again is first
+    assert cache.max_ages == [3.0, 3.0]
+    cache.pools[A100.id] = dataclasses.replace(A100, free=2, max_free_per_node=2)
+    changed = await s.get_options_form()
+    assert "5 of 16 GPUs" in first and "2 of 16 GPUs" in changed
+
+
+async def test_remembered_form_follows_the_user_options_and_the_users_groups(no_kube_client, cache):
+    s = make_spawner(gpu_profiles=[{**GPU_PROFILES[0], "allowed_groups": ["ml"]}])
+    hidden = await s.get_options_form()
+    assert 'value="gpu"' not in hidden  # alice is in no group: no GPU profile
+    s.user.groups = [dataclasses.make_dataclass("Group", ["name"])("ml")]
+    shown = await s.get_options_form()
+    assert 'id="profile-item-gpu" value="gpu"' in shown
+    s.user_options = {"profile": "gpu", "gpu_pool": LAST.id, "gpus": "1", "image": "tf"}
+    chosen = await s.get_options_form()
+    assert re.search(r'value="tf"\s+selected', chosen) and not re.search(r'value="tf"\s+selected', shown)
+
+
+async def test_a_spawn_is_checked_against_the_current_counts(no_kube_client, cache):
+    s = make_spawner()
+    await s.get_options_form()
+    s.user_options = {"profile": "gpu", "gpu_pool": LAST.id, "gpus": "1"}
+    await s.load_user_options()
+    assert cache.max_ages == [2.0, 0.0]  # the page's default age, then the spawn's: none
+
+
 def test_default_template_path_is_ours(no_kube_client):
     s = make_spawner()
     assert s.additional_profile_form_template_paths == template_dirs()
@@ -253,8 +286,11 @@ def test_default_template_path_is_ours(no_kube_client):
         ("gpu_reservation_ttl", 0, "must be a positive number"),
         ("gpu_capacity_sync_timeout", -1, "0 or more seconds"),
         ("gpu_declared_pools", [{"resource": "nvidia.com/gpu"}], "gpu_declared_pools[0]"),
+        ("gpu_capacity_page_max_age", -0.5, "gpu_capacity_page_max_age must be 0 or more seconds"),
+        ("gpu_capacity_page_max_age", float("inf"), "gpu_capacity_page_max_age must be 0 or more seconds"),
     ],
-    ids=["duplicate-slug", "bad-max", "lifecycle-taint", "empty-taint-key", "rule-no-match", "ttl", "sync-timeout", "declared-pool"],
+    ids=["duplicate-slug", "bad-max", "lifecycle-taint", "empty-taint-key", "rule-no-match", "ttl", "sync-timeout",
+         "declared-pool", "page-age-negative", "page-age-infinite"],
 )
 def test_trait_validation_messages(no_kube_client, trait, value, message):
     s = make_spawner()
