@@ -18,14 +18,16 @@ real HTTP. It prints:
   CPU time and the collector's pauses;
 * a spawn-page view timed as the hub runs it: ``GPUSpawner.get_options_form()`` (the capacity
   snapshot, the offers with each pool's CUDA fit for each image, the access rules, the form
-  rendered), p50/p99/max over ``--views`` views while watch events stream in;
+  rendered), p50/p99/max over ``--views`` views while watch events stream in: as shipped
+  (counts at most ``gpu_capacity_page_max_age`` old, offers and form remembered meanwhile,
+  ``gpuspawner/hub/pagememo.py``), then rebuilt on every view (``gpu_capacity_page_max_age = 0``);
 * API requests during those views, read from the simulated API server's own counter
   (``GET /_sim/counters``): where any call the timed code made would be counted;
 * a naive full recount per view (a fresh ledger from every record) as a baseline;
 * cache memory: tracemalloc, current traced memory after a second cold sync minus before it
   (records, ledger; transient parse buffers freed).
 
-Targets: 0 API requests per view, view p99 <= 10 ms, memory <= 64 MiB, stall <= 25 ms (wall,
+Targets: 0 API requests per view, view p99 <= 10 ms (as shipped, and rebuilt every view), memory <= 64 MiB, stall <= 25 ms (wall,
 GC included). The exit status is 1 when one is missed. ``benchmarks/hub.py`` measures the
 same through a real JupyterHub.
 """
@@ -319,10 +321,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await ask("stream", args.rate)
         await asyncio.sleep(0.5)
         out.update(await views(spawner, cache, url, args.views, args.view_gap))
-        print(f"views (GPUSpawner.get_options_form): {args.views} while events stream in "
+        print(f"views (GPUSpawner.get_options_form, as shipped: counts at most "
+              f"{spawner.gpu_capacity_page_max_age:g} s old): {args.views} while events stream in "
               f"({out['generations_seen']} generations seen): p50 {out['view_p50_ms']} ms, p99 "
               f"{out['view_p99_ms']} ms, max {out['view_max_ms']} ms; API requests during them: "
               f"{out['api_requests_during_views']} (API server's counter)", flush=True)
+        # the same views with the offers and the form rebuilt every time: what one rebuild costs
+        spawner.gpu_capacity_page_max_age = 0
+        rebuilt = await views(spawner, cache, url, args.views, args.view_gap)
+        out.update({f"rebuild_{k}": v for k, v in rebuilt.items()})
+        print(f"views rebuilt every time (gpu_capacity_page_max_age = 0): p50 {rebuilt['view_p50_ms']} ms, "
+              f"p99 {rebuilt['view_p99_ms']} ms, max {rebuilt['view_max_ms']} ms; API requests during them: "
+              f"{rebuilt['api_requests_during_views']}", flush=True)
         await ask("pause")
         baseline = naive_recount(cache, args.baseline_views)
         out.update(naive_recount_p50_ms=round(baseline * 1000, 2),
@@ -347,8 +357,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def verdicts(out: dict[str, Any]) -> dict[str, bool]:
     v = {
-        "api_requests_per_view": out["api_requests_per_view"] <= TARGETS["api_requests_per_view"],
+        "api_requests_per_view": max(out["api_requests_per_view"], out["rebuild_api_requests_per_view"])
+        <= TARGETS["api_requests_per_view"],
         "view_p99_ms": out["view_p99_ms"] <= TARGETS["view_p99_ms"],
+        "rebuild_view_p99_ms": out["rebuild_view_p99_ms"] <= TARGETS["view_p99_ms"],
         "stall_ms": out["stall_worst_ms"] <= TARGETS["stall_ms"],
     }
     if "cache_memory_mib" in out:

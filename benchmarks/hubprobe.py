@@ -66,6 +66,9 @@ class LoopProbe:
         self.lates: list[float] = []
         self.gc_pauses: list[tuple[int, float]] = []
         self.timings: dict[str, list[float]] = {}
+        # the tick running now spans the probe's own request (whose figures, sorting and JSON
+        # stall the loop too): it belongs to no phase, so it is not counted
+        self._discard_tick = True
 
     def _gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -83,6 +86,9 @@ class LoopProbe:
             await asyncio.sleep(self.period)
             self._tick_started = 0.0
             late = loop.time() - t - self.period
+            if self._discard_tick:
+                self._discard_tick = False
+                continue
             # the loop thread's CPU time over the same tick: work done on the loop, apart from
             # time spent waiting for a core on a busy machine (both are a stall users feel)
             on_cpu = time.thread_time() - cpu
@@ -131,7 +137,6 @@ class LoopProbe:
             "gc_full_collections": len(full),
             "gc_worst_pause_ms": round(max((d for _, d in self.gc_pauses), default=0.0) * 1000, 2),
             "gc_worst_full_pause_ms": round(max(full, default=0.0) * 1000, 2),
-            "gc_frozen_objects": gc.get_freeze_count(),
             "rss_bytes": rss_bytes(),
             "timings": {k: _summary(v) for k, v in self.timings.items()},
         }
@@ -172,8 +177,89 @@ class StallSampler:
         return [(count, stack) for stack, count in self.counts.most_common(n)]
 
 
+class SlowSteps:
+    """Which callbacks of the loop ran long: every ``Handle._run`` is timed, and one over
+    ``threshold`` is counted under what it ran (a task's coroutine, or the callback's function),
+    with where that task was left waiting afterwards: exact attribution of a stall, which the
+    sampler above only sees at the points where the loop's thread lets go of the GIL.
+
+    The longest step of each kind is kept too (``longest``): ``gpuspawner`` (a task whose
+    coroutine is gpuspawner's: the capacity cache's informers, the spawn form), ``request`` (a
+    request handler's step: JupyterHub's authentication, database and page work, with whatever
+    handler code it runs, e.g. ``GET /hub/api/gpus``'s) and ``other``."""
+
+    KINDS = ("gpuspawner", "request", "other")
+
+    def __init__(self, threshold: float = 0.012) -> None:
+        self.threshold = threshold
+        self.counts: collections.Counter = collections.Counter()
+        self.worst: dict[str, float] = {}
+        self.longest: dict[str, float] = dict.fromkeys(self.KINDS, 0.0)
+        self.longest_without_gc: dict[str, float] = dict.fromkeys(self.KINDS, 0.0)
+        run = asyncio.events.Handle._run
+        steps = self
+
+        def timed_run(handle: asyncio.events.Handle) -> None:
+            # the task's frame, kept: a request handler's task ends in the step, and its
+            # request is named from the frame's `self` afterwards
+            task = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+            frame = getattr(task.get_coro(), "cr_frame", None) if isinstance(task, asyncio.Task) else None
+            t, in_gc = time.perf_counter(), PROBE._gc_total
+            try:
+                run(handle)
+            finally:
+                took = time.perf_counter() - t
+                if took > 0.001:
+                    kind = steps.kind(task, frame)
+                    steps.longest[kind] = max(steps.longest[kind], took)
+                    # the same step without the collector's pauses in it (the collector walks
+                    # what every part of the process allocated, whoever's step triggers it)
+                    own = took - (PROBE._gc_total - in_gc)
+                    steps.longest_without_gc[kind] = max(steps.longest_without_gc[kind], own)
+                if took > steps.threshold:
+                    steps.record(handle, took, frame)
+
+        asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
+
+    @staticmethod
+    def kind(task: Any, frame: Any) -> str:
+        if frame is None:
+            return "other"
+        if f"{os.sep}gpuspawner{os.sep}" in frame.f_code.co_filename:
+            return "gpuspawner"
+        return "request" if frame.f_code.co_name == "_execute" else "other"
+
+    @staticmethod
+    def describe(handle: asyncio.events.Handle) -> str:
+        callback = handle._callback  # type: ignore[attr-defined]
+        task = getattr(callback, "__self__", None)
+        if isinstance(task, asyncio.Task):
+            coro = task.get_coro()
+            where = ""
+            while coro is not None:  # the innermost coroutine it now awaits
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None:
+                    where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            return f"task {getattr(task.get_coro(), '__qualname__', task.get_name())} (then waiting at {where})"
+        func = getattr(callback, "__func__", callback)
+        return f"callback {getattr(func, '__module__', '')}.{getattr(func, '__qualname__', repr(func))}"
+
+    def record(self, handle: asyncio.events.Handle, took: float, frame: Any = None) -> None:
+        what = self.describe(handle)
+        request = getattr(frame.f_locals.get("self"), "request", None) if frame is not None else None
+        if request is not None:
+            what += f" {request.method} {request.path}"
+        self.counts[what] += 1
+        self.worst[what] = max(self.worst.get(what, 0.0), took)
+
+    def top(self, n: int = 15) -> list[tuple[int, float, str]]:
+        return [(count, round(self.worst[what] * 1000, 1), what) for what, count in self.counts.most_common(n)]
+
+
 PROBE = LoopProbe()
 SAMPLER: StallSampler | None = None
+SLOW: SlowSteps | None = None
 
 
 class ProbeHandler(web.RequestHandler):
@@ -183,14 +269,24 @@ class ProbeHandler(web.RequestHandler):
         out = PROBE.figures()
         if self.get_argument("stacks", "") and SAMPLER is not None:
             out["stall_stacks"] = SAMPLER.top()
+        if SLOW is not None:  # since the last reset, as the stall figures
+            out["slow_steps"] = SLOW.top()
+            out["longest_step_ms"] = {k: round(v * 1000, 2) for k, v in SLOW.longest.items()}
+            out["longest_step_without_gc_ms"] = {k: round(v * 1000, 2) for k, v in SLOW.longest_without_gc.items()}
         # these two stall the loop themselves: ask for them only after the stall figures are taken
         if self.get_argument("objects", ""):
             out["gc_tracked_objects"] = len(gc.get_objects())
+            out["gc_frozen_objects"] = gc.get_freeze_count()  # walks the permanent generation
         if self.get_argument("collect", ""):
             gc.collect()
             out["rss_bytes_after_collect"] = rss_bytes()
         if self.get_argument("reset", ""):
             PROBE.reset()
+            if SLOW is not None:
+                SLOW.counts.clear()
+                SLOW.worst.clear()
+                SLOW.longest = dict.fromkeys(SLOW.KINDS, 0.0)
+                SLOW.longest_without_gc = dict.fromkeys(SLOW.KINDS, 0.0)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(out))
 
@@ -198,9 +294,10 @@ class ProbeHandler(web.RequestHandler):
 def install(c: Any, stall_stacks: bool = False) -> None:
     """Start the probe on the running loop (and the stall sampler) and register its handler
     in the hub config ``c``."""
-    global SAMPLER
+    global SAMPLER, SLOW
     if PROBE.task is None:
         PROBE.start()
+        SLOW = SlowSteps()
         if stall_stacks:
             SAMPLER = StallSampler(PROBE)
     c.JupyterHub.extra_handlers.append((r"/bench/probe", ProbeHandler))
