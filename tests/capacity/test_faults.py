@@ -17,7 +17,7 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.spawn.profiles import capacity_problem
 from scripts.faults import watch_fuzz
-from scripts.faults.recount import counted, differences, recount
+from scripts.faults.recount import counted, differences, from_api, recount
 
 from tests.builders import node, pod
 from .test_cache import A100, NODE_LIST, POD_LIST, ScriptedApi, a100, listing, sim_api, wait_for
@@ -354,3 +354,16 @@ async def test_the_fuzz_catches_a_ledger_that_forgets(monkeypatch):
     report = await watch_fuzz.run_memory(5_000, seed=1, checkpoint=100, mix=mix)
     assert calls[0] >= 5
     assert report.problems and "recount (nodes, total, free, max per node)" in report.problems[0]
+
+
+def test_the_recount_compares_device_plugin_pools_only():
+    """``GET /hub/api/gpus`` lists DRA pools too; the recount reads Nodes and Pods, not slices and
+    claims, so a DRA pool is left out of the comparison rather than reported as a mismatch."""
+    pools = [
+        {"id": "g:a100:nvidia.com/gpu", "allocation": "device-plugin", "nodes": 2, "total": 8, "free": 5,
+         "max_free_per_node": 4},
+        {"id": "h:h100:gpu.nvidia.com", "allocation": "dra", "nodes": 2, "total": 8, "free": 8,
+         "max_free_per_node": 4},
+    ]
+    assert from_api(pools) == {"g:a100:nvidia.com/gpu": (2, 8, 5, 4)}
+    assert differences({"g:a100:nvidia.com/gpu": (2, 8, 5, 4)}, from_api(pools)) == []
