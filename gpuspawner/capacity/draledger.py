@@ -46,7 +46,7 @@ from gpuspawner.capacity.dra import (
     choose_class,
 )
 from gpuspawner.capacity.model import DraFacts, NodeView, PoolView, Taint, pool_id
-from gpuspawner.capacity.tally import NodeTally, bump, check_count, lowest, pool_taints, sorted_taints
+from gpuspawner.capacity.tally import NodeTally, Reserving, bump, check_count, lowest, pool_taints, sorted_taints
 
 __all__ = ["DraLedger", "DraReservation", "product_label"]
 
@@ -91,7 +91,7 @@ class _Pool:
     nodes: NodeTally = field(default_factory=NodeTally)  # contributing nodes
 
 
-class DraLedger:
+class DraLedger(Reserving):
     """The pure, incremental DRA accounting behind :class:`CapacityCache`."""
 
     def __init__(self) -> None:
@@ -290,21 +290,6 @@ class DraLedger:
             self._refresh(pid, node)
         self.generation += 1
         return r
-
-    def release(self, owner: str) -> bool:
-        if owner not in self._resv:
-            return False
-        self._drop_reservation(owner)
-        self.generation += 1
-        return True
-
-    def expire(self, now: float) -> int:
-        due = [o for o, r in self._resv.items() if r.expires_at <= now]
-        for o in due:
-            self._drop_reservation(o)
-        if due:
-            self.generation += 1
-        return len(due)
 
     def _drop_reservation(self, owner: str) -> None:
         r = self._resv.pop(owner)

@@ -49,6 +49,7 @@ from gpuspawner.capacity.podres import PodRecord
 from gpuspawner.capacity.tally import (
     TRANSIENT_TAINT_PREFIXES,
     NodeTally,
+    Reserving,
     bump,
     check_count,
     pool_taints,
@@ -67,7 +68,7 @@ class Reservation:
     expires_at: float
 
 
-class Ledger:
+class Ledger(Reserving):
     """The pure, incremental accounting behind :class:`CapacityCache`."""
 
     def __init__(self, declared: Iterable[DeclaredPool] = ()) -> None:
@@ -274,24 +275,6 @@ class Ledger:
         self._dirty.add(pool_id)
         self.generation += 1
         return r
-
-    def release(self, owner: str) -> bool:
-        if owner not in self._resv:
-            return False
-        self._drop_reservation(owner)
-        self.generation += 1
-        return True
-
-    def expire(self, now: float) -> int:
-        """Release reservations whose time is up; returns how many."""
-        if not self._resv:
-            return 0
-        due = [o for o, r in self._resv.items() if r.expires_at <= now]
-        for o in due:
-            self._drop_reservation(o)
-        if due:
-            self.generation += 1
-        return len(due)
 
     def _drop_reservation(self, owner: str) -> None:
         r = self._resv.pop(owner)

@@ -11,6 +11,7 @@ resources on a node, or devices in ResourceSlices) but hand upward the same
   and the node a reservation goes to (the most free GPUs; ties: the first by name);
 * the taints a pool shows (passing node states left out, :data:`TRANSIENT_TAINT_PREFIXES`),
   in one order;
+* reservations released by their owner or when their time is up (:class:`Reserving`);
 * the lowest of a set of dotted versions, a counter's ``+1``/``-1`` and a reservation's count.
 
 Pure: stdlib only.
@@ -18,9 +19,10 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
+import abc
 import bisect
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Protocol
 
 from gpuspawner.capacity.labels import version_key
 from gpuspawner.capacity.model import NodeView, Taint
@@ -28,6 +30,7 @@ from gpuspawner.capacity.model import NodeView, Taint
 __all__ = [
     "TRANSIENT_TAINT_PREFIXES",
     "NodeTally",
+    "Reserving",
     "bump",
     "check_count",
     "lowest",
@@ -90,6 +93,43 @@ def check_count(count: object) -> None:
     """Refuse a reservation of anything but a positive integer count of GPUs."""
     if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
         raise ValueError(f"reservation count must be a positive integer, got {count!r}")
+
+
+class _Expiring(Protocol):
+    expires_at: float
+
+
+class Reserving(abc.ABC):
+    """Releasing the GPUs reserved for a spawn (the scheduler's "assume"), by its owner or once
+    its time is up, the same way in both ledgers.  A ledger keeps its reservations by owner in
+    ``_resv`` and its ``generation``, and gives one reservation's GPUs back in
+    :meth:`_drop_reservation`."""
+
+    _resv: dict[str, _Expiring]
+    generation: int
+
+    @abc.abstractmethod
+    def _drop_reservation(self, owner: str) -> None:
+        """Forget ``owner``'s reservation and count its GPUs as free again."""
+
+    def release(self, owner: str) -> bool:
+        """Give back what ``owner`` holds; False when it holds nothing."""
+        if owner not in self._resv:
+            return False
+        self._drop_reservation(owner)
+        self.generation += 1
+        return True
+
+    def expire(self, now: float) -> int:
+        """Release reservations whose time is up; returns how many."""
+        if not self._resv:
+            return 0
+        due = [o for o, r in self._resv.items() if r.expires_at <= now]
+        for o in due:
+            self._drop_reservation(o)
+        if due:
+            self.generation += 1
+        return len(due)
 
 
 class NodeTally:
