@@ -31,7 +31,6 @@ Pure: stdlib only; time comes in as arguments.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -46,9 +45,8 @@ from gpuspawner.capacity.dra import (
     SliceRecord,
     choose_class,
 )
-from gpuspawner.capacity.labels import version_key
-from gpuspawner.capacity.ledger import TRANSIENT_TAINT_PREFIXES
 from gpuspawner.capacity.model import DraFacts, NodeView, PoolView, Taint, pool_id
+from gpuspawner.capacity.tally import NodeTally, Reserving, bump, check_count, lowest, pool_taints, sorted_taints
 
 __all__ = ["DraLedger", "DraReservation", "product_label"]
 
@@ -60,18 +58,6 @@ def product_label(device: DraDevice) -> str | None:
     if device.profile:
         return f"{device.product or 'unknown'} MIG {device.profile}"
     return device.product
-
-
-def _lowest(values: Iterable[str]) -> str | None:
-    return min(values, key=version_key, default=None)
-
-
-def _bump(counter: Counter, key: object, sign: int) -> None:
-    n = counter[key] + sign
-    if n > 0:
-        counter[key] = n
-    else:
-        del counter[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,16 +88,10 @@ class _Pool:
     node_taints: dict[str, tuple[Taint, ...]] = field(default_factory=dict)  # as counted when it joined
     taints: Counter = field(default_factory=Counter)  # over member nodes
     memory: Counter = field(default_factory=Counter)  # over devices
-    views: dict[str, NodeView] = field(default_factory=dict)  # contributing nodes
-    names: list[str] = field(default_factory=list)  # sorted names of ``views``
-    frees: Counter = field(default_factory=Counter)
-    drivers: Counter = field(default_factory=Counter)
-    cudas: Counter = field(default_factory=Counter)
-    total: int = 0
-    free: int = 0
+    nodes: NodeTally = field(default_factory=NodeTally)  # contributing nodes
 
 
-class DraLedger:
+class DraLedger(Reserving):
     """The pure, incremental DRA accounting behind :class:`CapacityCache`."""
 
     def __init__(self) -> None:
@@ -272,7 +252,7 @@ class DraLedger:
     def _take(self, devices: Iterable[DevKey], sign: int) -> None:
         touched: set[tuple[str, str]] = set()
         for key in devices:
-            _bump(self._taken, key, sign)
+            bump(self._taken, key, sign)
             where = self._where.get(key)
             if where is not None:
                 touched.add(where)
@@ -298,14 +278,11 @@ class DraLedger:
     def reserve(self, owner: str, pid: str, count: int, expires_at: float) -> DraReservation:
         """Count ``count`` devices of DRA pool ``pid`` as taken for the pod ``owner`` now, on the
         pool's contributing node with the most free devices (ties: node name)."""
-        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-            raise ValueError(f"reservation count must be a positive integer, got {count!r}")
+        check_count(count)
         if owner in self._resv:
             self._drop_reservation(owner)
         pool = self._pools.get(pid)
-        node = None
-        if pool is not None and pool.views:
-            node = min(pool.views.values(), key=lambda v: (-v.free, v.name)).name
+        node = pool.nodes.most_free() if pool is not None else None
         r = DraReservation(owner, pid, node, count, expires_at)
         self._resv[owner] = r
         if node is not None:
@@ -314,25 +291,10 @@ class DraLedger:
         self.generation += 1
         return r
 
-    def release(self, owner: str) -> bool:
-        if owner not in self._resv:
-            return False
-        self._drop_reservation(owner)
-        self.generation += 1
-        return True
-
-    def expire(self, now: float) -> int:
-        due = [o for o, r in self._resv.items() if r.expires_at <= now]
-        for o in due:
-            self._drop_reservation(o)
-        if due:
-            self.generation += 1
-        return len(due)
-
     def _drop_reservation(self, owner: str) -> None:
         r = self._resv.pop(owner)
         if r.node is not None:
-            _bump(self._resv_on, (r.pool_id, r.node), -r.count)
+            bump(self._resv_on, (r.pool_id, r.node), -r.count)
             if r.pool_id in self._pools:
                 self._refresh(r.pool_id, r.node)
 
@@ -401,13 +363,13 @@ class DraLedger:
         devs = pool.devs.get(m.node)
         if devs is None:
             devs = pool.devs[m.node] = {}
-            kept = tuple(t for t in node.taints if not t.key.startswith(TRANSIENT_TAINT_PREFIXES))
+            kept = pool_taints(node.taints)
             pool.node_taints[m.node] = kept
             for t in kept:
-                _bump(pool.taints, t, 1)
+                bump(pool.taints, t, 1)
         devs[m.key] = m.device
         if m.device.memory_mib is not None:
-            _bump(pool.memory, m.device.memory_mib, 1)
+            bump(pool.memory, m.device.memory_mib, 1)
         self._where[m.key] = (pid, m.node)
         return pid, m.node
 
@@ -420,11 +382,11 @@ class DraLedger:
         devs = pool.devs[node]
         del devs[m.key]
         if m.device.memory_mib is not None:
-            _bump(pool.memory, m.device.memory_mib, -1)
+            bump(pool.memory, m.device.memory_mib, -1)
         if not devs:
             del pool.devs[node]
             for t in pool.node_taints.pop(node):
-                _bump(pool.taints, t, -1)
+                bump(pool.taints, t, -1)
         return pid, node
 
     # -- per-node accounting ----------------------------------------------------
@@ -435,9 +397,8 @@ class DraLedger:
         if pool is None:
             return
         self._dirty.add(pid)
-        old = pool.views.pop(node, None)
-        if old is not None:
-            _remove_view(pool, old)
+        if node in pool.nodes:
+            pool.nodes.remove(node)
         rec = self._nodes.get(node)
         devs = pool.devs.get(node)
         if rec is None or not rec.contributes or not devs:
@@ -447,13 +408,12 @@ class DraLedger:
             name=node,
             allocatable=len(devs),
             free=max(free, 0),
-            driver_version=_lowest(d.driver_version for d in devs.values() if d.driver_version),
-            cuda_version=_lowest(d.cuda_version for d in devs.values() if d.cuda_version),
-            compute_capability=_lowest(d.compute_capability for d in devs.values() if d.compute_capability),
+            driver_version=lowest(d.driver_version for d in devs.values() if d.driver_version),
+            cuda_version=lowest(d.cuda_version for d in devs.values() if d.cuda_version),
+            compute_capability=lowest(d.compute_capability for d in devs.values() if d.compute_capability),
             labels=((HOSTNAME_LABEL, rec.hostname),) if rec.hostname else (),
         )
-        pool.views[node] = view
-        _add_view(pool, view)
+        pool.nodes.add(view)
 
 
 def _retain(table: dict, keep: set[str], remove) -> int:
@@ -461,29 +421,6 @@ def _retain(table: dict, keep: set[str], remove) -> int:
     for k in gone:
         remove(k)
     return len(gone)
-
-
-def _add_view(pool: _Pool, view: NodeView) -> None:
-    bisect.insort(pool.names, view.name)
-    pool.total += view.allocatable
-    pool.free += view.free
-    _bump(pool.frees, view.free, 1)
-    if view.driver_version:
-        _bump(pool.drivers, view.driver_version, 1)
-    if view.cuda_version:
-        _bump(pool.cudas, view.cuda_version, 1)
-
-
-def _remove_view(pool: _Pool, view: NodeView) -> None:
-    i = bisect.bisect_left(pool.names, view.name)
-    del pool.names[i]
-    pool.total -= view.allocatable
-    pool.free -= view.free
-    _bump(pool.frees, view.free, -1)
-    if view.driver_version:
-        _bump(pool.drivers, view.driver_version, -1)
-    if view.cuda_version:
-        _bump(pool.cudas, view.cuda_version, -1)
 
 
 def _view(pid: str, pool: _Pool) -> PoolView:
@@ -495,15 +432,15 @@ def _view(pid: str, pool: _Pool) -> PoolView:
         memory_mib=min(pool.memory) if pool.memory else None,
         node_group_label=pool.group_label,
         node_group=pool.group,
-        nodes=len(pool.views),
-        total=pool.total,
-        free=pool.free,
-        max_free_per_node=max(pool.frees) if pool.frees else 0,
-        driver_version=_lowest(pool.drivers),
-        cuda_version=_lowest(pool.cudas),
+        nodes=len(pool.nodes),
+        total=pool.nodes.total,
+        free=pool.nodes.free,
+        max_free_per_node=pool.nodes.max_free_per_node,
+        driver_version=pool.nodes.driver_version,
+        cuda_version=pool.nodes.cuda_version,
         scale_up=None,
         defining_labels=defining,
-        taints=tuple(sorted(pool.taints, key=lambda t: (t.key, t.value or "", t.effect))),
-        node_views=tuple(pool.views[n] for n in pool.names),
+        taints=sorted_taints(pool.taints),
+        node_views=tuple(pool.nodes.views),
         dra=pool.facts,
     )

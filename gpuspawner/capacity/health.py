@@ -8,7 +8,10 @@ traceback: "cannot connect to the Kubernetes API server (connection
 refused)", not ``nodes: _HttpError: HTTP 500: ...``.
 
 Exceptions are recognised by duck typing (``status`` attribute, standard
-exception classes) so this module needs no HTTP client.
+exception classes) so this module needs no HTTP client.  What an HTTP error
+code means is :func:`gpuspawner.kube.apierrors.explain`'s rule, as for
+``doctor``; the connection and timeout failures that never reach HTTP are
+worded here.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import asyncio
 import errno
 import json
 from collections.abc import Mapping
-from http import HTTPStatus
+
+from gpuspawner.kube.apierrors import REASONS, ApiStatus, explain
 
 __all__ = ["KINDS", "describe_failure", "combine", "age_words", "figures_age", "silent_message", "syncing_message"]
 
@@ -30,20 +34,6 @@ _MAX_DETAIL = 200  # characters of a server's own message kept in ours
 def _detail(text: object) -> str:
     s = " ".join(str(text).split())
     return s if len(s) <= _MAX_DETAIL else s[: _MAX_DETAIL - 3] + "..."
-
-
-def _http(status: int, message: str) -> str:
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "an error"
-    if status == 429:
-        head = f"the Kubernetes API server is overloaded and asked the hub to wait (HTTP 429 {phrase})"
-    elif status >= 500:
-        head = f"the Kubernetes API server failed (HTTP {status} {phrase})"
-    else:
-        head = f"the Kubernetes API server refused the request (HTTP {status} {phrase})"
-    return f"{head}: {_detail(message)}" if message else head
 
 
 def _connection(error: BaseException) -> str:
@@ -69,7 +59,8 @@ def describe_failure(error: BaseException, *, timeout: float | None = None) -> s
     exception names.  ``timeout``: the seconds the request was given, for "did not answer"."""
     status = getattr(error, "status", None)
     if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
-        return _http(status, getattr(error, "message", "") or "")
+        message = _detail(getattr(error, "message", "") or "")
+        return explain(ApiStatus(status, REASONS.get(status, ""), message))
     if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
         within = f" within {timeout:g} s" if timeout else " in time"
         return f"the Kubernetes API server did not answer{within}"

@@ -28,13 +28,12 @@ Pure: stdlib only; time comes in as arguments.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
 from gpuspawner.capacity.config import DeclaredPool
-from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for, version_key
+from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for
 from gpuspawner.capacity.model import (
     DriverGroup,
     NodeView,
@@ -47,28 +46,17 @@ from gpuspawner.capacity.model import (
     with_groups,
 )
 from gpuspawner.capacity.podres import PodRecord
-
-__all__ = ["Reservation", "Ledger", "TRANSIENT_TAINT_PREFIXES"]
-
-#: Taints that describe a node's passing state, not its pool: the node
-#: lifecycle controller's ``node.kubernetes.io/*`` (not-ready, unreachable,
-#: unschedulable, ...; Kubernetes docs "Taints and Tolerations", taint-based
-#: evictions), the cloud controller's ``node.cloudprovider.kubernetes.io/*``,
-#: Karpenter's disruption taints and the cluster autoscaler's scale-down marks.
-#: They are left out of a pool's taints: a spawn must not tolerate them.
-TRANSIENT_TAINT_PREFIXES: tuple[str, ...] = (
-    "node.kubernetes.io/",
-    "node.cloudprovider.kubernetes.io/",
-    "karpenter.sh/disrupted",
-    "karpenter.sh/unregistered",
-    "ToBeDeletedByClusterAutoscaler",
-    "DeletionCandidateOfClusterAutoscaler",
+from gpuspawner.capacity.tally import (
+    TRANSIENT_TAINT_PREFIXES,
+    NodeTally,
+    Reserving,
+    bump,
+    check_count,
+    pool_taints,
+    sorted_taints,
 )
 
-
-def _is_transient(t: Taint) -> bool:
-    return t.key.startswith(TRANSIENT_TAINT_PREFIXES)
-
+__all__ = ["Reservation", "Ledger", "TRANSIENT_TAINT_PREFIXES"]
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
@@ -80,27 +68,7 @@ class Reservation:
     expires_at: float
 
 
-def _bump(counter: Counter, key: object, sign: int) -> None:
-    n = counter[key] + sign
-    if n > 0:
-        counter[key] = n
-    else:
-        del counter[key]
-
-
-def _lowest(versions: Iterable[str | None]) -> str | None:
-    best: str | None = None
-    best_key: tuple[int, ...] | None = None
-    for v in versions:
-        if v is None:
-            continue
-        k = version_key(v)
-        if best_key is None or k < best_key:
-            best, best_key = v, k
-    return best
-
-
-class Ledger:
+class Ledger(Reserving):
     """The pure, incremental accounting behind :class:`CapacityCache`."""
 
     def __init__(self, declared: Iterable[DeclaredPool] = ()) -> None:
@@ -118,11 +86,10 @@ class Ledger:
         self._tallies: dict[str, tuple[Counter, Counter, Counter, Counter]] = {}
         # node -> resource -> (pool, allocatable, free), contributing nodes only
         self._contrib: dict[str, dict[str, tuple[str, int, int]]] = {}
-        self._sums: dict[str, list[int]] = {}  # pool -> [nodes, total, free]
         self._views: dict[str, PoolView] = {}
         # pool -> its contributing nodes' views, sorted by node name, with
-        # histograms of their free counts and versions: a change replaces one
-        # entry, and a rebuild copies the list instead of rescanning the pool
+        # their sums and histograms: a change replaces one entry, and a
+        # rebuild copies the list instead of rescanning the pool
         self._pviews: dict[str, _PoolNodes] = {}
         self._dirty: set[str] = set(self._declared)
         self.generation = 0
@@ -216,14 +183,13 @@ class Ledger:
 
     def _tally(self, pid: str, rec: NodeRecord, g: NodeGpu, sign: int) -> None:
         taints, defining, memory, pins = self._tallies.setdefault(pid, (Counter(), Counter(), Counter(), Counter()))
-        for t in rec.taints:
-            if not _is_transient(t):
-                _bump(taints, t, sign)
+        for t in pool_taints(rec.taints):
+            bump(taints, t, sign)
         for kv in g.defining_labels:
-            _bump(defining, kv, sign)
-        _bump(pins, Pin(g.defining_labels, g.absent_labels), sign)
+            bump(defining, kv, sign)
+        bump(pins, Pin(g.defining_labels, g.absent_labels), sign)
         if g.memory_mib is not None:
-            _bump(memory, g.memory_mib, sign)
+            bump(memory, g.memory_mib, sign)
 
     # -- pods ----------------------------------------------------------------
 
@@ -288,8 +254,7 @@ class Ledger:
         node name), as the spawn is most likely to land there.  Returns None
         (and holds nothing) when the pod is already bound: it is counted as used.
         """
-        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-            raise ValueError(f"reservation count must be a positive integer, got {count!r}")
+        check_count(count)
         pod = self._pods.get(owner)
         if pod is not None and pod.node is not None:
             return None
@@ -310,24 +275,6 @@ class Ledger:
         self._dirty.add(pool_id)
         self.generation += 1
         return r
-
-    def release(self, owner: str) -> bool:
-        if owner not in self._resv:
-            return False
-        self._drop_reservation(owner)
-        self.generation += 1
-        return True
-
-    def expire(self, now: float) -> int:
-        """Release reservations whose time is up; returns how many."""
-        if not self._resv:
-            return 0
-        due = [o for o, r in self._resv.items() if r.expires_at <= now]
-        for o in due:
-            self._drop_reservation(o)
-        if due:
-            self.generation += 1
-        return len(due)
 
     def _drop_reservation(self, owner: str) -> None:
         r = self._resv.pop(owner)
@@ -360,21 +307,11 @@ class Ledger:
         if new == old and not force:
             return
         for resource, (pid, alloc, free) in old.items():
-            s = self._sums[pid]
-            s[0] -= 1
-            s[1] -= alloc
-            s[2] -= free
-            if s[0] == 0:
-                del self._sums[pid]
             self._pviews[pid].remove(name)
             if not self._pviews[pid].names:
                 del self._pviews[pid]
             self._dirty.add(pid)
         for resource, (pid, alloc, free) in new.items():
-            s = self._sums.setdefault(pid, [0, 0, 0])
-            s[0] += 1
-            s[1] += alloc
-            s[2] += free
             assert rec is not None
             view = NodeView(
                 name=name,
@@ -409,7 +346,6 @@ class Ledger:
             taints.update(t_taints)
             memory = min(t_memory) if t_memory else None
         pv = self._pviews.get(pid)
-        nodes, total, free = self._sums.get(pid, (0, 0, 0))
         if members:
             # every member shares resource, product and group (they make the id)
             name0, g0 = next(iter(members.items()))
@@ -432,8 +368,8 @@ class Ledger:
                     for k in (declared.node_group_label, product_label_for(declared.resource))
                     if k is not None and k in declared.labels
                 )
-        driver = _lowest(pv.drivers) if pv else None
-        cuda = _lowest(pv.cudas) if pv else None
+        driver = pv.driver_version if pv else None
+        cuda = pv.cuda_version if pv else None
         scale_up = None
         groups = pv.driver_groups() if pv else ()
         if declared is not None:
@@ -449,81 +385,48 @@ class Ledger:
             memory_mib=memory,
             node_group_label=group_label,
             node_group=group,
-            nodes=nodes,
-            total=total,
-            free=free,
-            max_free_per_node=max(pv.frees) if pv else 0,
+            nodes=len(pv) if pv else 0,
+            total=pv.total if pv else 0,
+            free=pv.free if pv else 0,
+            max_free_per_node=pv.max_free_per_node if pv else 0,
             driver_version=driver,
             cuda_version=cuda,
             scale_up=scale_up,
             defining_labels=defining_t,
             pins=pins,
-            taints=tuple(sorted(taints, key=lambda t: (t.key, t.value or "", t.effect))),
+            taints=sorted_taints(taints),
             node_views=tuple(pv.views) if pv else (),
         )
         return with_groups(view, groups)
 
 
-class _PoolNodes:
-    """The contributing nodes of one pool, kept sorted, with histograms.
+class _PoolNodes(NodeTally):
+    """A pool's :class:`NodeTally`, its nodes also summed per driver group
+    (:class:`DriverGroup`), so the groups a view needs are rebuilt from a handful of
+    tallies, never from the nodes."""
 
-    ``bisect`` keeps insertion and removal at O(log n) plus a C-level memmove,
-    so an event costs a few microseconds even in a pool of thousands of nodes.
-    The nodes are also summed per driver group (:class:`DriverGroup`), so the
-    groups a view needs are rebuilt from a handful of tallies, never from the nodes.
-    """
-
-    __slots__ = ("names", "views", "frees", "by_free", "drivers", "cudas", "groups")
+    __slots__ = ("groups",)
 
     def __init__(self) -> None:
-        self.names: list[str] = []
-        self.views: list[NodeView] = []
-        self.frees: Counter = Counter()
-        self.by_free: dict[int, list[str]] = {}  # free GPUs -> the nodes with as many, sorted
-        self.drivers: Counter = Counter()
-        self.cudas: Counter = Counter()
+        super().__init__()
         self.groups: dict[tuple, _GroupTally] = {}
 
     def add(self, view: NodeView) -> None:
-        i = bisect.bisect_left(self.names, view.name)
-        self.names.insert(i, view.name)
-        self.views.insert(i, view)
-        _bump(self.frees, view.free, 1)
-        bisect.insort(self.by_free.setdefault(view.free, []), view.name)
-        if view.driver_version is not None:
-            _bump(self.drivers, view.driver_version, 1)
-        if view.cuda_version is not None:
-            _bump(self.cudas, view.cuda_version, 1)
+        super().add(view)
         key = driver_key(view)
         tally = self.groups.get(key)
         if tally is None:
             tally = self.groups[key] = _GroupTally()
         tally.count(view, 1)
 
-    def remove(self, name: str) -> None:
-        i = bisect.bisect_left(self.names, name)
-        if i == len(self.names) or self.names[i] != name:
-            raise KeyError(name)
-        del self.names[i]
-        view = self.views.pop(i)
-        _bump(self.frees, view.free, -1)
-        same = self.by_free[view.free]
-        del same[bisect.bisect_left(same, name)]
-        if not same:
-            del self.by_free[view.free]
-        if view.driver_version is not None:
-            _bump(self.drivers, view.driver_version, -1)
-        if view.cuda_version is not None:
-            _bump(self.cudas, view.cuda_version, -1)
+    def remove(self, name: str) -> NodeView:
+        view = super().remove(name)
         key = driver_key(view)
         tally = self.groups[key]
         tally.count(view, -1)
         if not tally.nodes:
             del self.groups[key]
-
-    def most_free(self) -> str | None:
-        """The node with the most free GPUs (ties: the first by name), or None."""
-        return self.by_free[max(self.by_free)][0] if self.by_free else None
+        return view
 
     def driver_groups(self) -> tuple[DriverGroup, ...]:
         """The pool's driver groups, sorted as :func:`gpuspawner.capacity.model.driver_groups` sorts them."""
@@ -547,5 +450,5 @@ class _GroupTally:
         self.nodes += sign
         self.total += sign * view.allocatable
         self.free += sign * view.free
-        _bump(self.frees, view.free, sign)
-        _bump(self.allocs, view.allocatable, sign)
+        bump(self.frees, view.free, sign)
+        bump(self.allocs, view.allocatable, sign)

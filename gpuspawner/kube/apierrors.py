@@ -5,7 +5,9 @@ The API server answers a failed call with a ``kind: Status`` body (``metav1.Stat
 ``code``, ``reason``, ``message``; ``k8s.io/apimachinery/pkg/apis/meta/v1/types.go``, whose
 ``StatusReason`` constants name the reasons below, and ``k8s.io/apimachinery/pkg/api/errors``,
 which pairs each with its HTTP code).  A watch sends the same object in an ``ERROR`` event.
-:func:`status_of` reads either; :func:`explain` words it for a user or a log.
+:func:`status_of` reads either; :func:`explain` words it for a user or a log (the capacity
+cache's troubles, ``capacity/health.py``, and ``doctor``'s alike), :func:`meaning` says what the
+code alone means.
 
 The ClusterRole the hub needs (``deploy/rbac.yaml``) is described here once: the capacity
 cache's 403 message, the spawner's log line and ``doctor``'s RBAC check all use
@@ -22,8 +24,10 @@ from typing import Any
 
 __all__ = [
     "ApiStatus",
+    "REASONS",
     "status_of",
     "explain",
+    "meaning",
     "CLUSTER_ROLE_NAME",
     "CLUSTER_ROLE_RULES",
     "INFORMER_VERBS",
@@ -56,13 +60,13 @@ REASONS = {
 }
 
 _MEANING = {
-    401: "the API server does not accept the credentials",
+    401: "the Kubernetes API server does not accept the credentials",
     403: "the credentials are not allowed to do this (RBAC)",
-    404: "the API server has no such object or API",
+    404: "the Kubernetes API server has no such object or API",
     409: "the object was changed or created by someone else meanwhile",
     410: "the resourceVersion asked for is too old; list again",
-    422: "the API server refused the object as invalid",
-    429: "the API server is overloaded and asks to retry later",
+    422: "the Kubernetes API server refused the object as invalid",
+    429: "the Kubernetes API server is overloaded and asks to retry later",
 }
 
 _MAX_MESSAGE = 200  # of a body that is not a Status: a proxy's error page, say
@@ -104,14 +108,21 @@ def status_of(code: int, body: bytes | str | Mapping[str, Any] | None) -> ApiSta
     return ApiStatus(code, REASONS.get(code, ""), lines[0][:_MAX_MESSAGE] if lines else "")
 
 
+def meaning(code: int) -> str:
+    """What an HTTP error code from the API server means, in a user's words: a code of its own
+    (401, 403, 404, 409, 410, 422, 429), else the server failed (5xx) or refused the request."""
+    known = _MEANING.get(code)
+    if known is not None:
+        return known
+    return "the Kubernetes API server failed" if code >= 500 else "the Kubernetes API server refused the request"
+
+
 def explain(status: ApiStatus) -> str:
     """The failure in a user's words, with the code, reason and the server's own message:
-    ``the credentials are not allowed to do this (RBAC) (403 Forbidden: pods is forbidden: ...)``."""
-    meaning = _MEANING.get(status.code)
-    if meaning is None:
-        meaning = "the API server failed" if status.code >= 500 else "the API server refused the request"
-    head = f"{status.code} {status.reason}".strip()
-    return f"{meaning} ({head}: {status.message})" if status.message else f"{meaning} ({head})"
+    ``the credentials are not allowed to do this (RBAC) (HTTP 403 Forbidden): pods is forbidden: ...``."""
+    head = f"HTTP {status.code} {status.reason}".strip()
+    said = meaning(status.code)
+    return f"{said} ({head}): {status.message}" if status.message else f"{said} ({head})"
 
 
 # ---------------------------------------------------------------------------

@@ -580,11 +580,18 @@ class ApiServer:
 
     # -- watch --
     async def _error_event_stream(self, request: web.Request, err: ApiError) -> web.StreamResponse:
+        """A watch that ends at once with one ``ERROR`` event in a 200 stream (``newErrWatcher``).
+
+        A client that hung up meanwhile ends it quietly, as :meth:`_watch` does: there is no one
+        left to tell, and the failed write is not the server's error."""
         resp = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
         resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        await resp.write(_json_bytes({"type": "ERROR", "object": err.status()}) + b"\n")
-        await resp.write_eof()
+        try:
+            await resp.prepare(request)
+            await resp.write(_json_bytes({"type": "ERROR", "object": err.status()}) + b"\n")
+            await resp.write_eof()
+        except ConnectionError:  # ConnectionResetError, aiohttp's ClientConnectionResetError
+            pass
         return resp
 
     def _encode_event(self, etype: str, obj: dict[str, Any]) -> bytes:

@@ -4,6 +4,8 @@
   (``tools/record/events_cache.go``: same source, object, type, reason and
   message -> one Event whose ``count`` and ``lastTimestamp`` grow).
 * ``informer``: list, then watch from the list's resourceVersion, re-list after 410 Gone.
+* ``get_or_none``: one object, or None when it is gone.
+* ``worker``: a controller's work loop over a ``WorkQueue``, retrying a failed key later.
 * ``Tasks``: the background tasks a controller runs, cancelled and awaited on stop.
 """
 
@@ -15,7 +17,9 @@ import logging
 import socket
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, TypeVar
+
+from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,42 @@ def pod_key(pod: dict[str, Any]) -> str:
 
 def code_of(exc: BaseException) -> int | None:
     return getattr(exc, "code", None)
+
+
+def get_or_none(store, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """The stored object, or None when it does not exist (404); any other error is raised."""
+    try:
+        return store.get(plural, name, namespace)
+    except Exception as e:
+        if code_of(e) == 404:
+            return None
+        raise
+
+
+K = TypeVar("K")
+
+
+async def worker(queue: WorkQueue[K], sync: Callable[[K], None], stopping: asyncio.Event,
+                 label: str, logger: logging.Logger = log) -> None:
+    """Take keys from ``queue`` and ``sync`` each until ``stopping`` is set.
+
+    As client-go controllers' ``processNextWorkItem`` does: a key whose sync failed is
+    retried later (``AddRateLimited``), one that succeeded is forgotten by the rate limiter
+    (``Forget``).  A 404 or 409 (the object went away, another writer got there first) is
+    the ordinary race of controllers and is retried without a log line; anything else is
+    logged as ``<label>: syncing <key> failed`` with its traceback.
+    """
+    while not stopping.is_set():
+        key = await queue.get()
+        try:
+            sync(key)
+        except Exception as e:
+            if code_of(e) not in (404, 409):
+                logger.exception("%s: syncing %s failed", label, key)
+            queue.add_rate_limited(key)
+        else:
+            queue.forget(key)
+        await asyncio.sleep(0)
 
 
 # ---------------------------------------------------------------------------

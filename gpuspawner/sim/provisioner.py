@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from . import storageapi as sa
-from .controller import MERGE, EventRecorder, Tasks, code_of, informer
+from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
 from .workqueue import WorkQueue
 
 __all__ = ["HostPathProvisioner", "PROVISIONER"]
@@ -79,8 +79,11 @@ class HostPathProvisioner:
                                    lambda kind, pv: kind != "DELETED" and self.volumes.add(pv["metadata"]["name"]),
                                    self._stopping, synced[1]), "provisioner-volumes")
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in synced)), 60)
-        self._tasks.start(self._work(self.claims, lambda k: self.sync_claim(*k)), "provisioner-claim-worker")
-        self._tasks.start(self._work(self.volumes, self.sync_volume), "provisioner-volume-worker")
+        label = f"provisioner {self.name}"
+        self._tasks.start(worker(self.claims, lambda k: self.sync_claim(*k), self._stopping, label, log),
+                          "provisioner-claim-worker")
+        self._tasks.start(worker(self.volumes, self.sync_volume, self._stopping, label, log),
+                          "provisioner-volume-worker")
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -94,26 +97,8 @@ class HostPathProvisioner:
         if kind != "DELETED":
             self.claims.add((pvc["metadata"].get("namespace") or "default", pvc["metadata"]["name"]))
 
-    async def _work(self, queue: WorkQueue, sync) -> None:
-        while not self._stopping.is_set():
-            key = await queue.get()
-            try:
-                sync(key)
-            except Exception as e:
-                if code_of(e) not in (404, 409):
-                    log.exception("provisioner %s: %s failed", self.name, key)
-                queue.add_rate_limited(key)
-            else:
-                queue.forget(key)
-            await asyncio.sleep(0)
-
     def _get(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        try:
-            return self.store.get(plural, name, namespace)
-        except Exception as e:
-            if code_of(e) == 404:
-                return None
-            raise
+        return get_or_none(self.store, plural, name, namespace)
 
     # -- provisioning --
     def _should_provision(self, pvc: dict) -> dict | None:

@@ -39,7 +39,7 @@ import logging
 from typing import Any
 
 from . import storageapi as sa
-from .controller import MERGE, EventRecorder, Tasks, code_of, informer
+from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
 from .workqueue import WorkQueue
 
 __all__ = ["PersistentVolumeController"]
@@ -72,8 +72,11 @@ class PersistentVolumeController:
                                    lambda kind, sc: self._requeue_all(), self._stopping, synced[2]),
                           "pv-controller-classes")
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in synced)), 60)
-        self._tasks.start(self._work(self.claims, lambda k: self.sync_claim(*k)), "pv-controller-claim-worker")
-        self._tasks.start(self._work(self.volumes, self.sync_volume), "pv-controller-volume-worker")
+        label = "persistentvolume controller"
+        self._tasks.start(worker(self.claims, lambda k: self.sync_claim(*k), self._stopping, label, log),
+                          "pv-controller-claim-worker")
+        self._tasks.start(worker(self.volumes, self.sync_volume, self._stopping, label, log),
+                          "pv-controller-volume-worker")
         self._tasks.start(self._resync(), "pv-controller-resync")
 
     async def stop(self) -> None:
@@ -117,27 +120,9 @@ class PersistentVolumeController:
             await asyncio.sleep(self.resync)
             self._requeue_all()
 
-    async def _work(self, queue: WorkQueue, sync) -> None:
-        while not self._stopping.is_set():
-            key = await queue.get()
-            try:
-                sync(key)
-            except Exception as e:  # a conflict with another writer: look again
-                if code_of(e) not in (404, 409):
-                    log.exception("persistentvolume controller: syncing %s failed", key)
-                queue.add_rate_limited(key)
-            else:
-                queue.forget(key)
-            await asyncio.sleep(0)
-
     # -- reads --
     def _get(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        try:
-            return self.store.get(plural, name, namespace)
-        except Exception as e:
-            if code_of(e) == 404:
-                return None
-            raise
+        return get_or_none(self.store, plural, name, namespace)
 
     def _class(self, pvc: dict) -> dict | None:
         name = sa.claim_class(pvc)

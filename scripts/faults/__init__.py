@@ -8,6 +8,7 @@
 
 Run from the repository root, e.g. ``python -m scripts.faults.watch_fuzz --events 1000000``.
 They talk to loopback only (the simulated cluster, ``gpuspawner demo``) and are bounded in time.
+What they share (the report, the demo hub they run under, the exit) is ``scenario.py``.
 The tests (``tests/capacity/test_faults.py``, ``tests/e2e/test_faults.py``) run the same code
 with smaller sizes.
 """

@@ -27,7 +27,7 @@ import argparse
 import html
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -36,6 +36,7 @@ if __package__ in (None, ""):
 import requests  # noqa: E402
 
 from gpuspawner.capacity.config import CapacityConfig  # noqa: E402
+from scripts.faults import scenario  # noqa: E402
 from scripts.faults.recount import differences, from_api, recount  # noqa: E402
 from tests.e2e.harness import DemoHub, wait_for  # noqa: E402
 
@@ -46,18 +47,17 @@ FAILING_VERBS = ("get", "list", "watch", "create", "update", "patch")
 
 
 @dataclass
-class Report:
+class Report(scenario.Report):
     outage_s: float = 0.0
     polls: int = 0
     slowest_page_s: float = 0.0
     refusals: int = 0
     recovery_s: float = 0.0
-    problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"{self.outage_s:.0f} s outage: {self.polls} polls, slowest spawn page {self.slowest_page_s * 1000:.0f} ms, "
                 f"{self.refusals} GPU spawns refused with 503, live again {self.recovery_s:.1f} s after the server came "
-                "back: " + ("all checks held" if not self.problems else f"{len(self.problems)} problems"))
+                "back: " + self.outcome("all checks held"))
 
 
 def _sim(hub: DemoHub, session: requests.Session, method: str, path: str, **body) -> dict:
@@ -173,15 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outage", type=float, default=300.0, help="seconds the API server is away (default 300)")
     parser.add_argument("--poll", type=float, default=5.0, help="seconds between two rounds of checks")
     args = parser.parse_args(argv)
-    hub = DemoHub().start()
-    try:
-        report = run(hub, args.outage, args.poll)
-    finally:
-        hub.stop()
-    print(report.summary())
-    for p in report.problems:
-        print(p, file=sys.stderr)
-    return 1 if report.problems else 0
+    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.outage, args.poll)))
 
 
 if __name__ == "__main__":

@@ -25,13 +25,14 @@ import concurrent.futures
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gpuspawner.capacity.quantity import parse_count  # noqa: E402
+from scripts.faults import scenario  # noqa: E402
 from tests.e2e.harness import DemoHub, wait_for  # noqa: E402
 
 # servers that say which devices they got and answer HTTP, instead of a Jupyter server per pod
@@ -44,18 +45,17 @@ _DEVICES = re.compile(r"^NVIDIA_VISIBLE_DEVICES=(.*)$", re.M)
 
 
 @dataclass
-class Report:
+class Report(scenario.Report):
     users: int = 0
     free_before: int = 0
     admitted: int = 0
     refused: int = 0
     seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"{self.users} concurrent spawns against {self.free_before} free GPUs: {self.admitted} admitted, "
                 f"{self.refused} refused, in {self.seconds:.1f} s: "
-                + ("all checks held" if not self.problems else f"{len(self.problems)} problems"))
+                + self.outcome("all checks held"))
 
 
 def pick_pool(hub: DemoHub, users: int) -> dict:
@@ -175,23 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=64)
     args = parser.parse_args(argv)
-    hub = DemoHub(extra_config=_config_file()).start()
-    try:
-        report = run(hub, args.users)
-    finally:
-        hub.stop()
-    print(report.summary())
-    for p in report.problems:
-        print(p, file=sys.stderr)
-    return 1 if report.problems else 0
-
-
-def _config_file() -> str:
-    import tempfile
-
-    path = Path(tempfile.mkdtemp(prefix="gpuspawner-faults-")) / "extra_config.py"
-    path.write_text(SERVER_CONFIG)
-    return str(path)
+    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.users), SERVER_CONFIG))
 
 
 if __name__ == "__main__":

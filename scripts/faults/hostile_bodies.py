@@ -35,6 +35,7 @@ if __package__ in (None, ""):
 
 import requests  # noqa: E402
 
+from scripts.faults import scenario  # noqa: E402
 from tests.e2e.harness import DemoHub  # noqa: E402
 
 RESTRICTED_GROUP = "mig-team"
@@ -135,18 +136,16 @@ class Generator:
 
 
 @dataclass
-class Report:
+class Report(scenario.Report):
     bodies: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
     kinds: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         codes = ", ".join(f"{n} x {c}" for c, n in sorted(self.statuses.items()))
         return (f"{self.bodies:,} hostile bodies in {self.seconds:.0f} s ({codes}): "
-                + ("every one refused with a 4xx that says why" if not self.problems
-                   else f"{len(self.problems)} problems"))
+                + self.outcome("every one refused with a 4xx that says why"))
 
 
 def _send(hub: DemoHub, session: requests.Session, user: str, body: Body) -> tuple[int, str]:
@@ -205,19 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bodies", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    import tempfile
-
-    config = Path(tempfile.mkdtemp(prefix="gpuspawner-faults-")) / "extra_config.py"
-    config.write_text(HOSTILE_CONFIG)
-    hub = DemoHub(extra_config=str(config)).start()
-    try:
-        report = run(hub, args.bodies, args.seed)
-    finally:
-        hub.stop()
-    print(report.summary())
-    for p in report.problems[:50]:
-        print(p, file=sys.stderr)
-    return 1 if report.problems else 0
+    report = scenario.run_under_hub(lambda hub: run(hub, args.bodies, args.seed), HOSTILE_CONFIG)
+    return scenario.finish(report, shown=50)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 The same reading of one node and one pod as the capacity cache (``labels.node_record``,
 ``podres.pod_record``: what those say is tested on its own), but none of the ledger's
 incremental bookkeeping: a plain loop over every object, as if the hub had just started.
+
+Device-plugin pools only: DRA pools (``allocation == "dra"``, counted from ResourceSlices and
+ResourceClaims, not Nodes and Pods) are left out on both sides of the comparison.
 """
 
 from __future__ import annotations
@@ -46,20 +49,22 @@ def recount(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]
 
 
 def counted(snapshot: CapacitySnapshot) -> dict[str, Counts]:
-    """The snapshot's pools in :func:`recount`'s shape (declared pools without nodes left out)."""
+    """The snapshot's device-plugin pools in :func:`recount`'s shape (declared pools without nodes
+    left out)."""
     return {
         p.id: (p.nodes, p.total, p.free, p.max_free_per_node)
         for p in snapshot.pools
-        if p.node_views or p.nodes or p.total
+        if (p.node_views or p.nodes or p.total) and p.allocation != "dra"
     }
 
 
 def from_api(pools: Iterable[Mapping[str, Any]]) -> dict[str, Counts]:
-    """``GET /hub/api/gpus``'s pools in :func:`recount`'s shape (declared pools without nodes left out)."""
+    """``GET /hub/api/gpus``'s device-plugin pools in :func:`recount`'s shape (declared pools without
+    nodes left out)."""
     return {
         p["id"]: (p["nodes"], p["total"], p["free"], p["max_free_per_node"])
         for p in pools
-        if p["nodes"] or p["total"]
+        if (p["nodes"] or p["total"]) and p.get("allocation") != "dra"
     }
 
 

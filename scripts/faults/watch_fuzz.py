@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 
 from gpuspawner.capacity.cache import CapacityCache  # noqa: E402
 from gpuspawner.capacity.config import CapacityConfig  # noqa: E402
+from scripts.faults import scenario  # noqa: E402
 from scripts.faults.recount import counted, differences, recount  # noqa: E402
 
 GKE = "cloud.google.com/gke-nodepool"
@@ -409,7 +410,7 @@ class MemoryApi:
 
 
 @dataclass
-class Report:
+class Report(scenario.Report):
     events: int = 0
     checkpoints: int = 0
     dropped_watches: int = 0
@@ -417,13 +418,11 @@ class Report:
     restarts: int = 0
     lists: int = 0
     seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"{self.events:,} events, {self.checkpoints:,} checkpoints, {self.dropped_watches:,} dropped watches, "
                 f"{self.gone:,} x 410 Gone, {self.restarts:,} restarts, {self.lists:,} lists in {self.seconds:.1f} s: "
-                + ("all counts equal a recount from scratch" if not self.problems
-                   else f"{len(self.problems)} mismatches"))
+                + self.outcome("all counts equal a recount from scratch", "mismatches"))
 
 
 def _new_cache(api: Any, config: CapacityConfig) -> CapacityCache:
@@ -623,10 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         report = asyncio.run(run_sim(args.events or 20_000, seed=args.seed, checkpoint=args.checkpoint or 250))
     else:
         report = asyncio.run(run_memory(args.events or 1_000_000, seed=args.seed, checkpoint=args.checkpoint or 1000))
-    print(report.summary())
-    for p in report.problems:
-        print(p, file=sys.stderr)
-    return 1 if report.problems else 0
+    return scenario.finish(report)
 
 
 if __name__ == "__main__":

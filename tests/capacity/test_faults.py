@@ -17,7 +17,7 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.spawn.profiles import capacity_problem
 from scripts.faults import watch_fuzz
-from scripts.faults.recount import counted, differences, recount
+from scripts.faults.recount import counted, differences, from_api, recount
 
 from tests.builders import node, pod
 from .test_cache import A100, NODE_LIST, POD_LIST, ScriptedApi, a100, listing, sim_api, wait_for
@@ -155,14 +155,15 @@ def _refused() -> Exception:
     "error, words",
     [
         (_HttpError(500, "etcdserver: request timed out"),
-         "the Kubernetes API server failed (HTTP 500 Internal Server Error): etcdserver: request timed out"),
-        (_HttpError(503, ""), "the Kubernetes API server failed (HTTP 503 Service Unavailable)"),
+         "the Kubernetes API server failed (HTTP 500 InternalError): etcdserver: request timed out"),
+        (_HttpError(503, ""), "the Kubernetes API server failed (HTTP 503 ServiceUnavailable)"),
         (_HttpError(429, "too many requests"),
-         "the Kubernetes API server is overloaded and asked the hub to wait (HTTP 429 Too Many Requests): "
+         "the Kubernetes API server is overloaded and asks to retry later (HTTP 429 TooManyRequests): "
          "too many requests"),
         (_HttpError(404, "the server could not find the requested resource"),
-         "the Kubernetes API server refused the request (HTTP 404 Not Found): "
+         "the Kubernetes API server has no such object or API (HTTP 404 NotFound): "
          "the server could not find the requested resource"),
+        (_HttpError(400, "bad"), "the Kubernetes API server refused the request (HTTP 400 BadRequest): bad"),
         (_refused(), "cannot connect to the Kubernetes API server (connection refused)"),
         (aiohttp.ServerDisconnectedError(), "cannot connect to the Kubernetes API server (it closed the connection)"),
         (asyncio.TimeoutError(), "the Kubernetes API server did not answer within 60 s"),
@@ -175,7 +176,7 @@ def _refused() -> Exception:
         (KeyError("items"),
          "an unexpected error while reading from the Kubernetes API server (the hub's log has the details)"),
     ],
-    ids=["500", "503-no-message", "429", "404", "refused", "disconnected", "timeout", "read-timeout",
+    ids=["500", "503-no-message", "429", "404", "400", "refused", "disconnected", "timeout", "read-timeout",
          "not-json", "payload", "other"],
 )
 def test_failures_are_told_in_plain_words(error, words):
@@ -226,7 +227,7 @@ async def test_a_failing_api_server_is_described_without_internal_names():
                        and all(i["error"] for i in cache.health["informers"].values()), what="both failing")
         error = cache.snapshot().error
         assert error == ("the hub cannot read the cluster's nodes and pods: the Kubernetes API server failed "
-                         "(HTTP 500 Internal Server Error): Internal error occurred: injected fault")
+                         "(HTTP 500 InternalError): Internal error occurred: injected fault")
         assert "_HttpError" not in error and "HTTP 500:" not in error
         problem = capacity_problem(cache.snapshot())
         assert problem == f"GPU capacity is unknown: {error}"  # not synced: no figures, so no age
@@ -354,3 +355,16 @@ async def test_the_fuzz_catches_a_ledger_that_forgets(monkeypatch):
     report = await watch_fuzz.run_memory(5_000, seed=1, checkpoint=100, mix=mix)
     assert calls[0] >= 5
     assert report.problems and "recount (nodes, total, free, max per node)" in report.problems[0]
+
+
+def test_the_recount_compares_device_plugin_pools_only():
+    """``GET /hub/api/gpus`` lists DRA pools too; the recount reads Nodes and Pods, not slices and
+    claims, so a DRA pool is left out of the comparison rather than reported as a mismatch."""
+    pools = [
+        {"id": "g:a100:nvidia.com/gpu", "allocation": "device-plugin", "nodes": 2, "total": 8, "free": 5,
+         "max_free_per_node": 4},
+        {"id": "h:h100:gpu.nvidia.com", "allocation": "dra", "nodes": 2, "total": 8, "free": 8,
+         "max_free_per_node": 4},
+    ]
+    assert from_api(pools) == {"g:a100:nvidia.com/gpu": (2, 8, 5, 4)}
+    assert differences({"g:a100:nvidia.com/gpu": (2, 8, 5, 4)}, from_api(pools)) == []

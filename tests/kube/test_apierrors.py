@@ -56,13 +56,15 @@ def test_text_is_the_message_or_the_code():
 @pytest.mark.parametrize(
     "status, words",
     [
-        (ApiStatus(401, "Unauthorized", "Unauthorized"), "the API server does not accept the credentials (401 Unauthorized: "),
-        (ApiStatus(403, "Forbidden", "pods is forbidden"), "not allowed to do this (RBAC) (403 Forbidden: pods is forbidden)"),
-        (ApiStatus(410, "Expired", "too old"), "too old; list again (410 Expired: too old)"),
-        (ApiStatus(429, "TooManyRequests"), "overloaded and asks to retry later (429 TooManyRequests)"),
+        (ApiStatus(401, "Unauthorized", "Unauthorized"),
+         "the Kubernetes API server does not accept the credentials (HTTP 401 Unauthorized): "),
+        (ApiStatus(403, "Forbidden", "pods is forbidden"),
+         "not allowed to do this (RBAC) (HTTP 403 Forbidden): pods is forbidden"),
+        (ApiStatus(410, "Expired", "too old"), "too old; list again (HTTP 410 Expired): too old"),
+        (ApiStatus(429, "TooManyRequests"), "overloaded and asks to retry later (HTTP 429 TooManyRequests)"),
         (ApiStatus(500, "InternalError", "etcdserver: request timed out"),
-         "the API server failed (500 InternalError: etcdserver: request timed out)"),
-        (ApiStatus(400, "BadRequest", "bad"), "the API server refused the request (400 BadRequest: bad)"),
+         "the Kubernetes API server failed (HTTP 500 InternalError): etcdserver: request timed out"),
+        (ApiStatus(400, "BadRequest", "bad"), "the Kubernetes API server refused the request (HTTP 400 BadRequest): bad"),
     ],
     ids=["401", "403", "410", "429", "500", "400"],
 )

@@ -2,6 +2,9 @@
 
 import asyncio
 import json
+import logging
+import socket
+import struct
 
 import aiohttp
 import pytest
@@ -442,3 +445,32 @@ def test_pod_table_cells(pod_status, deleting, cells):
     row = tables.table_row("pods", "Pod", obj, now)
     assert row["cells"][1:4] == cells
     assert row["cells"][4] == "0s"
+
+
+
+def _hang_up(url: str, path: str) -> None:
+    """A client that sends its request and hangs up at once, with a reset (SO_LINGER 0)."""
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+
+
+@pytest.mark.parametrize("cause", ["injected-410", "too-old-resource-version"])
+async def test_a_client_that_hangs_up_on_an_error_event_stream_is_let_go_quietly(server, caplog, cause):
+    """A watch answered with one ERROR event whose client has gone: the stream ends without a
+    traceback in the server's log ("Error handling request"), as other watches do."""
+    for i in range(60):
+        server.store.create("configmaps", {"metadata": {"name": f"c{i}"}})
+    path = "/api/v1/configmaps?watch=1" + ("&resourceVersion=2" if cause == "too-old-resource-version" else "")
+    for _ in range(5):
+        if cause == "injected-410":
+            server.faults.fail_next(1, 410, verb="watch", resource="configmaps")
+        _hang_up(server.url, path)
+        await asyncio.sleep(0.1)
+    assert server.counters[("watch", "configmaps")] == 5
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert logged == [], [r.getMessage() for r in logged]
+    async with aiohttp.ClientSession() as s:  # the server still answers
+        async with s.get(server.url + "/version") as r:
+            assert r.status == 200

@@ -487,60 +487,38 @@ def test_progress_hints_move_forward_through_a_normal_start():
     assert 0 < hints[0] and hints[-1] < 100
 
 
-def test_insufficient_other_gpu_resource_is_not_our_wait():
+INSUFFICIENT_GPU = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+# the scheduler's words alone would look fatal; what the cache knows says "wait" (kind: also checked, or None)
+NOT_SURE_CASES = [
     # a MIG spawn: nodes short of full GPUs are not what this pod waits for
-    t = translate(
-        ev("FailedScheduling", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
-        ctx(resource="nvidia.com/mig-1g.10gb"),
-    )
-    assert t.kind == "waiting_for_resources"
-    assert not t.fatal
-
-
-def test_request_within_largest_node_is_never_fatal():
-    t = translate(
-        ev("FailedScheduling", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
-        ctx(gpus=4, max_node_allocatable=4),
-    )
-    assert not t.fatal and t.kind == "waiting_for_gpu"
-
-
-def test_unknown_largest_node_or_device_plugin_down_is_not_sure():
-    msg = ev("FailedScheduling", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
-    assert not translate(msg, ctx(gpus=8, max_node_allocatable=None)).fatal
-    assert not translate(msg, ctx(gpus=8, max_node_allocatable=0)).fatal
-
-
-def test_scale_up_with_big_enough_nodes_keeps_waiting():
-    t = translate(
-        ev("FailedScheduling", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
-        ctx(gpus=8, max_node_allocatable=4, scale_up=SCALE),
-    )
-    assert not t.fatal and t.kind == "waiting_for_gpu"
-
-
-def test_scheduler_seeing_no_nodes_while_the_cache_does_is_not_sure():
-    t = translate(ev("FailedScheduling", "no nodes available to schedule pods"), ctx(nodes=2))
-    assert not t.fatal
-
-
-def test_keyless_taints_on_an_empty_pool_may_be_not_ready_nodes():
+    pytest.param(INSUFFICIENT_GPU, {"resource": "nvidia.com/mig-1g.10gb"}, "waiting_for_resources",
+                 id="insufficient-other-gpu-resource-is-not-our-wait"),
+    pytest.param(INSUFFICIENT_GPU, {"gpus": 4, "max_node_allocatable": 4}, "waiting_for_gpu",
+                 id="request-within-largest-node"),
+    pytest.param(INSUFFICIENT_GPU, {"gpus": 8, "max_node_allocatable": None}, None, id="largest-node-unknown"),
+    pytest.param(INSUFFICIENT_GPU, {"gpus": 8, "max_node_allocatable": 0}, None, id="device-plugin-down"),
+    pytest.param(INSUFFICIENT_GPU, {"gpus": 8, "max_node_allocatable": 4, "scale_up": SCALE}, "waiting_for_gpu",
+                 id="scale-up-with-big-enough-nodes"),
+    pytest.param("no nodes available to schedule pods", {"nodes": 2}, None,
+                 id="scheduler-sees-no-nodes-while-the-cache-does"),
     # 1.35 wording hides node.kubernetes.io/not-ready; the cache leaves NotReady nodes out of `nodes`
-    t = translate(
-        ev("FailedScheduling", "0/5 nodes are available: 2 node(s) had untolerated taint(s), "
-                               "3 node(s) didn't match Pod's node affinity/selector."),
-        ctx(nodes=0, free=0, total=0),
-    )
-    assert not t.fatal
-
-
-def test_tolerated_taint_key_is_not_blamed():
+    pytest.param("0/5 nodes are available: 2 node(s) had untolerated taint(s), "
+                 "3 node(s) didn't match Pod's node affinity/selector.",
+                 {"nodes": 0, "free": 0, "total": 0}, None, id="keyless-taints-on-an-empty-pool"),
     # the pool's nvidia.com/gpu taint is tolerated; a keyless taint message then proves nothing
-    t = translate(
-        ev("FailedScheduling", "0/3 nodes are available: 3 node(s) had untolerated taint(s)."),
-        ctx(taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),)),
-    )
+    pytest.param("0/3 nodes are available: 3 node(s) had untolerated taint(s).",
+                 {"taints": (Taint("nvidia.com/gpu", "present", "NoSchedule"),)}, None,
+                 id="tolerated-taint-key-is-not-blamed"),
+]
+
+
+@pytest.mark.parametrize("message, overrides, kind", NOT_SURE_CASES)
+def test_not_sure_is_never_fatal(message, overrides, kind):
+    t = translate(ev("FailedScheduling", message), ctx(**overrides))
     assert not t.fatal
+    if kind is not None:
+        assert t.kind == kind
 
 
 @pytest.mark.parametrize(

@@ -202,84 +202,70 @@ def test_parse_no_scale_up(message, texts):
 
 
 # ---------------------------------------------------------------------------
-# Karpenter and the kubelet
+# Karpenter and the kubelet: one reader, one message, one answer
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "text, taint",
-    [
-        ("node(s) had untolerated taint {sku: gpu}", ("sku", "gpu")),
-        ("node(s) had untolerated taint {nvidia.com/gpu: }", ("nvidia.com/gpu", "")),
-        ("node(s) had taint {dedicated: ml}, that the pod didn't tolerate", ("dedicated", "ml")),
-        ("node(s) had untolerated taint(s)", None),
-        ("Insufficient nvidia.com/gpu", None),
-    ],
-    ids=["key-value", "no-value", "pre-1.25", "1.35-no-key", "not-a-taint"],
-)
-def test_taint_in(text, taint):
-    assert taint_in(text) == taint
+def _says_not_found(message: str) -> bool:
+    """``image_not_found`` as its cases ask it: a truthy answer or not."""
+    return bool(image_not_found(message))
 
 
-@pytest.mark.parametrize(
-    "message, image",
-    [
-        ('Pulling image "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"', "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"),
-        ('Back-off pulling image "nope:1"', "nope:1"),
-        ("Error: ImagePullBackOff", None),
-    ],
-    ids=["pulling", "back-off", "none"],
-)
-def test_image_in(message, image):
-    assert image_in(message) == image
+READER_CASES = [
+    # taint_in: the taint a scheduler reason names
+    pytest.param(taint_in, "node(s) had untolerated taint {sku: gpu}", ("sku", "gpu"), id="taint_in-key-value"),
+    pytest.param(taint_in, "node(s) had untolerated taint {nvidia.com/gpu: }", ("nvidia.com/gpu", ""),
+                 id="taint_in-no-value"),
+    pytest.param(taint_in, "node(s) had taint {dedicated: ml}, that the pod didn't tolerate", ("dedicated", "ml"),
+                 id="taint_in-pre-1.25"),
+    pytest.param(taint_in, "node(s) had untolerated taint(s)", None, id="taint_in-1.35-no-key"),
+    pytest.param(taint_in, "Insufficient nvidia.com/gpu", None, id="taint_in-not-a-taint"),
+    # image_in: the image of a pull event
+    pytest.param(image_in, 'Pulling image "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"',
+                 "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06", id="image_in-pulling"),
+    pytest.param(image_in, 'Back-off pulling image "nope:1"', "nope:1", id="image_in-back-off"),
+    pytest.param(image_in, "Error: ImagePullBackOff", None, id="image_in-none"),
+    # pull_duration: how long a pull took
+    pytest.param(pull_duration, 'Successfully pulled image "pt:1" in 1m2.5s (1m2.5s including waiting). '
+                 "Image size: 8 bytes.", "1m2.5s", id="pull_duration-with-waiting"),
+    pytest.param(pull_duration, 'Successfully pulled image "pt:1" in 812ms', "812ms", id="pull_duration-bare"),
+    pytest.param(pull_duration, 'Container image "pt:1" already present on machine', None,
+                 id="pull_duration-already-present"),
+    # image_not_found: a failed pull of an image that does not exist
+    pytest.param(_says_not_found, 'Failed to pull image "nope:1": rpc error: code = NotFound desc = failed to pull '
+                 'and unpack image "docker.io/library/nope:1": not found', True, id="image_not_found-containerd"),
+    pytest.param(_says_not_found, 'Failed to pull image "x:1": manifest unknown', True,
+                 id="image_not_found-manifest-unknown"),
+    pytest.param(_says_not_found, 'Failed to pull image "x:1": unauthorized: authentication required', False,
+                 id="image_not_found-unauthorized"),
+    # cuda_refusal: libnvidia-container's unsatisfied CUDA condition
+    pytest.param(cuda_refusal, "failed to create containerd task: nvidia-container-cli: requirement error: "
+                 "unsatisfied condition: cuda>=12.8, please update your driver to a newer version", "cuda>=12.8",
+                 id="cuda_refusal-refused"),
+    pytest.param(cuda_refusal, "unsatisfied condition: cuda>=12.8", None,  # not libnvidia-container's words
+                 id="cuda_refusal-other-tool"),
+    pytest.param(cuda_refusal, "nvidia-container-cli: initialization error: nvml error: driver not loaded", None,
+                 id="cuda_refusal-other-error"),
+    # is_admission_failure: the kubelet's admission refusal, by reason
+    pytest.param(is_admission_failure, "UnexpectedAdmissionError", True, id="is_admission_failure-device-manager"),
+    pytest.param(is_admission_failure, "OutOfnvidia.com/gpu", True, id="is_admission_failure-out-of-gpu"),
+    pytest.param(is_admission_failure, "OutOfcpu", True, id="is_admission_failure-out-of-cpu"),
+    pytest.param(is_admission_failure, "OutOf", False, id="is_admission_failure-no-resource"),
+    pytest.param(is_admission_failure, "Failed", False, id="is_admission_failure-other-reason"),
+    # scheduled_node: the node of a Scheduled event
+    pytest.param(scheduled_node, "Successfully assigned jhub/jupyter-ada to gke-a100-1", "gke-a100-1",
+                 id="scheduled_node-assigned"),
+    pytest.param(scheduled_node, "Successfully assigned jhub/jupyter-ada", None, id="scheduled_node-no-node"),
+]
 
 
-@pytest.mark.parametrize(
-    "message, took",
-    [
-        ('Successfully pulled image "pt:1" in 1m2.5s (1m2.5s including waiting). Image size: 8 bytes.', "1m2.5s"),
-        ('Successfully pulled image "pt:1" in 812ms', "812ms"),
-        ('Container image "pt:1" already present on machine', None),
-    ],
-    ids=["with-waiting", "bare", "already-present"],
-)
-def test_pull_duration(message, took):
-    assert pull_duration(message) == took
-
-
-def test_image_not_found():
-    assert image_not_found('Failed to pull image "nope:1": rpc error: code = NotFound desc = failed to pull and '
-                           'unpack image "docker.io/library/nope:1": not found')
-    assert image_not_found('Failed to pull image "x:1": manifest unknown')
-    assert not image_not_found('Failed to pull image "x:1": unauthorized: authentication required')
-
-
-@pytest.mark.parametrize(
-    "message, condition",
-    [
-        ("failed to create containerd task: nvidia-container-cli: requirement error: unsatisfied condition: "
-         "cuda>=12.8, please update your driver to a newer version", "cuda>=12.8"),
-        ("unsatisfied condition: cuda>=12.8", None),  # not libnvidia-container's words
-        ("nvidia-container-cli: initialization error: nvml error: driver not loaded", None),
-    ],
-    ids=["refused", "other-tool", "other-error"],
-)
-def test_cuda_refusal(message, condition):
-    assert cuda_refusal(message) == condition
-
-
-@pytest.mark.parametrize(
-    "reason, verdict",
-    [("UnexpectedAdmissionError", True), ("OutOfnvidia.com/gpu", True), ("OutOfcpu", True), ("OutOf", False),
-     ("Failed", False)],
-)
-def test_is_admission_failure(reason, verdict):
-    assert is_admission_failure(reason) is verdict
-
-
-def test_scheduled_node():
-    assert scheduled_node("Successfully assigned jhub/jupyter-ada to gke-a100-1") == "gke-a100-1"
-    assert scheduled_node("Successfully assigned jhub/jupyter-ada") is None
+@pytest.mark.parametrize("read, message, expected", READER_CASES)
+def test_message_readers(read, message, expected):
+    got = read(message)
+    if expected is None or isinstance(expected, bool):
+        assert got is expected
+    else:
+        assert got == expected
 
 
 # ---------------------------------------------------------------------------
