@@ -179,7 +179,8 @@ class SpawnContext:
                 queued_before=queued_before,
                 tolerated_taint_keys=tuple(tolerated_taint_keys),
             )
-        largest = max((n.allocatable for n in pool.node_views), default=None)
+        # from the pool's driver groups, which the ledger keeps as it goes: not a walk over its nodes
+        largest = pool.max_allocatable if pool.driver_groups else None
         return cls(
             pool_id=pool_id,
             gpus=gpus,
