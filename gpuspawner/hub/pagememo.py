@@ -1,17 +1,18 @@
-"""Remembering the spawn page's GPU offers and rendered form between views.
+"""Remembering the spawn page's GPU offers and rendered forms between views.
 
 A spawn-page view builds the offers (every GPU profile's pools, counts and CUDA fit:
 ``spawn.profiles.build_offers``), cuts them to what the user may use and renders the form:
-~3.5 ms of the hub's event loop at 5,000 nodes (``benchmarks/hub.py``), for every user's every
-view. Nothing of it changes until the cluster's counts or the configuration do, so:
+~3.5 ms of the hub's event loop at 5,000 nodes (``benchmarks/capacity.py``), for every
+user's every view. Nothing of it changes until the cluster's counts or the configuration do,
+so the hub process keeps two :class:`Memo` objects (bounded, whatever the number of users):
 
-* :class:`OfferMemo` (one per hub process) keeps the offers built from one capacity snapshot's
-  pools under one configuration, for every user: the snapshot's pool tuple is the same object
-  until something in the cluster changes (``capacity.ledger``), and the configuration is
-  compared by value (:func:`fingerprint`), so a ``pre_spawn_hook`` or ``profile_list`` callable
-  that changes it per user is still right;
-* :class:`FormMemo` (one per spawner, that is per user and server name) keeps the last form
-  rendered from those offers for the same user options, groups and static profiles.
+* the offers built from one capacity snapshot's pools under one configuration, for every
+  user: the snapshot's pool tuple is the same object until something in the cluster changes
+  (``capacity.ledger``), and the configuration is compared by value (:func:`fingerprint`), so
+  a ``pre_spawn_hook`` or ``profile_list`` callable that changes it per user is still right;
+* the forms rendered from those offers, under what else the form shows (the user's groups,
+  their saved options, the static profiles, the idle rules, the template): users who see the
+  same page share one.
 
 The page asks the cache for counts at most ``gpu_capacity_page_max_age`` seconds old
 (``CapacityCache.snapshot(max_age=...)``), so on a busy cluster, whose counts change many
@@ -25,7 +26,7 @@ import json
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Hashable, TypeVar
 
-__all__ = ["FormMemo", "OfferMemo", "fingerprint"]
+__all__ = ["Memo", "fingerprint"]
 
 T = TypeVar("T")
 
@@ -36,7 +37,7 @@ def fingerprint(*values: Any) -> str:
     return json.dumps(values, sort_keys=True, separators=(",", ":"), default=repr)
 
 
-class OfferMemo(Generic[T]):
+class Memo(Generic[T]):
     """The last ``size`` results, each under the object it was built from (compared by
     identity, and held, so its identity is not reused) and a hashable key."""
 
@@ -66,20 +67,3 @@ class OfferMemo(Generic[T]):
 
     def clear(self) -> None:
         self._entries.clear()
-
-
-class FormMemo:
-    """One rendered form, under the offers it shows (by identity) and the rest of its inputs."""
-
-    def __init__(self) -> None:
-        self._offers: Any = None
-        self._key: Hashable = None
-        self._html: str | None = None
-
-    def get(self, offers: Any, key: Hashable) -> str | None:
-        if self._html is not None and offers is self._offers and key == self._key:
-            return self._html
-        return None
-
-    def put(self, offers: Any, key: Hashable, html: str) -> None:
-        self._offers, self._key, self._html = offers, key, html

@@ -71,7 +71,7 @@ from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, c
 from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_servers
 from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
-from gpuspawner.hub.pagememo import FormMemo, OfferMemo, fingerprint
+from gpuspawner.hub.pagememo import Memo, fingerprint
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import render_form, template_dirs
 from gpuspawner.kube.apierrors import rules_text
@@ -177,7 +177,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         How old (seconds) the GPU counts on the spawn page may be. On a big
         cluster the counts change many times a second; the page then builds
         its offers (pools, counts, CUDA fit) once per interval for all users
-        and reuses a user's rendered form while nothing it shows changed,
+        and serves a rendered form again while nothing on it changed,
         instead of rebuilding both on every view. The page's live refresh and
         ``GET /hub/api/gpus`` always show the current counts, and a spawn is
         always checked against them. 0 builds the offers on every view.
@@ -428,8 +428,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             static = await maybe_future(static(self))
         return static or []
 
-    # the GPU offers of this hub process, per capacity snapshot and configuration (pagememo)
-    _offer_memo: OfferMemo = OfferMemo()
+    # this hub process's GPU offers, per capacity snapshot and configuration, and the forms
+    # rendered from them, per what else a form shows (pagememo); both bounded
+    _offer_memo: Memo = Memo(size=8)
+    _form_memo: Memo = Memo(size=256)
 
     async def gpu_offers(self, max_age: float = 0.0) -> dict[str, ProfileOffer]:
         """Every GPU profile's offer (all users'), from counts at most ``max_age`` seconds old;
@@ -482,30 +484,26 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     # --- the spawn form ---------------------------------------------------
 
     async def _render_gpu_options_form(self, spawner=None):
-        """The spawn form, from counts at most ``gpu_capacity_page_max_age`` old; the last form
-        this spawner rendered when none of its inputs changed (``pagememo.FormMemo``)."""
+        """The spawn form, from counts at most ``gpu_capacity_page_max_age`` old; a form
+        rendered from the same offers for the same inputs is served again (``pagememo``)."""
         static = await self._static_profiles()
         offers = await self.gpu_offers(self.gpu_capacity_page_max_age)
         cull_rules = self.cull_rules()
+        who = principal_of(self.user)
         key = (
-            principal_of(self.user),
-            # (the access rules come from gpu_profiles and gpu_pool_rules, part of the offers' key)
+            # what the access rules read of a user (spawn.access): users alike share a form; the
+            # rules themselves come from gpu_profiles and gpu_pool_rules, part of the offers' key
+            who.groups,
+            who.admin,
             fingerprint(static, self.user_options or {}, repr(cull_rules), self.profile_form_template,
                         self.additional_profile_form_template_paths, sorted(self._admin_option_keys())),
         )
-        html = self._form_memo.get(offers, key)
-        if html is None:
-            profile_list, view = self._user_view(static, offers)
-            html = self._render_options_form(profile_list, view.offers, initialized=True, cull_rules=cull_rules)
-            self._form_memo.put(offers, key, html)
-        return html
 
-    @property
-    def _form_memo(self) -> FormMemo:
-        memo = self.__dict__.get("_gpu_form_memo")
-        if memo is None:
-            memo = self.__dict__["_gpu_form_memo"] = FormMemo()
-        return memo
+        def render() -> str:
+            profile_list, view = self._user_view(static, offers)
+            return self._render_options_form(profile_list, view.offers, initialized=True, cull_rules=cull_rules)
+
+        return self._form_memo.get(offers, key, render)
 
     def _render_options_form(self, profile_list, gpu_offers=None, initialized=False, cull_rules=None):
         """KubeSpawner's renderer, with Jinja2 autoescaping on (node labels and

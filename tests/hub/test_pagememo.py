@@ -1,9 +1,9 @@
-"""The spawn page's memos (gpuspawner.hub.pagememo): offers kept per snapshot (by identity) and
-configuration (by value), a form per spawner under its inputs. Pure: no hub, no cluster."""
+"""The spawn page's memos (gpuspawner.hub.pagememo): a result kept under the object it was built
+from (by identity) and a key (by value), the oldest going first. Pure: no hub, no cluster."""
 
 import pytest
 
-from gpuspawner.hub.pagememo import FormMemo, OfferMemo, fingerprint
+from gpuspawner.hub.pagememo import Memo, fingerprint
 
 
 def test_fingerprint_compares_configuration_by_value_whatever_the_key_order():
@@ -14,7 +14,7 @@ def test_fingerprint_compares_configuration_by_value_whatever_the_key_order():
 
 def test_offers_are_built_once_per_source_object_and_key():
     built = []
-    memo = OfferMemo(size=2)
+    memo = Memo(size=2)
     pools, equal_pools = (1, 2), tuple([1, 2])  # equal, but another object: counted again
 
     def build(tag):
@@ -29,7 +29,7 @@ def test_offers_are_built_once_per_source_object_and_key():
 
 
 def test_the_oldest_offers_go_first_and_a_used_one_stays():
-    memo = OfferMemo(size=2)
+    memo = Memo(size=2)
     a, b, c = object(), object(), object()
     memo.get(a, 0, lambda: "a")
     memo.get(b, 0, lambda: "b")
@@ -39,15 +39,14 @@ def test_the_oldest_offers_go_first_and_a_used_one_stays():
     assert memo.get(b, 0, lambda: "rebuilt b") == "rebuilt b"
 
 
-def test_offer_memo_size_must_be_positive():
+def test_memo_size_must_be_positive():
     with pytest.raises(ValueError, match="size must be at least 1"):
-        OfferMemo(size=0)
+        Memo(size=0)
 
 
-def test_form_is_served_only_for_the_same_offers_object_and_inputs():
-    memo, offers = FormMemo(), {"gpu": "offer"}
-    assert memo.get(offers, ("alice", "{}")) is None
-    memo.put(offers, ("alice", "{}"), "<form>")
-    assert memo.get(offers, ("alice", "{}")) == "<form>"
-    assert memo.get(offers, ("alice", '{"profile":"gpu"}')) is None  # other user options
-    assert memo.get(dict(offers), ("alice", "{}")) is None  # offers rebuilt: equal is not enough
+def test_a_result_is_served_only_for_the_same_source_object_and_key():
+    memo, offers = Memo(), {"gpu": "offer"}
+    assert memo.get(offers, ("alice", "{}"), lambda: "<form>") == "<form>"
+    assert memo.get(offers, ("alice", "{}"), lambda: "rendered again") == "<form>"
+    assert memo.get(offers, ("alice", '{"profile":"gpu"}'), lambda: "other options") == "other options"
+    assert memo.get(dict(offers), ("alice", "{}"), lambda: "offers rebuilt") == "offers rebuilt"  # equal is not enough

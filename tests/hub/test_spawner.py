@@ -262,6 +262,17 @@ async def test_remembered_form_follows_the_user_options_and_the_users_groups(no_
     assert re.search(r'value="tf"\s+selected', chosen) and not re.search(r'value="tf"\s+selected', shown)
 
 
+async def test_users_who_see_the_same_page_share_one_rendered_form(no_kube_client, cache):
+    profiles = [{**GPU_PROFILES[0], "allowed_groups": ["ml"]}]
+    ml = [dataclasses.make_dataclass("Group", ["name"])("ml")]
+    ana, bo, cy = (make_spawner(name, gpu_profiles=profiles) for name in ("ana", "bo", "cy"))
+    ana.user.groups = bo.user.groups = ml
+    form = await ana.get_options_form()
+    assert await bo.get_options_form() is form  # the same groups, no saved options: one form
+    other = await cy.get_options_form()  # in no group: no GPU profile
+    assert 'value="gpu"' in form and 'value="gpu"' not in other
+
+
 async def test_a_spawn_is_checked_against_the_current_counts(no_kube_client, cache):
     s = make_spawner()
     await s.get_options_form()
