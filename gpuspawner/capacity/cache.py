@@ -653,16 +653,17 @@ class CapacityCache:
                 pass
         return self.synced
 
-    def snapshot(self, max_age: float = 0.0) -> CapacitySnapshot:
+    def snapshot(self, max_age: float = 0.0, renew: bool = False) -> CapacitySnapshot:
         """The pools as of now.  No I/O; the pools are rebuilt only after a change.
 
         ``max_age`` > 0: the pools of an earlier call are good enough if they were counted at
         most that many seconds ago (the spawn page, which many users load while the counts
-        change many times a second on a big cluster); the health, age and error are always
-        current. A spawn asks with 0, for the counts as of now."""
+        change many times a second on a big cluster); ``renew``: count them anew now and hold
+        those. The health, age and error are always current. A spawn asks with 0, for the
+        counts as of now."""
         now = self._clock()
         held = self._held  # what the last call with a max_age counted (fresh calls leave it be)
-        if max_age > 0 and held is not None and now - held[0] <= max_age:
+        if max_age > 0 and not renew and held is not None and now - held[0] <= max_age:
             _, pools, by_id, generation = held
         else:
             self._ledger.expire(now)
@@ -681,6 +682,10 @@ class CapacityCache:
             error=self._error(age),
             pools_by_id=by_id,
         )
+
+    def held_age(self) -> float | None:
+        """Seconds since the counts ``snapshot(max_age)`` serves were taken (None: none held yet)."""
+        return None if self._held is None else self._clock() - self._held[0]
 
     def _pools(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Device-plugin pools and DRA pools side by side, sorted by id (merged once per change)."""

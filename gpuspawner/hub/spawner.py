@@ -178,7 +178,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         cluster the counts change many times a second; the page then builds
         its offers (pools, counts, CUDA fit) once per interval for all users
         and serves a rendered form again while nothing on it changed,
-        instead of rebuilding both on every view. The page's live refresh and
+        instead of rebuilding both on every view. A view past half the
+        interval has both renewed in the background after its answer, so the
+        views after it do not wait for the rebuild. The page's live refresh and
         ``GET /hub/api/gpus`` always show the current counts, and a spawn is
         always checked against them. 0 builds the offers on every view.
 
@@ -374,14 +376,15 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
 
     # --- profiles and capacity ------------------------------------------
 
-    async def capacity_snapshot(self, max_age: float = 0.0):
+    async def capacity_snapshot(self, max_age: float = 0.0, renew: bool = False):
         """The cache's snapshot (waiting for its first sync at most
         ``gpu_capacity_sync_timeout``), or None when there is no cache.
-        ``max_age``: counts that old will do (``CapacityCache.snapshot``)."""
+        ``max_age``: counts that old will do; ``renew``: count anew and hold
+        those for the page (``CapacityCache.snapshot``)."""
         try:
             cache = self.shared_capacity_cache()
             await cache.wait_synced(self.gpu_capacity_sync_timeout)
-            snapshot = cache.snapshot(max_age)
+            snapshot = cache.snapshot(max_age, renew=renew)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -433,12 +436,13 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     _offer_memo: Memo = Memo(size=8)
     _form_memo: Memo = Memo(size=256)
 
-    async def gpu_offers(self, max_age: float = 0.0) -> dict[str, ProfileOffer]:
-        """Every GPU profile's offer (all users'), from counts at most ``max_age`` seconds old;
-        built once per snapshot and configuration in this hub process (``pagememo``)."""
+    async def gpu_offers(self, max_age: float = 0.0, renew: bool = False) -> dict[str, ProfileOffer]:
+        """Every GPU profile's offer (all users'), from counts at most ``max_age`` seconds old
+        (``renew``: counted anew for the page); built once per snapshot and configuration in
+        this hub process (``pagememo``)."""
         if not self.gpu_profiles:
             return {}
-        snapshot = await self.capacity_snapshot(max_age)
+        snapshot = await self.capacity_snapshot(max_age, renew)
         config = fingerprint(self.gpu_profiles, self.gpu_pool_rules, self.gpu_admit_without_capacity,
                              self.gpu_max_per_server, self.cuda_policy, self.cuda_check)
         # a snapshot's pools are one object until a count changes; its problem text (which
@@ -485,9 +489,11 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
 
     async def _render_gpu_options_form(self, spawner=None):
         """The spawn form, from counts at most ``gpu_capacity_page_max_age`` old; a form
-        rendered from the same offers for the same inputs is served again (``pagememo``)."""
+        rendered from the same offers for the same inputs is served again (``pagememo``).
+        Past half the interval, the counts are renewed after this view, in the background
+        (:meth:`_renew_page`), so the views after it do not wait for the rebuild."""
+        max_age = self.gpu_capacity_page_max_age
         static = await self._static_profiles()
-        offers = await self.gpu_offers(self.gpu_capacity_page_max_age)
         cull_rules = self.cull_rules()
         who = principal_of(self.user)
         key = (
@@ -498,12 +504,42 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             fingerprint(static, self.user_options or {}, repr(cull_rules), self.profile_form_template,
                         self.additional_profile_form_template_paths, sorted(self._admin_option_keys())),
         )
+        offers = await self.gpu_offers(max_age)
+        html = self._form(offers, key, static, cull_rules)
+        if max_age > 0 and not self._page_renewals:
+            age = self._held_age()
+            if age is not None and age >= max_age / 2:
+                task = asyncio.ensure_future(self._renew_page(max_age, key, static, cull_rules))
+                self._page_renewals.add(task)
+                task.add_done_callback(self._page_renewals.discard)
+        return html
 
+    # the page renewal under way in this hub process (at most one: _render_gpu_options_form)
+    _page_renewals: set[asyncio.Task] = set()
+
+    def _form(self, offers: dict[str, ProfileOffer], key: Any, static: list[dict[str, Any]], cull_rules: Any) -> str:
         def render() -> str:
             profile_list, view = self._user_view(static, offers)
             return self._render_options_form(profile_list, view.offers, initialized=True, cull_rules=cull_rules)
 
         return self._form_memo.get(offers, key, render)
+
+    def _held_age(self) -> float | None:
+        try:
+            return self.shared_capacity_cache().held_age()
+        except Exception:  # no cache: capacity_snapshot has logged why
+            return None
+
+    async def _renew_page(self, max_age: float, key: Any, static: list[dict[str, Any]], cull_rules: Any) -> None:
+        """Count anew, build the offers and render the form of the view that asked, once that
+        view's answer is on its way (stale-while-revalidate: the same work a later view would do,
+        done between requests)."""
+        await asyncio.sleep(0)  # the view's own handler finishes its response first
+        try:
+            offers = await self.gpu_offers(max_age, renew=True)
+            self._form(offers, key, static, cull_rules)
+        except Exception as e:  # never a crash: the next view rebuilds inline
+            self.log.warning("Renewing the spawn page's GPU offers failed: %s: %s", type(e).__name__, e)
 
     def _render_options_form(self, profile_list, gpu_offers=None, initialized=False, cull_rules=None):
         """KubeSpawner's renderer, with Jinja2 autoescaping on (node labels and

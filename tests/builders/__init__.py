@@ -322,11 +322,13 @@ def driver_node(name: str, free: int, driver: str, cuda: str) -> NodeView:
 class FakeCache:
     """Stands in for ``CapacityCache``: serves snapshots of ``pools``, waits for no sync, and
     records reservations.  With ``reservations_count`` (the real cache's behaviour) GPUs
-    reserved for a spawn are taken off their pool's free counts at once."""
+    reserved for a spawn are taken off their pool's free counts at once.  As the real cache,
+    ``snapshot(max_age)`` serves the counts it held for the page while they are at most
+    ``max_age`` old on ``clock`` (a list holding the time, which a test moves on)."""
 
     def __init__(self, *pools: PoolView, synced: bool = True, healthy: bool | None = None,
                  error: str | None = None, age_seconds: float = 0.1, generation: int = 1,
-                 reservations_count: bool = True):
+                 reservations_count: bool = True, clock: list[float] | None = None):
         self.pools = {p.id: p for p in pools}
         self.synced, self.error = synced, error
         self.healthy = (error is None and synced) if healthy is None else healthy
@@ -336,16 +338,32 @@ class FakeCache:
         self.released: list[str] = []
         self.snapshots = 0
         self.max_ages: list[float] = []
+        self.renewals = 0
         self._last: CapacitySnapshot | None = None
+        self.clock = clock if clock is not None else [0.0]
+        self._held: tuple[float, CapacitySnapshot] | None = None
 
     async def wait_synced(self, timeout: float) -> bool:
         return self.synced
 
-    def snapshot(self, max_age: float = 0.0) -> CapacitySnapshot:
+    def held_age(self) -> float | None:
+        return None if self._held is None else self.clock[0] - self._held[0]
+
+    def snapshot(self, max_age: float = 0.0, renew: bool = False) -> CapacitySnapshot:
         """The pools as of now: the same pools object until a count changes, as the real cache's
-        (the page's ``max_age`` is recorded in ``max_ages``)."""
+        (the page's ``max_age`` is recorded in ``max_ages``, each ``renew`` in ``renewals``)."""
         self.snapshots += 1
         self.max_ages.append(max_age)
+        self.renewals += bool(renew)
+        age = self.held_age()
+        if max_age > 0 and not renew and age is not None and age <= max_age:
+            return self._held[1]
+        snap = self._count()
+        if max_age > 0:
+            self._held = (self.clock[0], snap)
+        return snap
+
+    def _count(self) -> CapacitySnapshot:
         pools = []
         for p in self.pools.values():
             held = sum(n for pid, n in self.reservations.values() if pid == p.id) if self.reservations_count else 0

@@ -308,6 +308,7 @@ async def test_reservation_counts_until_the_watch_shows_the_pod(make_cache):
 
 
 async def test_snapshot_with_max_age_keeps_its_counts_that_long_and_health_current(make_cache):
+    assert CapacityCache(CapacityConfig()).held_age() is None  # nothing held before a page asks
     api = ScriptedApi(list_node=[listing(NODE_LIST)], list_pod_for_all_namespaces=[listing(POD_LIST, rv="120")])
     clock = [1000.0]
     cache = make_cache(api, clock=lambda: clock[0])
@@ -324,6 +325,13 @@ async def test_snapshot_with_max_age_keeps_its_counts_that_long_and_health_curre
     clock[0] += 0.5
     later = cache.snapshot(max_age=2)
     assert later.pools is not page.pools and later.pool(A100).free == 9
+    # renew: counted anew now, and held from now on
+    cache.release("jhub/spawn")
+    clock[0] += 1
+    assert cache.held_age() == 1.0
+    renewed = cache.snapshot(max_age=2, renew=True)
+    assert renewed.pool(A100).free == 13 and cache.held_age() == 0.0
+    assert cache.snapshot(max_age=2).pools is renewed.pools
 
 
 def test_reserve_needs_an_owner_with_namespace():

@@ -242,12 +242,35 @@ async def test_page_reuses_its_offers_and_form_until_a_count_changes(no_kube_cli
     # pools are the same it serves the form it rendered, not a new one
     s = make_spawner(gpu_capacity_page_max_age=3)
     first = await s.get_options_form()
+    cache.pools[A100.id] = dataclasses.replace(A100, free=2, max_free_per_node=2)
+    cache.clock[0] += 1  # the counts held for the page are 1 s old: still good
     again = await s.get_options_form()
     assert again is first
     assert cache.max_ages == [3.0, 3.0]
-    cache.pools[A100.id] = dataclasses.replace(A100, free=2, max_free_per_node=2)
+    await asyncio.sleep(0.01)  # (no renewal under way: 1 s is less than half the interval)
+    assert cache.renewals == 0
+    cache.clock[0] += 2.5  # 3.5 s: too old, counted anew
     changed = await s.get_options_form()
     assert "5 of 16 GPUs" in first and "2 of 16 GPUs" in changed
+
+
+async def test_past_half_the_interval_the_page_is_renewed_after_the_view(no_kube_client, cache):
+    # stale-while-revalidate: the view that finds the counts 1.5 s old (of 2) is answered at
+    # once with them; then, in the background, the counts are taken anew and its form rendered,
+    # so the next view finds the new counts without rendering anything
+    s = make_spawner(gpu_capacity_page_max_age=2)
+    memo = GPUSpawner._form_memo
+    first = await s.get_options_form()
+    cache.pools[A100.id] = dataclasses.replace(A100, free=2, max_free_per_node=2)
+    cache.clock[0] += 1.5
+    assert await s.get_options_form() is first  # answered from the held counts
+    for _ in range(5):  # the renewal runs after the view
+        await asyncio.sleep(0)
+    assert cache.renewals == 1
+    renders = memo.misses
+    cache.clock[0] += 0.1
+    renewed = await s.get_options_form()
+    assert "2 of 16 GPUs" in renewed and memo.misses == renders  # served, not rendered
 
 
 async def test_remembered_form_follows_the_user_options_and_the_users_groups(no_kube_client, cache):
