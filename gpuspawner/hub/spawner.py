@@ -506,7 +506,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         )
         offers = await self.gpu_offers(max_age)
         html = self._form(offers, key, static, cull_rules)
-        if max_age > 0 and not self._page_renewals:
+        loop = asyncio.get_running_loop()
+        renewing = any(t.get_loop() is loop and not t.done() for t in self._page_renewals)
+        if max_age > 0 and not renewing:
             age = self._held_age()
             if age is not None and age >= max_age / 2:
                 task = asyncio.ensure_future(self._renew_page(max_age, key, static, cull_rules))
@@ -514,7 +516,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 task.add_done_callback(self._page_renewals.discard)
         return html
 
-    # the page renewal under way in this hub process (at most one: _render_gpu_options_form)
+    # the page renewal under way on this hub's loop (at most one: _render_gpu_options_form)
     _page_renewals: set[asyncio.Task] = set()
 
     def _form(self, offers: dict[str, ProfileOffer], key: Any, static: list[dict[str, Any]], cull_rules: Any) -> str:
