@@ -33,8 +33,12 @@ T = TypeVar("T")
 
 def fingerprint(*values: Any) -> str:
     """A comparable text of configuration values (dicts, lists, strings, numbers; anything else,
-    such as a callable, by its ``repr``, which names the object)."""
-    return json.dumps(values, sort_keys=True, separators=(",", ":"), default=repr)
+    such as a callable, by its ``repr``, which names the object). Dicts whose keys cannot be
+    sorted together (say ``1`` and ``"a"``) are written in their own order."""
+    try:
+        return json.dumps(values, sort_keys=True, separators=(",", ":"), default=repr)
+    except TypeError:
+        return json.dumps(values, separators=(",", ":"), default=repr)
 
 
 class Memo(Generic[T]):
@@ -64,6 +68,3 @@ class Memo(Generic[T]):
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
         return value
-
-    def clear(self) -> None:
-        self._entries.clear()

@@ -10,6 +10,7 @@ def test_fingerprint_compares_configuration_by_value_whatever_the_key_order():
     assert fingerprint({"a": 1, "b": [1, 2]}) == fingerprint({"b": [1, 2], "a": 1})
     assert fingerprint({"a": 1}) != fingerprint({"a": 2})
     assert fingerprint([{"slug": "gpu"}], None, print) != fingerprint([{"slug": "gpu"}], None, len)  # callables by name
+    assert fingerprint({1: "x", "a": 2}) != fingerprint({1: "y", "a": 2})  # keys json cannot sort together
 
 
 def test_offers_are_built_once_per_source_object_and_key():
