@@ -22,6 +22,7 @@ import asyncio
 import collections
 import functools
 import gc
+import importlib.util
 import inspect
 import json
 import os
@@ -34,6 +35,9 @@ from typing import Any, Callable
 from tornado import web
 
 PERIOD = 0.005
+# the product's own source files (not a checkout's or a virtualenv's that happen to sit in a
+# directory called gpuspawner): where a task's coroutine is defined says whose step it is
+_PRODUCT = os.path.join(os.path.dirname(os.path.abspath(importlib.util.find_spec("gpuspawner").origin)), "")
 
 
 def rss_bytes() -> int:
@@ -225,7 +229,7 @@ class SlowSteps:
     def kind(task: Any, frame: Any) -> str:
         if frame is None:
             return "other"
-        if f"{os.sep}gpuspawner{os.sep}" in frame.f_code.co_filename:
+        if frame.f_code.co_filename.startswith(_PRODUCT):
             return "gpuspawner"
         return "request" if frame.f_code.co_name == "_execute" else "other"
 
