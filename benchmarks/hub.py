@@ -84,7 +84,7 @@ sys.path.insert(0, str(HERE))
 
 import requests  # noqa: E402
 
-from bigcluster import GPU_TAINT, POOLS, build_store, make_node, make_pod, stream  # noqa: E402
+from bigcluster import build_store, make_pod, stream  # noqa: E402
 
 NAMESPACE = "jupyterhub"
 STAND_IN = {"gpuspawner.dev/sim-stand-in": "true"}

@@ -7,7 +7,8 @@
   :func:`pod_event`);
 * the capacity layer's views: :func:`node_view`, :func:`group_nodes`, :func:`pool_view`, :func:`snapshot`;
   offers built over them with the default CUDA rules (:func:`gpu_offers`; a pool mid driver
-  upgrade: :func:`steered_pool`, :func:`driver_node`, :data:`STEERED_PROFILE`);
+  upgrade: :func:`steered_pool`, :func:`driver_node`, :func:`old_driver_node`, :func:`new_driver_node`,
+  :func:`steered_offers`, :data:`STEERED_PROFILE`, :data:`STEERED_POOL_ID`);
 * :class:`FakeCache`, a stand-in for ``CapacityCache`` with the same reading surface;
 * the hub side: :class:`MockUser` and :func:`make_spawner` (with the ``no_kube_client`` fixture of
   ``tests/conftest.py``, which replaces KubeSpawner's client setup);
@@ -195,6 +196,17 @@ DECLARED_H100 = {
 }
 
 
+# pods whose fields have the wrong shapes (a reader of pods must never raise on them), by test id
+MALFORMED_PODS: dict[str, dict[str, Any]] = {
+    "wrong-types": {"metadata": "x", "status": {"conditions": 5, "containerStatuses": "abc"}},
+    "odd-conditions": {"status": {"conditions": [None, 3, {"type": "PodScheduled", "status": "False", "message": 7}]}},
+    "bad-failed-reason": {"status": {"phase": "Failed", "reason": 3}},
+    "odd-container-statuses": {"status": {"containerStatuses": [
+        {"state": "waiting"}, {"state": {"waiting": {"reason": None}}},
+        {"image": 5, "state": {"waiting": {"reason": "ErrImagePull"}}}]}},
+}
+
+
 # ---------------------------------------------------------------------------
 # capacity views
 
@@ -317,6 +329,24 @@ def steered_pool(*nodes: NodeView, scale_up: ScaleUp | None = None) -> PoolView:
 def driver_node(name: str, free: int, driver: str, cuda: str) -> NodeView:
     """An 8-GPU A100 node with a driver, found by its ``<name>.internal`` hostname."""
     return node_view(name, 8, free, driver, cuda, "8.0", hostname=f"{name}.internal")
+
+
+STEERED_POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"  # the id of steered_pool(...)
+
+
+def old_driver_node(free: int = 4) -> NodeView:
+    """Node ``old``: driver 470 (CUDA 11.4), which CUDA 12.4 does not fit under any policy."""
+    return driver_node("old", free, "470.82.01", "11.4")
+
+
+def new_driver_node(free: int = 1) -> NodeView:
+    """Node ``new``: driver 550 (CUDA 12.4)."""
+    return driver_node("new", free, "550.54.15", "12.4")
+
+
+def steered_offers(the_pool: PoolView, **profile: Any) -> dict:
+    """The offers of :data:`STEERED_PROFILE` (with ``profile``'s keys over it) on ``the_pool``."""
+    return gpu_offers([{**STEERED_PROFILE, **profile}], the_pool)
 
 
 class FakeCache:

@@ -11,22 +11,13 @@ import pytest
 
 from gpuspawner.hub.templates import render_form, template_dirs
 from gpuspawner.spawn.profiles import merge_profiles
-from tests.builders import STEERED_PROFILE, driver_node, gpu_offers, steered_pool
+from tests.builders import steered_pool
+from tests.builders import STEERED_POOL_ID as POOL_ID
+from tests.builders import new_driver_node as new
+from tests.builders import old_driver_node as old
+from tests.builders import steered_offers as offers_for
 
 REPO = Path(__file__).resolve().parents[2]
-POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
-
-
-def old(free=4):  # CUDA 12.4 does not fit a 470 driver (CUDA 11.4) under any policy
-    return driver_node("old", free, "470.82.01", "11.4")
-
-
-def new(free=1):
-    return driver_node("new", free, "550.54.15", "12.4")
-
-
-def offers_for(the_pool, **profile):
-    return gpu_offers([{**STEERED_PROFILE, **profile}], the_pool)
 
 
 def test_template_dirs_are_the_packages_own():

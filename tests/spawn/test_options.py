@@ -10,7 +10,11 @@ import pytest
 from gpuspawner.capacity.model import CapacitySnapshot, Taint
 from gpuspawner.spawn.options import TOO_MANY_GPUS, OptionError, parse_gpu_count, validate_user_options
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule, build_offers, merge_profiles
-from tests.builders import STEERED_PROFILE, driver_node, gpu_offers, pool_view, steered_pool
+from tests.builders import pool_view, steered_pool
+from tests.builders import STEERED_POOL_ID as POOL_ID
+from tests.builders import new_driver_node as new
+from tests.builders import old_driver_node as old
+from tests.builders import steered_offers as offers_for
 
 GKE = "cloud.google.com/gke-nodepool"
 
@@ -344,19 +348,6 @@ def test_pool_whose_drivers_do_not_fit_is_refused_with_the_reason():
 #
 # validation admits only what a node the chosen image may land on holds
 
-POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
-
-
-def old(free=4):  # CUDA 12.4 does not fit a 470 driver (CUDA 11.4) under any policy
-    return driver_node("old", free, "470.82.01", "11.4")
-
-
-def new(free=1):
-    return driver_node("new", free, "550.54.15", "12.4")
-
-
-def offers_for(the_pool, **profile):
-    return gpu_offers([{**STEERED_PROFILE, **profile}], the_pool)
 
 
 def validate(options, the_pool):

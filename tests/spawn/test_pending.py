@@ -10,7 +10,7 @@ import pytest
 from gpuspawner.capacity.model import ScaleUp, Taint
 from gpuspawner.spawn.pending import fatal_verdict, gpu_wait_seconds, queued_before
 from gpuspawner.spawn.progress import SpawnContext
-from tests.builders import group_nodes, pod_event, pool_view, server_pod
+from tests.builders import group_nodes, MALFORMED_PODS, pod_event, pool_view, server_pod
 
 GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
 SKU = Taint("sku", "gpu", "NoSchedule")  # not tolerated below
@@ -131,17 +131,7 @@ def test_gpu_wait_seconds(pod, seconds):
     assert gpu_wait_seconds(pod) == seconds
 
 
-@pytest.mark.parametrize(
-    "pod",
-    [
-        {"metadata": "x", "status": {"conditions": 5, "containerStatuses": "abc"}},
-        {"status": {"conditions": [None, 3, {"type": "PodScheduled", "status": "False", "message": 7}]}},
-        {"status": {"phase": "Failed", "reason": 3}},
-        {"status": {"containerStatuses": [{"state": "waiting"}, {"state": {"waiting": {"reason": None}}},
-                                          {"image": 5, "state": {"waiting": {"reason": "ErrImagePull"}}}]}},
-    ],
-    ids=["wrong-types", "odd-conditions", "bad-failed-reason", "odd-container-statuses"],
-)
+@pytest.mark.parametrize("pod", list(MALFORMED_PODS.values()), ids=list(MALFORMED_PODS))
 def test_malformed_pods_never_raise(pod):
     assert gpu_wait_seconds(pod) is None
     assert queued_before([pod], pod, A100.id) == 0

@@ -19,7 +19,11 @@ from gpuspawner.spawn.profiles import (
     present_pools,
 )
 from gpuspawner.spawn.options import OptionError, validate_user_options
-from tests.builders import STEERED_PROFILE, driver_node, gpu_offers, node_view, pool_view, snapshot, steered_pool
+from tests.builders import STEERED_PROFILE, gpu_offers, node_view, pool_view, snapshot, steered_pool
+from tests.builders import STEERED_POOL_ID as POOL_ID
+from tests.builders import new_driver_node as new
+from tests.builders import old_driver_node as old
+from tests.builders import steered_offers as offers_for
 
 GKE = "cloud.google.com/gke-nodepool"
 
@@ -263,19 +267,6 @@ def test_preferred_pool_takes_the_best_fitting_pool_with_room():
 # The pod of an image whose CUDA fails some nodes is kept off them (a driver-label or hostname
 # NotIn``), so what is offered counts only the other nodes.
 
-POOL_ID = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
-
-
-def old(free=4):  # CUDA 12.4 does not fit a 470 driver (CUDA 11.4) under any policy
-    return driver_node("old", free, "470.82.01", "11.4")
-
-
-def new(free=1):
-    return driver_node("new", free, "550.54.15", "12.4")
-
-
-def offers_for(the_pool, **profile):
-    return gpu_offers([{**STEERED_PROFILE, **profile}], the_pool)
 
 
 def counts(offer):

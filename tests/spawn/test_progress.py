@@ -9,7 +9,7 @@ import pytest
 
 from gpuspawner.capacity.model import ScaleUp, Taint
 from gpuspawner.spawn.progress import FATAL_KINDS, SpawnContext, rewrite_progress_event, translate, translate_pod
-from tests.builders import node_view, pool_view
+from tests.builders import MALFORMED_PODS, node_view, pool_view
 
 POOL = "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu"
 SCALE = ScaleUp(max_nodes=4, gpus_per_node=8, minutes=6)
@@ -644,17 +644,7 @@ def test_translate_pod_says_nothing_new(pod):
     assert translate_pod(pod, ctx()) is None
 
 
-@pytest.mark.parametrize(
-    "pod",
-    [
-        {"metadata": "x", "status": {"conditions": 5, "containerStatuses": "abc"}},
-        {"status": {"conditions": [None, 3, {"type": "PodScheduled", "status": "False", "message": 7}]}},
-        {"status": {"phase": "Failed", "reason": 3}},
-        {"status": {"containerStatuses": [{"state": "waiting"}, {"state": {"waiting": {"reason": None}}},
-                                          {"image": 5, "state": {"waiting": {"reason": "ErrImagePull"}}}]}},
-    ],
-    ids=["wrong-types", "odd-conditions", "bad-failed-reason", "odd-container-statuses"],
-)
+@pytest.mark.parametrize("pod", list(MALFORMED_PODS.values()), ids=list(MALFORMED_PODS))
 def test_malformed_pods_never_raise(pod):
     translate_pod(pod, ctx())
 

@@ -17,6 +17,7 @@ without one.  Not modelled: log rotation, the ``stream`` parameter (alpha in 1.3
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -138,14 +139,21 @@ async def stream_log(log: ContainerLog, opts: LogOptions, running: Callable[[], 
     """The bytes of ``GET pods/{name}/log``: the selected lines, then (``follow``) new ones until
     the instance ends, stops running, or ``limitBytes`` is reached."""
     left = opts.limit_bytes
+    async with contextlib.aclosing(_lines(log, opts, running)) as lines:
+        async for line in lines:
+            chunk = render(line, opts.timestamps)
+            if left is not None:
+                chunk, left = chunk[:left], left - len(chunk[:left])
+            yield chunk
+            if left is not None and left <= 0:
+                return
+
+
+async def _lines(log: ContainerLog, opts: LogOptions, running: Callable[[], bool]) -> AsyncIterator[Any]:
+    """The selected lines, then (``follow``) each new one (from ``sinceTime`` on) as it comes."""
     seq = log.next_seq
     for line in select_lines(log.since(0), opts):
-        chunk = render(line, opts.timestamps)
-        if left is not None:
-            chunk, left = chunk[:left], left - len(chunk[:left])
-        yield chunk
-        if left is not None and left <= 0:
-            return
+        yield line
     while opts.follow and not log.ended and running():
         waiter = asyncio.ensure_future(log.wait_change())
         try:
@@ -157,14 +165,8 @@ async def stream_log(log: ContainerLog, opts: LogOptions, running: Callable[[], 
         new = log.since(seq)
         seq = log.next_seq
         for line in new:
-            if opts.since_ns is not None and line.ts_ns < opts.since_ns:
-                continue
-            chunk = render(line, opts.timestamps)
-            if left is not None:
-                chunk, left = chunk[:left], left - len(chunk[:left])
-            yield chunk
-            if left is not None and left <= 0:
-                return
+            if opts.since_ns is None or line.ts_ns >= opts.since_ns:
+                yield line
 
 
 def _status_of(statuses: list[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:

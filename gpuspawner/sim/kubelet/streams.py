@@ -92,9 +92,10 @@ def _first_channel(opts: dict[str, bool]) -> int:
     return ws.STDOUT if opts["stdout"] else ws.STDERR if opts["stderr"] else ws.ERROR
 
 
-async def serve_exec(request: web.Request, kubelet: Any, pod: dict, container: str, argv: list[str],
-                     opts: dict[str, bool]) -> web.StreamResponse:
-    """``opts``: stdin, stdout, stderr, tty (PodExecOptions after defaulting)."""
+async def _open(request: web.Request, kubelet: Any, pod: dict, container: str,
+                opts: dict[str, bool]) -> web.Response | tuple[str, Any]:
+    """The refusal (403: no subprotocol both sides speak; 500: the container is not running, where
+    the subprotocol predates v5), or the subprotocol and the upgraded channel, its first frame sent."""
     protocol = ws.negotiate(request.headers.get("Sec-WebSocket-Protocol"))
     if protocol is None:
         return web.Response(status=403)
@@ -105,6 +106,16 @@ async def serve_exec(request: web.Request, kubelet: Any, pod: dict, container: s
             return web.Response(status=500, text=str(e))
     ch = await _upgrade(request, protocol)
     await ch.send(_first_channel(opts), b"")
+    return protocol, ch
+
+
+async def serve_exec(request: web.Request, kubelet: Any, pod: dict, container: str, argv: list[str],
+                     opts: dict[str, bool]) -> web.StreamResponse:
+    """``opts``: stdin, stdout, stderr, tty (PodExecOptions after defaulting)."""
+    opened = await _open(request, kubelet, pod, container, opts)
+    if isinstance(opened, web.Response):
+        return opened
+    protocol, ch = opened
     queue: asyncio.Queue = asyncio.Queue()
     tty = opts["tty"]
     emit = (lambda c: (lambda d: queue.put_nowait((c, d))))
@@ -145,16 +156,10 @@ async def serve_exec(request: web.Request, kubelet: Any, pod: dict, container: s
 async def serve_attach(request: web.Request, kubelet: Any, pod: dict, container: str,
                        opts: dict[str, bool]) -> web.StreamResponse:
     """``opts``: stdin, stdout, stderr, tty (PodAttachOptions after defaulting)."""
-    protocol = ws.negotiate(request.headers.get("Sec-WebSocket-Protocol"))
-    if protocol is None:
-        return web.Response(status=403)
-    if protocol != ws.V5:
-        try:
-            kubelet.running_container(pod, container)
-        except ExecError as e:
-            return web.Response(status=500, text=str(e))
-    ch = await _upgrade(request, protocol)
-    await ch.send(_first_channel(opts), b"")
+    opened = await _open(request, kubelet, pod, container, opts)
+    if isinstance(opened, web.Response):
+        return opened
+    _, ch = opened
     queue: asyncio.Queue = asyncio.Queue()
     try:
         c = kubelet.running_container(pod, container)
