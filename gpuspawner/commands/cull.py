@@ -217,6 +217,8 @@ async def _loop(culler, source, args: argparse.Namespace, every: float) -> int:
                 await source.collect()
             except KubeError as e:
                 log.error("cannot find the DCGM exporters: %s", e)
+            except Exception as e:  # a round that fails never ends sampling: it is a gap, which keeps servers
+                log.error("scrape round skipped: %s: %s", type(e).__name__, e)
             await _sleep(stop, args.scrape_every)
     sampler = None if args.prometheus_url else asyncio.create_task(sample())
     try:

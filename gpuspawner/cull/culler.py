@@ -3,9 +3,11 @@
 ``Culler.run_pass()`` returns whether the pass worked: False when the hub,
 the Kubernetes API or the metric source could not be read, or a stop failed.
 Whatever failed, no server is stopped on missing evidence: a GPU server whose
-activity could not be read is kept, and the log line says why.  One log line
-per decision: ``cull``/``would cull`` (``--dry-run``)/``keep`` at INFO,
-``skip`` (CPU-only, pending, not ready) at DEBUG.
+activity could not be read, or was bad data, is kept, and the log line says
+why.  One log line per decision: ``cull``/``would cull`` (``--dry-run``)/``keep``
+at INFO, ``skip`` (CPU-only, pending, not ready) at DEBUG; one WARNING per
+window whose series held bad samples.  No answer of the hub or the metric
+source ends a pass with an exception: what could not be read fails the pass.
 
 The clock is a seam (``clock``): tests pass a fixed time.
 """
@@ -19,13 +21,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from gpuspawner.cull.activity import PodActivity, SeriesWindow, SourceError, pod_activity
+from gpuspawner.cull.activity import PodActivity, SeriesWindow, SourceError, device_of, pod_activity, pod_of, show
 from gpuspawner.cull.hub import HubClient, HubError
 from gpuspawner.cull.kube import KubeError
 from gpuspawner.cull.metrics import CullMetrics
-from gpuspawner.cull.policy import Action, Decision, decide
+from gpuspawner.cull.policy import NO_METRICS, PARTIAL_METRICS, UNUSABLE_METRICS, Action, Decision, decide
 from gpuspawner.cull.rules import CullRules, rule_for
 from gpuspawner.cull.servers import Server, pod_index, servers_from_users
+from gpuspawner.kube.times import format_duration
 
 __all__ = ["ActivitySource", "Culler", "utcnow"]
 
@@ -34,6 +37,12 @@ log = logging.getLogger("gpuspawner.cull")
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _where(w: SeriesWindow) -> str:
+    """A series' pod and device, quoted (label values come from the metric source)."""
+    pod = pod_of(w.labels)
+    return f"{show('/'.join(pod), 120) if pod else 'no pod'} on {show(device_of(w.labels), 120)}"
 
 
 class ActivitySource(Protocol):
@@ -52,18 +61,31 @@ class Culler:
     clock: Callable[[], datetime] = utcnow
 
     async def _activity(self, servers: list[Server], now: datetime
-                        ) -> tuple[dict[float, dict | str], bool]:
-        """window -> {pod: PodActivity}, or the source's error text; and whether all windows were read."""
+                        ) -> tuple[dict[float, dict | str], bool, int]:
+        """window -> {pod: PodActivity}, or the source's error text; whether all windows were read;
+        how many series held bad samples."""
         windows = {rule_for(self.rules, s.profile, s.pool).idle_timeout for s in servers if s.gpus > 0}
         out: dict[float, dict | str] = {}
-        ok = True
+        ok, unusable = True, 0
         for window in sorted(windows):
             try:
-                out[window] = pod_activity(await self.source.windows(window, now.timestamp()))
+                series = await self.source.windows(window, now.timestamp())
             except SourceError as e:
                 log.error("GPU activity unavailable: %s", e)
                 out[window], ok = str(e), False
-        return out, ok
+                continue
+            except Exception as e:  # a source that fails in a way it does not know: still no evidence
+                log.error("GPU activity unavailable: the source failed: %s: %s", type(e).__name__, e)
+                out[window], ok = f"the metric source failed ({type(e).__name__})", False
+                continue
+            bad = [w for w in series if w.unusable]
+            if bad:
+                unusable += len(bad)
+                log.warning("GPU activity over the last %s: %d of %d series hold bad samples, their servers are "
+                            "kept [%s]; first: %s of %s", format_duration(window), len(bad), len(series),
+                            UNUSABLE_METRICS, bad[0].unusable, _where(bad[0]))
+            out[window] = pod_activity(series)
+        return out, ok, unusable
 
     async def _servers(self) -> tuple[list[Server], bool]:
         users = await self.hub.ready_users()
@@ -105,6 +127,16 @@ class Culler:
                 d.message, d.reason)
 
     async def run_pass(self) -> bool:
+        try:
+            return await self._pass()
+        except Exception as e:  # a pass never ends the culler: it fails, and the next one runs
+            log.error("pass failed, the rest of it skipped (no server stopped after this point): %s: %s",
+                      type(e).__name__, e)
+            if self.metrics is not None:
+                self.metrics.record_pass(False, [], self.clock().timestamp())
+            return False
+
+    async def _pass(self) -> bool:
         now = self.clock()
         try:
             servers, ok = await self._servers()
@@ -113,7 +145,7 @@ class Culler:
             if self.metrics is not None:
                 self.metrics.record_pass(False, [], now.timestamp())
             return False
-        activity, read_ok = await self._activity(servers, now)
+        activity, read_ok, unusable = await self._activity(servers, now)
         decisions = [self._decide(s, activity, now) for s in servers]
         for d in decisions:
             self._log(d)
@@ -125,7 +157,9 @@ class Culler:
         kinds = [("would_cull" if self.dry_run and d.action is Action.CULL else d.action.value, d.reason)
                  for d in decisions]
         if self.metrics is not None:
-            self.metrics.record_pass(ok and read_ok, kinds, self.clock().timestamp())
-        log.info("pass done: %d servers, %d %s, %d kept", len(decisions), len(stops),
-                 "would be stopped" if self.dry_run else "stopped", sum(d.action is Action.KEEP for d in decisions))
+            self.metrics.record_pass(ok and read_ok, kinds, self.clock().timestamp(), unusable)
+        blind = sum(d.reason in (NO_METRICS, PARTIAL_METRICS, UNUSABLE_METRICS) for d in decisions)
+        log.info("pass done: %d servers, %d %s, %d kept (%d of them for want of usable GPU metrics)",
+                 len(decisions), len(stops), "would be stopped" if self.dry_run else "stopped",
+                 sum(d.action is Action.KEEP for d in decisions), blind)
         return ok and read_ok

@@ -76,12 +76,16 @@ class HubClient:
                 raise HubError(f"GET {url}: HTTP {status} {body[:200].decode('utf-8', 'replace')}")
             try:
                 doc = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise HubError(f"GET {url}: the answer is not JSON") from None
             if isinstance(doc, list):  # a hub without pagination
                 return [u for u in doc if isinstance(u, dict)]
-            users += [u for u in doc.get("items") or [] if isinstance(u, dict)]
-            nxt = (doc.get("_pagination") or {}).get("next")
+            items = doc.get("items") if isinstance(doc, dict) else None
+            if not isinstance(items, list):
+                raise HubError(f"GET {url}: the answer is neither a list of users nor a page of them")
+            users += [u for u in items if isinstance(u, dict)]
+            page = doc.get("_pagination")
+            nxt = page.get("next") if isinstance(page, dict) else None
             url, params = (nxt.get("url"), {}) if isinstance(nxt, dict) and nxt.get("url") else (None, {})
         return users
 

@@ -10,6 +10,8 @@ join the hub's ``/hub/metrics``; Prometheus scrapes the culler beside the hub.
   window the culler checked): a lower bound of what culling reclaimed;
 * ``gpuspawner_cull_decisions{action,reason}``: the last pass's decisions
   (``action`` ``cull``, ``would_cull`` under ``--dry-run``, ``keep``, ``skip``);
+* ``gpuspawner_cull_unusable_series``: series of the last pass that held bad
+  samples (``NaN``, infinities, out of range, not numbers; their servers were kept);
 * ``gpuspawner_cull_passes_total{outcome}`` (``ok``, ``failed``) and
   ``gpuspawner_cull_last_pass_timestamp_seconds``.
 """
@@ -35,6 +37,8 @@ class CullMetrics:
         self.decisions = Gauge("gpuspawner_cull_decisions", "Decisions of the culler's last pass",
                                ["action", "reason"], registry=r)
         self.passes = Counter("gpuspawner_cull_passes", "Culler passes, by outcome", ["outcome"], registry=r)
+        self.unusable = Gauge("gpuspawner_cull_unusable_series",
+                              "GPU activity series of the culler's last pass that held bad samples", registry=r)
         self.last_pass = Gauge("gpuspawner_cull_last_pass_timestamp_seconds",
                                "When the culler's last pass ended (Unix time)", registry=r)
 
@@ -42,10 +46,11 @@ class CullMetrics:
         self.culled.labels(pool=pool or "", reason=reason).inc()
         self.gpu_hours.labels(pool=pool or "").inc(max(gpu_hours, 0.0))
 
-    def record_pass(self, ok: bool, decisions: Iterable[tuple[str, str]], when: float) -> None:
+    def record_pass(self, ok: bool, decisions: Iterable[tuple[str, str]], when: float, unusable: int = 0) -> None:
         self.decisions.clear()
         for (action, reason), n in Tally(decisions).items():
             self.decisions.labels(action=action, reason=reason).set(n)
+        self.unusable.set(unusable)
         self.passes.labels(outcome="ok" if ok else "failed").inc()
         self.last_pass.set(when)
 

@@ -9,8 +9,9 @@ A GPU server is stopped when, for the idle timeout that applies to it
   whole window, and the highest activity of every device stayed below the
   noise floor.
 
-Either signal alone never stops a GPU server.  Missing or partial metrics
-keep it, saying why.  A GPU server older than the maximum age is stopped
+Either signal alone never stops a GPU server.  Missing, partial or unusable
+metrics (a sample that is not a finite number in its metric's range) keep it,
+saying why.  A GPU server older than the maximum age is stopped
 whatever it does (as jupyterhub-idle-culler's ``--max-age``).  Servers of an
 exempt group's members are kept; pending and not-ready servers are left
 alone, and so are CPU-only servers: those are the hub's idle culler's.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
-from gpuspawner.cull.activity import PodActivity
+from gpuspawner.cull.activity import PodActivity, show
 from gpuspawner.cull.rules import AppliedRule, CullRules
 from gpuspawner.cull.servers import Server
 from gpuspawner.kube.times import format_duration
@@ -39,6 +40,7 @@ class Action(str, Enum):
 # the bounded reasons (label values of gpuspawner_culled_servers_total and words of the log)
 IDLE, MAX_AGE = "idle", "max_age"
 ACTIVE, GPU_BUSY, NO_METRICS, PARTIAL_METRICS = "jupyter_active", "gpu_busy", "no_metrics", "partial_metrics"
+UNUSABLE_METRICS = "metrics_unusable"
 EXEMPT, GROUPS_UNKNOWN, NO_POD, NO_TIMES = "exempt", "groups_unknown", "no_pod", "no_activity_time"
 CPU_ONLY, PENDING, NOT_READY = "cpu_only", "pending", "not_ready"
 
@@ -46,7 +48,7 @@ CPU_ONLY, PENDING, NOT_READY = "cpu_only", "pending", "not_ready"
 @dataclass(frozen=True)
 class GpuVerdict:
     idle: bool | None  # True idle, False busy, None unknown
-    reason: str  # GPU_BUSY, NO_METRICS, PARTIAL_METRICS or IDLE
+    reason: str  # GPU_BUSY, NO_METRICS, PARTIAL_METRICS, UNUSABLE_METRICS or IDLE
     text: str
 
 
@@ -78,6 +80,9 @@ def judge_gpus(activity: PodActivity | None, gpus: int, floor: float, window: fl
     if activity is None or not activity.devices:
         return GpuVerdict(None, NO_METRICS, "no GPU metrics for its pod (is the DCGM exporter running on its "
                                             "node, and does Prometheus scrape it?)")
+    bad = activity.unusable
+    if bad is not None:  # bad data is no evidence, whatever the other devices show
+        return GpuVerdict(None, UNUSABLE_METRICS, f"GPU metrics unusable: {bad.unusable} ({show(bad.device, 120)})")
     note = _shared_note(activity)
     peak = activity.peak
     if peak is not None and peak >= floor:

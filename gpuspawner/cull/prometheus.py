@@ -6,62 +6,119 @@ For each activity metric and window, one range query
     max_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[<step>])   start=now-n*step  end=now  step=<step>
 
 whose point ``k`` is the highest sample in ``(start+(k-1)*step, start+k*step]``: exactly the
-per-step maxima ``activity.window_from_points`` judges (the window is covered when every point,
+per-step maxima ``activity.StepMaxima`` judges (the window is covered when every point,
 the first one too, exists).  Series keep whatever labels the scrape gave them, ``exported_pod``
-included.  Any failure (connection, HTTP status, ``"status": "error"``, a body that is not the
-API's) is a ``SourceError``: the culler then keeps every GPU server and says why.
+included.  Any failure (connection, an HTTP status other than 200, ``"status": "error"``, a body
+that is not the API's or not JSON, a series whose labels are not strings) is a ``SourceError``: the
+culler then keeps every GPU server and says why.  A series whose points or samples are bad (not
+``[time, value]``, ``NaN``, infinities, out of range, not numbers) is an unusable window: its pod
+is kept (``activity.check_sample``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from gpuspawner.cull.activity import ACTIVITY_METRICS, SeriesWindow, SourceError, plan_steps, window_from_points
+from gpuspawner.cull.activity import (ACTIVITY_METRICS, BadSample, SeriesWindow, SourceError, StepMaxima, plan_steps,
+                                      show)
 
-__all__ = ["PrometheusSource", "windows_from_matrix"]
+__all__ = ["MAX_ANSWER_BYTES", "PrometheusSource", "windows_from_matrix"]
+
+#: the largest answer read (a 30-day window at 10,000 points for 1,000 GPUs is about 250 MB: past
+#: this, raise ``--metrics-step``)
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 
 def _promql_duration(seconds: float) -> str:
     return f"{max(int(round(seconds * 1000)), 1)}ms"
 
 
+def _labels(metric: str, i: int, series: Any) -> dict[str, str]:
+    """A series' labels; a series that cannot be told apart from the others spoils the whole answer."""
+    labels = series.get("metric") if isinstance(series, Mapping) else None
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in labels.items()):
+        raise SourceError(f"Prometheus answered a malformed series for {metric} (result[{i}]: "
+                          f"{show(series, 80)}): its labels must be a map of strings")
+    return {k: v for k, v in labels.items() if k != "__name__"}
+
+
+def _time(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise BadSample(f"time {show(raw)} is not a number")
+    try:
+        t = float(raw)
+    except (ValueError, OverflowError):
+        raise BadSample(f"time {show(raw)} is not a number") from None
+    if not math.isfinite(t):
+        raise BadSample(f"time {show(raw)} is not a finite number")
+    return t
+
+
+def _series_window(metric: str, labels: dict[str, str], values: Any, start: float, step: float, n: int
+                   ) -> SeriesWindow:
+    steps = StepMaxima(metric, start, step, n)
+    if not isinstance(values, list):
+        steps.reject(f"values {show(values)} is not a list of [time, value] points")
+        return steps.window(labels)
+    for point in values:
+        if not isinstance(point, list) or len(point) != 2:
+            steps.reject(f"point {show(point)} is not [time, value]")
+            continue
+        try:
+            t = _time(point[0])
+        except BadSample as e:
+            steps.reject(str(e))
+            continue
+        x = (t - start) / step
+        steps.put(round(x) if math.isfinite(x) and abs(x) < 1e15 else -1, point[0], point[1])
+    return steps.window(labels)
+
+
 def windows_from_matrix(metric: str, doc: Any, start: float, step: float, n: int) -> list[SeriesWindow]:
-    """The ``SeriesWindow`` of each series in a ``query_range`` answer.  Pure."""
+    """The ``SeriesWindow`` of each series in a ``query_range`` answer.  Pure.
+
+    An answer that is not the API's (an error, another result type, a series without readable
+    labels) is a ``SourceError``; a series with bad points or samples is an unusable window."""
     if not isinstance(doc, Mapping) or doc.get("status") != "success":
         error = doc.get("error") if isinstance(doc, Mapping) else None
-        raise SourceError(f"Prometheus answered an error: {error or doc!r}"[:300])
-    data = doc.get("data") or {}
-    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-        raise SourceError(f"Prometheus answered no matrix for {metric} (resultType {data.get('resultType')!r})")
-    out = []
-    for series in data["result"]:
-        labels = {str(k): str(v) for k, v in (series.get("metric") or {}).items() if k != "__name__"}
-        points: list[float | None] = [None] * (n + 1)
-        for t, v in series.get("values") or []:
-            k = round((float(t) - start) / step)
-            if 0 <= k <= n:
-                try:
-                    points[k] = float(v)
-                except ValueError:
-                    continue
-        out.append(window_from_points(metric, labels, points, start, step))
-    return out
+        raise SourceError(f"Prometheus answered an error: {show(error or doc, 300)}")
+    data = doc.get("data")
+    kind = data.get("resultType") if isinstance(data, Mapping) else None
+    if kind != "matrix" or not isinstance(data.get("result"), list):
+        raise SourceError(f"Prometheus answered no matrix for {metric} (resultType {show(kind)}, "
+                          f"data {show(data, 80)})")
+    return [_series_window(metric, _labels(metric, i, series), series.get("values"), start, step, n)
+            for i, series in enumerate(data["result"])]
 
 
 class PrometheusSource:
     """Reads the DCGM activity metrics' windows from Prometheus."""
 
-    def __init__(self, url: str, *, step: float = 60.0, timeout: float = 30.0):
+    def __init__(self, url: str, *, step: float = 60.0, timeout: float = 30.0,
+                 max_bytes: int = MAX_ANSWER_BYTES):
         self.url = url.rstrip("/")
         self.step = step
         self.timeout = timeout
+        self.max_bytes = max_bytes
         self._session = None
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+    async def _read(self, r: Any) -> bytes:
+        body = bytearray()
+        async for chunk in r.content.iter_chunked(1 << 16):
+            body += chunk
+            if len(body) > self.max_bytes:
+                raise SourceError(f"Prometheus at {self.url} answered more than {self.max_bytes >> 20} MiB: "
+                                  "raise --metrics-step or shorten the idle timeout")
+        return bytes(body)
 
     async def _get(self, params: dict[str, str]) -> Any:
         import aiohttp
@@ -71,11 +128,17 @@ class PrometheusSource:
         try:
             async with self._session.get(f"{self.url}/api/v1/query_range", params=params,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout)) as r:
-                if r.status >= 500 or r.status in (401, 403, 404):
-                    raise SourceError(f"Prometheus at {self.url} answered HTTP {r.status}: {(await r.text())[:200]}")
-                return await r.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+                status, body = r.status, await self._read(r)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             raise SourceError(f"cannot query Prometheus at {self.url}: {e or type(e).__name__}") from None
+        if status != 200:  # Prometheus answers errors (400, 422, 503) with a JSON body saying why
+            raise SourceError(f"Prometheus at {self.url} answered HTTP {status}: "
+                              f"{body[:200].decode('utf-8', 'replace')!r}")
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser goes
+            raise SourceError(f"Prometheus at {self.url} answered something that is not JSON: "
+                              f"{str(e)[:100] or type(e).__name__}") from None
 
     async def windows(self, window: float, now: float) -> list[SeriesWindow]:
         """Every activity series over the ``window`` seconds before ``now`` (epoch seconds)."""

@@ -10,7 +10,8 @@ series, for as long as the longest window needs.
 There is no history before the culler started: a server's GPUs count as idle only
 once the culler itself has watched them for a whole window (so ``--once`` without
 Prometheus keeps every GPU server), and an exporter that could not be scraped
-leaves a gap, which keeps its servers (``activity.window_from_points``).
+leaves a gap, which keeps its servers; a sample that is not a finite number in its metric's
+range (``NaN`` in the text format, say) makes its series unusable (``activity.StepMaxima``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from gpuspawner.cull.activity import (ACTIVITY_METRICS, SeriesWindow, plan_steps, points_from_samples,
-                                      window_from_points)
+from gpuspawner.cull.activity import ACTIVITY_METRICS, SeriesWindow, StepMaxima, plan_steps
 
 __all__ = ["ScrapeSource", "parse_exposition"]
 
@@ -120,5 +120,10 @@ class ScrapeSource:
     async def windows(self, window: float, now: float) -> list[SeriesWindow]:
         step, n = plan_steps(window, self.step)
         start = now - n * step
-        return [window_from_points(metric, dict(labels), points_from_samples(samples, start, step, n), start, step)
-                for (metric, labels), samples in self.history.items()]
+        out = []
+        for (metric, labels), samples in self.history.items():
+            steps = StepMaxima(metric, start, step, n)
+            for t, value in samples:
+                steps.put(steps.step_of(t), t, value)
+            out.append(steps.window(dict(labels)))
+        return out

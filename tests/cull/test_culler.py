@@ -13,10 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
 
 from tests.builders.hubapi import NOW, dcgm_labels, hub_user, server_model, server_pod
+from tests.builders.prometheus import CLEAN, HOSTILE, UNUSABLE, FakePrometheus
 from gpuspawner.cull.activity import GR_ENGINE, SeriesWindow, SourceError
 from gpuspawner.cull.culler import Culler
 from gpuspawner.cull.hub import HubError
 from gpuspawner.cull.metrics import CullMetrics
+from gpuspawner.cull.prometheus import PrometheusSource
 from gpuspawner.cull.rules import CullRules, Limits
 
 POOL = "gpu-a100:nvidia-a100-sxm4-40gb:nvidia.com/gpu"
@@ -29,6 +31,8 @@ class Hub:
     async def ready_users(self):
         if self.fail == "list":
             raise HubError("GET /users: cannot reach the hub")
+        if self.fail == "bug":
+            raise KeyError("servers")
         return self.users
 
     async def stop(self, user, server):
@@ -50,10 +54,10 @@ class Source:
                 for pod, peaks in self.peaks.items() for i, peak in enumerate(peaks)]
 
 
-def setup(**kw):
+def setup(alice_gpus=2, **kw):
     users = [hub_user("alice", {"": server_model()}), hub_user("bob", {"": server_model()}),
              hub_user("carol", {"": server_model(user_options={"profile": "cpu"})})]
-    pods = [server_pod("alice", gpus=2, pool=POOL), server_pod("bob", pool=POOL),
+    pods = [server_pod("alice", gpus=alice_gpus, pool=POOL), server_pod("bob", pool=POOL),
             server_pod("carol", gpus=None, pool=None)]
 
     async def list_pods():
@@ -115,3 +119,83 @@ async def test_a_pass_that_cannot_read_or_stop_reports_failure(fail, source_fail
     if source_fails:
         assert any("keep alice/" in r.getMessage() and "GPU metrics unavailable: cannot query Prometheus"
                    in r.getMessage() for r in caplog.records)
+
+
+def decisions(metrics: CullMetrics) -> dict:
+    text = generate_latest(metrics.registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name in ("gpuspawner_cull_decisions", "gpuspawner_cull_unusable_series")}
+
+
+PODS = {"jupyter-alice": "idle", "jupyter-bob": "busy"}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE), ids=list(HOSTILE))
+async def test_a_hostile_prometheus_stops_nothing_and_the_pass_says_why(case, caplog):
+    """Alice's server is idle, Bob's busy; Prometheus (a real HTTP server) answers garbage: nobody is
+    stopped, the pass ends normally, each GPU server's line says why it is kept, the metrics count it."""
+    hostile = HOSTILE[case]
+    with FakePrometheus(PODS, hostile.respond) as prom:
+        source = PrometheusSource(prom.url, step=60)
+        culler, hub, _, metrics = setup(alice_gpus=1, source=source)
+        try:
+            with caplog.at_level(logging.INFO, "gpuspawner.cull"):
+                worked = await culler.run_pass()
+        finally:
+            await source.close()
+    assert hub.stopped == []
+    lines = [r.getMessage() for r in caplog.records]
+    alice = next(m for m in lines if m.startswith("keep alice/"))
+    assert alice.endswith(f"[{hostile.verdict}]"), alice
+    assert not any("Traceback" in m or "would cull" in m or m.startswith("cull ") for m in lines), lines
+    seen = decisions(metrics)
+    assert seen[("gpuspawner_cull_decisions", (("action", "keep"), ("reason", hostile.verdict)))] >= 1
+    if hostile.verdict == UNUSABLE:
+        assert worked is True  # the pass worked: it read bad data and kept the servers on it
+        assert seen[("gpuspawner_cull_unusable_series", ())] >= 1
+        assert any(r.levelname == "WARNING" and "series hold bad samples, their servers are kept "
+                   "[metrics_unusable]" in r.getMessage() for r in caplog.records), lines
+    else:
+        assert worked is False  # the answer was not Prometheus': the pass could not read the metrics
+        assert any("GPU activity unavailable" in m for m in lines), lines
+
+
+@pytest.mark.parametrize("case", list(CLEAN), ids=list(CLEAN))
+async def test_a_clean_answer_through_the_same_server_stops_the_idle_server_only(case):
+    """The control for the hostile table: the same fake Prometheus with good data (also a huge answer)
+    does let the culler stop Alice's idle server, so "nothing stopped" above means something."""
+    with FakePrometheus(PODS, CLEAN[case]) as prom:
+        source = PrometheusSource(prom.url, step=60)
+        culler, hub, _, metrics = setup(alice_gpus=1, source=source)
+        try:
+            assert await culler.run_pass() is True
+        finally:
+            await source.close()
+    assert hub.stopped == [("alice", "")]
+    assert decisions(metrics)[("gpuspawner_cull_unusable_series", ())] == 0
+
+
+class Broken:
+    """A metric source that fails in a way it does not announce (not a SourceError)."""
+
+    async def windows(self, window, now):
+        raise TypeError("float() argument must be a string or a real number, not 'NoneType'")
+
+
+async def test_a_source_failing_unexpectedly_keeps_every_gpu_server_and_fails_the_pass(caplog):
+    culler, hub, _, metrics = setup(source=Broken())
+    with caplog.at_level(logging.INFO, "gpuspawner.cull"):
+        assert await culler.run_pass() is False
+    assert hub.stopped == []
+    assert any(r.getMessage().startswith("keep alice/") and "[no_metrics]" in r.getMessage()
+               for r in caplog.records)
+    assert any("GPU activity unavailable: the source failed: TypeError" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_pass_that_hits_the_unexpected_fails_instead_of_raising(caplog):
+    culler, hub, _, metrics = setup(fail="bug")
+    with caplog.at_level(logging.INFO, "gpuspawner.cull"):
+        assert await culler.run_pass() is False
+    assert hub.stopped == []
+    assert any("pass failed, the rest of it skipped" in r.getMessage() and "KeyError" in r.getMessage()
+               for r in caplog.records)

@@ -28,6 +28,13 @@ def devices(*peaks, covered=True, shared=()):
                              for i, p in enumerate(peaks)))
 
 
+def unusable(*peaks, bad=0, why='DCGM_FI_PROF_GR_ENGINE_ACTIVE: "NaN" is not a finite number (at 1700000000)'):
+    """``devices(*peaks)`` where device ``bad``'s series held bad samples."""
+    return PodActivity(tuple(DeviceActivity(f"node-1/GPU-{i}", None if i == bad else p, i != bad, (),
+                                            why if i == bad else None, why if i == bad else None)
+                             for i, p in enumerate(peaks)))
+
+
 IDLE = devices(0.002)
 RULES = CullRules(idle_timeout=HOUR, noise_floor=0.01)
 
@@ -53,9 +60,16 @@ RULES = CullRules(idle_timeout=HOUR, noise_floor=0.01)
      Action.CULL, "max_age"),
     ({"last_activity": None, "started": 2 * HOUR}, IDLE, RULES, Action.CULL, "idle"),  # started stands in
     ({"last_activity": None, "started": None}, IDLE, RULES, Action.KEEP, "no_activity_time"),
+    ({}, unusable(0.0), RULES, Action.KEEP, "metrics_unusable"),
+    ({"gpus": 2}, unusable(0.0, 0.0, bad=1), RULES, Action.KEEP, "metrics_unusable"),  # one GPU's data is bad
+    ({"gpus": 2}, unusable(0.0, 0.9, bad=0), RULES, Action.KEEP, "metrics_unusable"),  # bad beats busy
+    ({"last_activity": 600}, unusable(0.0), RULES, Action.KEEP, "jupyter_active"),
+    ({"last_activity": 60, "started": 25 * HOUR}, unusable(0.0), replace(RULES, max_age=24 * HOUR),
+     Action.CULL, "max_age"),  # the age is the hub's, not a metric
 ], ids=["both-idle", "jupyter-active", "gpu-busy", "no-metrics", "one-of-two-gpus", "window-not-covered",
         "one-busy-gpu", "shared-but-unseen", "below-floor", "at-floor", "cpu-only", "pending", "not-ready",
-        "exempt", "not-exempt", "groups-invisible", "max-age", "started-fallback", "no-times"])
+        "exempt", "not-exempt", "groups-invisible", "max-age", "started-fallback", "no-times", "unusable", "one-of-two-unusable", "unusable-beside-busy",
+        "unusable-jupyter-active", "unusable-max-age"])
 def test_decide(server_kw, activity, rules, action, reason):
     d = decide(gpu_server(**server_kw), activity, rule_for(rules, None, None), rules, NOW)
     assert (d.action, d.reason) == (action, reason), d.message
@@ -89,3 +103,10 @@ def test_a_server_without_a_pod_is_kept():
     assert server.gpus == 1 and server.pod is None
     d = decide(server, IDLE, rule_for(RULES, None, None), RULES, NOW)
     assert (d.action, d.reason) == (Action.KEEP, "no_pod")
+
+
+def test_an_unusable_verdict_says_which_sample_and_device():
+    verdict = judge_gpus(unusable(0.0), 1, 0.01, HOUR)
+    assert (verdict.idle, verdict.reason) == (None, "metrics_unusable")
+    assert verdict.text == ('GPU metrics unusable: DCGM_FI_PROF_GR_ENGINE_ACTIVE: "NaN" is not a finite number '
+                            '(at 1700000000) ("node-1/GPU-0")')
