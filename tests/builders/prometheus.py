@@ -130,14 +130,20 @@ def _huge(q: Query, pods: Mapping[str, str]) -> Answer:
 
 @dataclass(frozen=True)
 class Hostile:
-    """A hostile answer and what it must lead to: ``unusable`` (the sample is bad: the servers it
-    belongs to are kept as ``metrics_unusable``, the pass works) or ``unavailable`` (the answer as
-    a whole is not the API's: every GPU server is kept as ``no_metrics``, the pass fails)."""
+    """A hostile answer and what it must lead to for the idle pod: ``metrics_unusable`` (a sample is
+    bad: the servers it belongs to are kept, the pass works) or ``no_metrics`` (the answer as a whole
+    is not the API's: every GPU server is kept, the pass fails); ``busy``: the busy pod's verdict (its
+    own, when only the idle pod's series were spoilt)."""
     respond: Responder
     verdict: str
+    busy: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.busy:
+            object.__setattr__(self, "busy", self.verdict)
 
 
-UNUSABLE, UNAVAILABLE = "metrics_unusable", "no_metrics"
+UNUSABLE, UNAVAILABLE, BUSY = "metrics_unusable", "no_metrics", "gpu_busy"
 
 #: id -> the hostile answer; none of them may stop a server
 HOSTILE: dict[str, Hostile] = {
@@ -153,11 +159,11 @@ HOSTILE: dict[str, Hostile] = {
     "list": Hostile(_every_sample([0]), UNUSABLE),
     "object": Hostile(_every_sample({"value": 0}), UNUSABLE),
     "huge-number": Hostile(_every_sample(10 ** 400), UNUSABLE),
-    "one-nan": Hostile(_one_bad_sample("NaN"), UNUSABLE),
-    "one-null": Hostile(_one_bad_sample(None), UNUSABLE),
-    "util-nan-only": Hostile(_one_bad_sample("NaN", GPU_UTIL), UNUSABLE),
-    "util-over-100": Hostile(_one_bad_sample("250", GPU_UTIL), UNUSABLE),
-    "ratio-negative-zero-ish": Hostile(_one_bad_sample("-1e-9", GR_ENGINE), UNUSABLE),
+    "one-nan": Hostile(_one_bad_sample("NaN"), UNUSABLE, BUSY),
+    "one-null": Hostile(_one_bad_sample(None), UNUSABLE, BUSY),
+    "util-nan-only": Hostile(_one_bad_sample("NaN", GPU_UTIL), UNUSABLE, BUSY),
+    "util-over-100": Hostile(_one_bad_sample("250", GPU_UTIL), UNUSABLE, BUSY),
+    "ratio-negative-zero-ish": Hostile(_one_bad_sample("-1e-9", GR_ENGINE), UNUSABLE, BUSY),
     "point-not-a-pair": Hostile(_shape(lambda q, pods: _points(q, pods, lambda t, v: [t])), UNUSABLE),
     "time-not-a-number": Hostile(_shape(lambda q, pods: _points(q, pods, lambda t, v: ["now", v])), UNUSABLE),
     "time-nan": Hostile(_shape(lambda q, pods: _points(q, pods, lambda t, v: ["NaN", v])), UNUSABLE),
@@ -187,6 +193,23 @@ HOSTILE: dict[str, Hostile] = {
 
 #: clean answers that are large or odd but right: the idle server is culled, the busy one kept
 CLEAN = {"clean": clean, "huge": _huge}
+
+
+class Cycle:
+    """A responder that answers each culling pass with the next of ``responders`` (a pass starts with
+    its ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` query), then the last one for good; ``passes``: passes begun."""
+
+    def __init__(self, responders: list[Responder]):
+        self.responders = responders
+        self.passes = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, q: Query, pods: Mapping[str, str]) -> Answer:
+        with self._lock:
+            if q.metric == GR_ENGINE:
+                self.passes += 1
+            i = min(max(self.passes - 1, 0), len(self.responders) - 1)
+        return self.responders[i](q, pods)
 
 
 class FakePrometheus:

@@ -158,6 +158,12 @@ async def test_a_hostile_prometheus_stops_nothing_and_the_pass_says_why(case, ca
     else:
         assert worked is False  # the answer was not Prometheus': the pass could not read the metrics
         assert any("GPU activity unavailable" in m for m in lines), lines
+    # the pass's summary says how many servers it kept only because it could not judge them
+    blind = 1 + (hostile.busy != "gpu_busy")
+    assert any(m.startswith(f"pass done: 3 servers, 0 stopped, 2 kept ({blind} of them for want of usable GPU "
+                            "metrics)") for m in lines), lines
+    bob = next(m for m in lines if m.startswith("keep bob/"))
+    assert bob.endswith(f"[{hostile.busy}]"), bob
 
 
 @pytest.mark.parametrize("case", list(CLEAN), ids=list(CLEAN))

@@ -135,6 +135,21 @@ c.JupyterHub.load_roles.append({{"name": "gpu-culler", "scopes": {scopes!r}, "se
 """
 
 
+def demo_config_env(workdir: pathlib.Path, port: int, token: str, extra_config: pathlib.Path,
+                    kubeconfig: pathlib.Path) -> dict[str, str]:
+    """The environment in which ``jupyterhub -f <the demo's config>`` runs a hub on loopback: its
+    work directory, ports, admin token, the site's own config file (loaded after the gpuspawner
+    snippet), and the cluster's credentials."""
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), GPUSPAWNER_DEMO_DIR=str(workdir),
+               GPUSPAWNER_DEMO_SNIPPET=str(config_snippet()), GPUSPAWNER_DEMO_PORT=str(port),
+               GPUSPAWNER_DEMO_HUB_PORT=str(free_port()), GPUSPAWNER_DEMO_PROXY_API_PORT=str(free_port()),
+               GPUSPAWNER_DEMO_PROXY=shutil.which("configurable-http-proxy") or "configurable-http-proxy",
+               GPUSPAWNER_DEMO_ADMIN_TOKEN=token, GPUSPAWNER_DEMO_EXTRA_CONFIG=str(extra_config),
+               CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(16))
+    env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
 class CullHub(DemoHub):
     """``DemoHub``'s API helpers over the demo's hub configuration on a cluster with DCGM exporters."""
 
@@ -157,13 +172,7 @@ class CullHub(DemoHub):
                       json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jupyterhub"}})
         extra = self.dir / "extra_config.py"
         extra.write_text(EXTRA_CONFIG.format(token=self.culler_token, scopes=CULLER_ROLE_SCOPES))
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), GPUSPAWNER_DEMO_DIR=str(self.dir),
-                   GPUSPAWNER_DEMO_SNIPPET=str(config_snippet()), GPUSPAWNER_DEMO_PORT=str(self.port),
-                   GPUSPAWNER_DEMO_HUB_PORT=str(free_port()), GPUSPAWNER_DEMO_PROXY_API_PORT=str(free_port()),
-                   GPUSPAWNER_DEMO_PROXY=shutil.which("configurable-http-proxy") or "configurable-http-proxy",
-                   GPUSPAWNER_DEMO_ADMIN_TOKEN=self.token, GPUSPAWNER_DEMO_EXTRA_CONFIG=str(extra),
-                   CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(16))
-        env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")])
+        env = demo_config_env(self.dir, self.port, self.token, extra, self.kubeconfig)
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG)], cwd=self.dir,
                                      env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
