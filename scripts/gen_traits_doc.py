@@ -265,6 +265,12 @@ def render(docs: list[TraitDoc]) -> str:
         "reads them from `c.GPUSpawner` (or the spawner class you configured) and from",
         "`c.GPUSpawnerSettings` (formerly `c.GPUCapacitySettings`, which still works).",
         "",
+        "Every one of these settings is checked when the hub starts (the config snippet does it once",
+        "the hub has read all of its configuration): a value of the wrong type or out of range, a",
+        "string where a list is needed, a misspelt setting, or settings that contradict each other",
+        "stop the hub before it serves anything, with one line per problem on stderr naming the",
+        "setting, the value given and what to write instead (configuration.md, section 1).",
+        "",
         "| setting | type | default | topic |",
         "|---|---|---|---|",
     ]

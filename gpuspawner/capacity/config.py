@@ -23,6 +23,8 @@ __all__ = [
     "DEFAULT_DRA_DRIVERS",
     "DeclaredPool",
     "CapacityConfig",
+    "check_device_resource",
+    "check_names",
 ]
 
 #: Extended resources that are GPUs (device plugins): NVIDIA full or MIG-single
@@ -43,6 +45,48 @@ _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # a qualified name (label key / resource name): optional DNS prefix + "/" + name
 _NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+# an extended resource that names a device: a vendor's domain (with a dot) + "/" + a name (Kubernetes:
+# extended resources are fully qualified names outside kubernetes.io); a prefix may end anywhere in the name
+_DEVICE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z0-9]([-a-z0-9]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DEVICE_PREFIX = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z0-9]([-a-z0-9]*[a-z0-9])?/[A-Za-z0-9][-A-Za-z0-9_.]*$")
+# a DRA driver's name: a DNS subdomain with a dot, e.g. gpu.nvidia.com
+_DRIVER = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NOT_DEVICES = "cpu, memory, ephemeral-storage, pods, hugepages-* and kubernetes.io/* are not devices"
+
+
+def check_device_resource(value: Any, *, prefix: bool = False) -> str:
+    """``value`` when it looks like a device's extended resource (``nvidia.com/gpu``; with ``prefix``, the
+    start of such names, ``nvidia.com/mig-``), else ValueError saying what to write."""
+    ok = isinstance(value, str) and len(value) <= 316 and (_DEVICE_PREFIX if prefix else _DEVICE).match(value)
+    domain = value.split("/", 1)[0] if isinstance(value, str) else ""
+    if not ok or domain == "kubernetes.io" or domain.endswith(".kubernetes.io") or domain.startswith("requests."):
+        example = "'nvidia.com/mig-'" if prefix else "'nvidia.com/gpu'"
+        raise ValueError(f"{value!r} is not {'the start of ' if prefix else ''}a device's extended resource: write "
+                         f"<vendor domain>/<name>, e.g. {example} ({_NOT_DEVICES})")
+    return value
+
+
+def check_names(field_name: str, values: Any) -> tuple[str, ...]:
+    """One of CapacityConfig's lists of names, checked: a list (or tuple) of names of their kind."""
+    if isinstance(values, str) or not isinstance(values, (tuple, list)):
+        raise ValueError(f"{field_name} must be a list of names, e.g. [{_EXAMPLES[field_name]!r}], not {values!r}")
+    for v in values:
+        if field_name == "gpu_resources":
+            check_device_resource(v)
+        elif field_name == "gpu_resource_prefixes":
+            check_device_resource(v, prefix=True)
+        elif field_name == "dra_drivers":
+            if not isinstance(v, str) or len(v) > 253 or not _DRIVER.match(v):
+                raise ValueError(f"{v!r} is not a DRA driver's name: write a DNS name such as 'gpu.nvidia.com'")
+        elif not isinstance(v, str) or not v or len(v) > 316 or not _NAME.match(v):
+            raise ValueError(f"{v!r} is not a node label key: write e.g. 'cloud.google.com/gke-nodepool'")
+    return tuple(values)
+
+
+_EXAMPLES = {"gpu_resources": "nvidia.com/gpu", "gpu_resource_prefixes": "nvidia.com/mig-",
+             "node_group_labels": "cloud.google.com/gke-nodepool", "dra_drivers": "gpu.nvidia.com"}
 
 
 def _err(where: str, msg: str) -> ValueError:
@@ -236,12 +280,7 @@ class CapacityConfig:
 
     def __post_init__(self) -> None:
         for name in ("gpu_resources", "gpu_resource_prefixes", "node_group_labels", "dra_drivers"):
-            value = getattr(self, name)
-            if isinstance(value, str) or not isinstance(value, (tuple, list)):
-                raise ValueError(f"CapacityConfig.{name} must be a list of strings, got {value!r}")
-            if not all(isinstance(v, str) and v for v in value):
-                raise ValueError(f"CapacityConfig.{name} must contain non-empty strings, got {value!r}")
-            object.__setattr__(self, name, tuple(value))
+            object.__setattr__(self, name, check_names(name, getattr(self, name)))
         pools = tuple(
             p if isinstance(p, DeclaredPool) else DeclaredPool.from_config(p) for p in self.declared_pools
         )

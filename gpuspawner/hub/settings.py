@@ -27,7 +27,7 @@ from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, r
 from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity.cache import CapacityCache
-from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
+from gpuspawner.capacity.config import CapacityConfig, DeclaredPool, check_names
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,9 @@ def _names_or_default(help: str) -> List:
     return List(Unicode(), default_value=None, allow_none=True, config=True, help=help)
 
 
+# the CapacityConfig field each list-of-names trait becomes
+_CAPACITY_FIELDS = {"gpu_node_group_labels": "node_group_labels", "gpu_dra_drivers": "dra_drivers"}
+
 #: the class's former name: ``c.GPUCapacitySettings.<knob>`` in a config keeps working
 LEGACY_SECTION = "GPUCapacitySettings"
 
@@ -79,7 +82,10 @@ class GPUSpawnerSettings(Configurable):
     gpu_resources = _names_or_default(
         """
         Extended resource names that are GPUs. None keeps gpuspawner's default
-        (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, ``amd.com/gpu``).
+        (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, ``amd.com/gpu``). Only
+        names that look like a device's are accepted: ``<vendor domain>/<name>``
+        with a dot in the domain; ``cpu``, ``memory``, ``ephemeral-storage``,
+        ``pods``, ``hugepages-*`` and ``kubernetes.io/*`` are refused.
 
             c.GPUSpawner.gpu_resources = ["nvidia.com/gpu", "amd.com/gpu"]
         """
@@ -88,7 +94,7 @@ class GPUSpawnerSettings(Configurable):
         """
         Prefixes of extended resource names that are GPUs (MIG slices under the
         NVIDIA device plugin's "mixed" strategy). None keeps the default
-        (``nvidia.com/mig-``).
+        (``nvidia.com/mig-``). Each starts with a vendor's domain and ``/``.
 
             c.GPUSpawner.gpu_resource_prefixes = ["nvidia.com/mig-"]
         """
@@ -203,7 +209,7 @@ class GPUSpawnerSettings(Configurable):
         GPU profiles, offered after the admin's own ``profile_list``. Each
         has a ``slug`` and optionally ``display_name``, ``description``,
         ``default``, ``kubespawner_override`` (as in ``profile_list``),
-        ``pools`` (``include``/``exclude`` globs on pool ids), ``max_gpus``
+        ``pools`` (``include``/``exclude`` lists of globs on pool ids), ``max_gpus``
         (per server), ``profile_options`` (as in ``profile_list``; the
         options ``gpu_pool`` and ``gpus`` are added by gpuspawner) and
         ``allowed_groups`` (JupyterHub groups that may see and use the
@@ -248,9 +254,12 @@ class GPUSpawnerSettings(Configurable):
 
     @validate("gpu_resources", "gpu_resource_prefixes", "gpu_node_group_labels", "gpu_dra_drivers")
     def _validate_names(self, proposal):
-        value = proposal.value
-        if value is not None and not all(v.strip() for v in value):
-            raise TraitError(f"{proposal.trait.name} may not contain empty names: {value!r}")
+        value, name = proposal.value, proposal.trait.name
+        if value is not None:
+            try:
+                check_names(_CAPACITY_FIELDS.get(name, name), value)
+            except ValueError as e:
+                raise TraitError(f"{name}: {e}") from None
         return value
 
     @validate("gpu_reservation_ttl", "gpu_capacity_stall_timeout")

@@ -57,7 +57,7 @@ from gpuspawner.spawn.options import (
     validate_user_options,
 )
 from gpuspawner.spawn.overrides import build_overrides
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, NEVER_TOLERATED_PREFIXES, untolerated_taints
+from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys, untolerated_taints
 from gpuspawner.spawn.pending import (
     GPUS_ANNOTATION,
     POOL_ANNOTATION,
@@ -123,7 +123,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         The defaults are the usual GPU taints: ``nvidia.com/gpu`` (GKE, EKS
         GPU NodePools, self-managed), ``amd.com/gpu``, ``sku=gpu`` (the AKS
         recipe) and AKS spot nodes. ``node.kubernetes.io/*`` is never
-        tolerated.
+        tolerated, and a wildcard that would match any key (``*``) is refused.
 
             c.GPUSpawner.gpu_tolerated_taint_keys = ["nvidia.com/gpu", "example.com/reserved"]
         """,
@@ -350,12 +350,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
 
     @validate("gpu_tolerated_taint_keys")
     def _validate_taint_keys(self, proposal):
-        for key in proposal.value:
-            if not key or key.startswith(NEVER_TOLERATED_PREFIXES):
-                raise TraitError(
-                    f"gpu_tolerated_taint_keys may not contain {key!r}: node.kubernetes.io/* taints mark "
-                    "unhealthy or cordoned nodes, and an empty key would tolerate every taint"
-                )
+        try:
+            check_tolerated_keys(proposal.value)
+        except ValueError as e:
+            raise TraitError(f"gpu_tolerated_taint_keys: {e}") from None
         return proposal.value
 
     @validate("gpu_capacity_sync_timeout", "gpu_full_pool_grace", "gpu_capacity_page_max_age")

@@ -99,15 +99,16 @@ def principal_of(user: Any) -> Principal:
 def parse_allowed_groups(value: Any, where: str) -> frozenset[str]:
     """``allowed_groups`` from config: a list of JupyterHub group names.
 
-    ``None`` and ``[]`` mean everyone; a single string is one group (as
-    ``pools.include`` accepts one glob). Names padded with spaces are refused
+    ``None`` and ``[]`` mean everyone; a single string is refused (write
+    ``["staff"]``), as a list is needed. Names padded with spaces are refused
     rather than stripped: JupyterHub compares group names exactly, so
     ``" staff"`` would silently match nobody.
     """
     if value is None:
         return frozenset()
     if isinstance(value, str):
-        value = [value]
+        raise ValueError(f"{where}: 'allowed_groups' must be a list of JupyterHub group names, not the string "
+                         f"{value!r}: write [{value!r}]")
     if not isinstance(value, (list, tuple, set, frozenset)):
         raise ValueError(
             f"{where}: 'allowed_groups' must be a list of JupyterHub group names like "

@@ -78,8 +78,9 @@ def _fail(where: str, msg: str) -> ValueError:
 
 
 def _globs(where: str, value: Any, name: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
+    if isinstance(value, str):  # one glob where a list is needed: say so rather than guess
+        raise _fail(where, f"'{name}' must be a list of pool ids or globs, not the string {value!r}: "
+                           f"write [{value!r}]")
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(v, str) and v for v in value
     ):

@@ -15,7 +15,8 @@ from typing import Any
 
 from gpuspawner.capacity.model import PoolView, Taint
 
-__all__ = ["NEVER_TOLERATED_PREFIXES", "DEFAULT_TOLERATED_TAINT_KEYS", "HARD_EFFECTS", "taint_key_allowed",
+__all__ = ["NEVER_TOLERATED_PREFIXES", "DEFAULT_TOLERATED_TAINT_KEYS", "HARD_EFFECTS", "check_tolerated_keys",
+           "taint_key_allowed",
            "toleration_for", "tolerates", "keeps_pods_off", "untolerated_taints"]
 
 # Taint keys owned by Kubernetes itself (node lifecycle controller, kubelet):
@@ -28,6 +29,28 @@ DEFAULT_TOLERATED_TAINT_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "sku", "kuberne
 
 #: Effects that keep a pod off a node; PreferNoSchedule only steers.
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+# keys no admin means to tolerate: a glob matching them matches any key (``*``, ``*/*``, ``?*``)
+_UNRELATED_KEYS = ("zz-unrelated.example/zz-any-taint-key", "zz-any-taint-key")
+
+
+def check_tolerated_keys(patterns: Any) -> tuple[str, ...]:
+    """The admin's tolerated taint keys, checked: a list of keys or globs that are not empty, not
+    Kubernetes' own (``node.kubernetes.io/*``) and not catch-alls; else ValueError saying what to write."""
+    if isinstance(patterns, str) or not isinstance(patterns, (list, tuple)):
+        raise ValueError(f"expected a list of taint keys or globs such as ['nvidia.com/gpu'], not {patterns!r}")
+    for key in patterns:
+        if not isinstance(key, str) or not key.strip():
+            raise ValueError(f"{key!r} is not a taint key: an empty key would tolerate every taint; "
+                             "write e.g. 'nvidia.com/gpu'")
+        if key.startswith(NEVER_TOLERATED_PREFIXES):
+            raise ValueError(f"{key!r} may not be tolerated: node.kubernetes.io/* taints mark unhealthy or "
+                             "cordoned nodes")
+        if any(fnmatchcase(probe, key) for probe in _UNRELATED_KEYS):
+            raise ValueError(f"{key!r} would tolerate any taint (a wildcard is refused): name the GPU taints' "
+                             "keys, e.g. 'nvidia.com/gpu' or 'example.com/*'")
+    return tuple(patterns)
 
 
 def taint_key_allowed(key: str, allowed: Iterable[str]) -> bool:

@@ -61,6 +61,26 @@ def test_config_validation():
         CapacityConfig(declared_pools=({**H100, "resource": "example.com/fpga"},))
     with pytest.raises(ValueError, match="reservation_ttl"):
         CapacityConfig(reservation_ttl=0)
-    with pytest.raises(ValueError, match="list of strings"):
+    with pytest.raises(ValueError, match="gpu_resources must be a list of names"):
         CapacityConfig(gpu_resources="nvidia.com/gpu")
     assert CapacityConfig(declared_pools=(H100,)).declared_pools[0].labels[GKE] == "h100-spot"
+
+
+@pytest.mark.parametrize("name, prefix, good", [
+    ("nvidia.com/gpu", False, True), ("nvidia.com/gpu.shared", False, True), ("amd.com/gpu", False, True),
+    ("example.com/fpga", False, True), ("nvidia.com/mig-", True, True),
+    ("cpu", False, False), ("memory", False, False), ("ephemeral-storage", False, False), ("pods", False, False),
+    ("hugepages-2Mi", False, False), ("kubernetes.io/batman", False, False), ("x.kubernetes.io/y", False, False),
+    ("requests.nvidia.com/gpu", False, False), ("example/gpu", False, False), ("nvidia.com/", False, False),
+    ("nvidia.com/mig-", False, False), ("mig-", True, False), ("", False, False), (7, False, False),
+], ids=["nvidia", "nvidia-shared", "amd", "other-vendor", "mig-prefix", "cpu", "memory", "ephemeral-storage",
+        "pods", "hugepages", "kubernetes.io", "sub-kubernetes.io", "quota-name", "domain-without-dot",
+        "no-name", "prefix-as-name", "prefix-without-domain", "empty", "not-a-string"])
+def test_gpu_resources_are_device_extended_resources_only(name, prefix, good):
+    from gpuspawner.capacity.config import check_device_resource
+
+    if good:
+        assert check_device_resource(name, prefix=prefix) == name
+    else:
+        with pytest.raises(ValueError, match="not (the start of )?a device's extended resource: write <vendor domain>"):
+            check_device_resource(name, prefix=prefix)

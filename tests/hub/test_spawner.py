@@ -314,8 +314,10 @@ def test_default_template_path_is_ours(no_kube_client):
     [
         ("gpu_profiles", [{"slug": "gpu"}, {"slug": "gpu"}], "used twice"),
         ("gpu_profiles", [{"slug": "gpu", "max_gpus": -1}], "gpu_profiles[0] (slug 'gpu'): 'max_gpus' must be a positive integer"),
-        ("gpu_tolerated_taint_keys", ["node.kubernetes.io/unreachable"], "may not contain 'node.kubernetes.io/unreachable'"),
-        ("gpu_tolerated_taint_keys", [""], "may not contain ''"),
+        ("gpu_tolerated_taint_keys", ["node.kubernetes.io/unreachable"], "'node.kubernetes.io/unreachable' may not be tolerated"),
+        ("gpu_tolerated_taint_keys", [""], "'' is not a taint key: an empty key would tolerate every taint"),
+        ("gpu_tolerated_taint_keys", ["*"], "'*' would tolerate any taint (a wildcard is refused)"),
+        ("gpu_resources", ["cpu"], "'cpu' is not a device's extended resource"),
         ("gpu_pool_rules", [{"hide": True}], "gpu_pool_rules[0]: 'match' is required"),
         ("gpu_reservation_ttl", 0, "must be a positive number"),
         ("gpu_capacity_sync_timeout", -1, "0 or more seconds"),
@@ -323,7 +325,8 @@ def test_default_template_path_is_ours(no_kube_client):
         ("gpu_capacity_page_max_age", -0.5, "gpu_capacity_page_max_age must be 0 or more seconds"),
         ("gpu_capacity_page_max_age", float("inf"), "gpu_capacity_page_max_age must be 0 or more seconds"),
     ],
-    ids=["duplicate-slug", "bad-max", "lifecycle-taint", "empty-taint-key", "rule-no-match", "ttl", "sync-timeout",
+    ids=["duplicate-slug", "bad-max", "lifecycle-taint", "empty-taint-key", "wildcard-taint-key", "cpu-as-gpu",
+         "rule-no-match", "ttl", "sync-timeout",
          "declared-pool", "page-age-negative", "page-age-infinite"],
 )
 def test_trait_validation_messages(no_kube_client, trait, value, message):
