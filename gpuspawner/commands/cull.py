@@ -199,12 +199,22 @@ async def _run(args: argparse.Namespace, rules) -> int:
                 await closable.close()
 
 
-async def _loop(culler, source, args: argparse.Namespace, every: float) -> int:
+async def _collect(source) -> None:
+    """One scrape round of the exporters; a round that fails is a gap (which keeps servers), never an end."""
     from gpuspawner.cull.kube import KubeError
 
+    try:
+        await source.collect()
+    except KubeError as e:
+        log.error("cannot find the DCGM exporters: %s", e)
+    except Exception as e:
+        log.error("scrape round skipped: %s: %s", type(e).__name__, e)
+
+
+async def _loop(culler, source, args: argparse.Namespace, every: float) -> int:
     if args.once:
         if not args.prometheus_url:
-            await source.collect()
+            await _collect(source)
         return 0 if await culler.run_pass() else 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -213,12 +223,7 @@ async def _loop(culler, source, args: argparse.Namespace, every: float) -> int:
 
     async def sample() -> None:
         while not stop.is_set():
-            try:
-                await source.collect()
-            except KubeError as e:
-                log.error("cannot find the DCGM exporters: %s", e)
-            except Exception as e:  # a round that fails never ends sampling: it is a gap, which keeps servers
-                log.error("scrape round skipped: %s: %s", type(e).__name__, e)
+            await _collect(source)
             await _sleep(stop, args.scrape_every)
     sampler = None if args.prometheus_url else asyncio.create_task(sample())
     try:

@@ -52,3 +52,18 @@ def test_without_prometheus_kubernetes_is_required(tmp_path):
     done = cull("--once", "--kubeconfig", str(tmp_path / "none"))
     assert done.returncode == 2
     assert "without --prometheus-url the exporters are found through Kubernetes" in done.stderr
+
+
+def test_once_without_prometheus_survives_an_unreachable_kubernetes_api(tmp_path):
+    """The exporters cannot be listed (the API server is down): that round is a gap, said in one line,
+    and the pass goes on (here to a hub that is down too: exit 1), without a traceback."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        f"clusters: [{{name: x, cluster: {{server: 'http://127.0.0.1:{free_port()}'}}}}]\n"
+        "users: [{name: x, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\n")
+    done = cull("--once", "--kubeconfig", str(kubeconfig),
+                env={"JUPYTERHUB_API_URL": f"http://127.0.0.1:{free_port()}/hub/api"})
+    assert done.returncode == 1, done.stderr
+    assert "cannot find the DCGM exporters" in done.stderr and "cannot list the hub's servers" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
