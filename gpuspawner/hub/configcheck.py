@@ -95,7 +95,7 @@ def config_problems(config: Config, spawner_class: type) -> list[str]:
     names = set(gpu_trait_names(spawner_class))
     known = set(spawner_class.class_trait_names())
     problems: list[str] = []
-    for section in _own_sections(spawner_class) + [LEGACY_SECTION]:
+    for section in dict.fromkeys(_own_sections(spawner_class) + [LEGACY_SECTION]):
         if section in config:
             for name in sorted(set(config[section]) - known):
                 close = difflib.get_close_matches(name, sorted(names), n=1)

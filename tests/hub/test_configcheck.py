@@ -46,6 +46,10 @@ def test_every_problem_is_listed_not_only_the_first():
 
 def test_a_misspelt_setting_is_named_with_the_closest_one():
     assert problems(gpu_quotas=2) == ["c.GPUSpawner.gpu_quotas: there is no such setting; did you mean gpu_quota?"]
+    config = Config()
+    config.GPUCapacitySettings.gpu_reservation_tll = 60  # the settings class's former name is a section too
+    assert config_problems(config, GPUSpawner) == [
+        "c.GPUCapacitySettings.gpu_reservation_tll: there is no such setting; did you mean gpu_reservation_ttl?"]
 
 
 def test_settings_that_contradict_each_other_are_a_problem_too():
