@@ -28,9 +28,10 @@ from gpuspawner.cull.activity import (ACTIVITY_METRICS, BadSample, SeriesWindow,
 
 __all__ = ["MAX_ANSWER_BYTES", "PrometheusSource", "windows_from_matrix"]
 
-#: the largest answer read (a 30-day window at 10,000 points for 1,000 GPUs is about 250 MB: past
-#: this, raise ``--metrics-step``)
-MAX_ANSWER_BYTES = 256 * 1024 * 1024
+#: the largest answer read, so that a runaway answer cannot exhaust the culler's memory: a 1 h window
+#: at one point a minute is about 2 KB per series, so this holds some 30,000 GPUs; longer windows
+#: need a larger ``--metrics-step`` (fewer points per series)
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 def _promql_duration(seconds: float) -> str:
