@@ -17,7 +17,10 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   the hub holds once more after its first sync (``c.GPUSpawner.gpu_capacity_gc_freeze``);
   docs/capacity.md, "Garbage collection", has the figures;
 * a log filter that keeps a refused spawn to one INFO line, without JupyterHub's own
-  ERROR lines and tracebacks about it (``gpuspawner.hub.logfilter``).
+  ERROR lines and tracebacks about it (``gpuspawner.hub.logfilter``);
+* a size limit (64 KiB) on the bodies of the spawn and server endpoints, applied before the
+  body is read, and the option rules applied before JupyterHub saves a request's options
+  (``gpuspawner.hub.guard``).
 
 Site settings go in your own config, e.g.::
 
@@ -33,6 +36,7 @@ separate service process could not share.)
 
 import gc as _gc
 
+from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
 
@@ -44,6 +48,7 @@ c = globals()["c"]
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
 _gpuspawner_log_filter()
+_gpuspawner_guard()
 
 # after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
 # collect once, so that no garbage is kept, then freeze what is left (Python docs, gc.freeze)
