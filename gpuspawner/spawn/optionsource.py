@@ -42,8 +42,10 @@ def server_body_options(body: Any) -> Any:
     reuses the ones saved last); a body that is not a JSON object is returned as it is, for
     JupyterHub's own 400.
     """
+    if not body:
+        return None  # JupyterHub reads an empty body (or `{}`, `[]`, `0`) as "no options"
     if not isinstance(body, Mapping):
-        return body or None
+        return body
     shaped = [k for k in SERVER_BODY_KEYS if k in body]
     if not shaped:
         return dict(body)
