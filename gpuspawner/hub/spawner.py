@@ -700,11 +700,11 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         except Exception as e:  # the refusal stands either way
             self.log.warning("Could not forget the refused options of %s: %s", self._log_name, e)
 
-    def options_from_query(self, query_data):
+    async def options_from_query(self, query_data):
         """A query-string spawn (``/hub/spawn/<user>?profile=gpu&gpu_pool=...&gpus=2``): the REST
         API's option names and the form's are both read (``optionsource.options_from_query``); a
         name JupyterHub dropped before handing the query over, or one no profile takes, is refused
-        with a 400 that names it, never ignored."""
+        with a 400 that names it, never ignored, before JupyterHub saves anything."""
         handler = getattr(self, "handler", None)
         raw = getattr(getattr(handler, "request", None), "query_arguments", None) or {}
         try:
@@ -715,23 +715,28 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                     "and JupyterHub reads only the `opt-` ones: write every option the same way, "
                     "e.g. ?profile=gpu&gpus=2"
                 )
-            return options_from_query(query_data)
+            options = options_from_query(query_data)
         except OptionError as e:
             raise self._refuse(400, str(e), reason=e.reason, in_start=False) from None
+        await self.check_options_to_save(options, spawn=True)
+        return options
 
     async def _options_from_form(self, formdata):
         """A spawn form post, read by the query's rules (``optionsource.options_from_form``): the
         REST names mean what they mean in REST, and a name no profile takes, given twice or of
         another profile that the page does not show is refused with a 400 that names it
         (KubeSpawner's reader ignored all of them, and started another server than the one
-        asked for).  An admin's own ``options_from_form`` replaces this one."""
+        asked for), before JupyterHub saves anything.  An admin's own ``options_from_form``
+        replaces this one."""
         profile_list, _ = await self.gpu_offer_view(self.gpu_capacity_page_max_age)
         fields = {p.get("slug"): tuple(p.get("profile_options") or ()) for p in profile_list}
         default = next((p.get("slug") for p in profile_list if p.get("default")), None)
         try:
-            return options_from_form(formdata, fields, default or next(iter(fields), None))
+            options = options_from_form(formdata, fields, default or next(iter(fields), None))
         except OptionError as e:
             raise self._refuse(400, str(e), reason=e.reason, in_start=False) from None
+        await self.check_options_to_save(options, spawn=True)
+        return options
 
     async def check_options_to_save(self, options: Any, *, spawn: bool) -> None:
         """Refuse, before JupyterHub saves them, options that no capacity could make right: names
