@@ -251,7 +251,12 @@ def _send_big(hub: DemoHub, user: str, token: str, size: int, *, chunked: bool =
     status, answer = rawhttp.exchange(
         hub.port, f"POST /hub/api/users/{user}/server HTTP/1.1\nHost: hub\nAuthorization: token {token}\n"
                   f"Content-Type: application/json\n{length}", body)
-    return status, answer, _probe(hub)
+    figures = _probe(hub)
+    print(f"{size / 1e6:.0f} MB{' chunked' if chunked else ''} body: {status}; loop worst stall "
+          f"{figures['worst_stall_ms']} ms wall, {figures['worst_on_cpu_ms']} ms on its CPU, longest request step "
+          f"{figures['longest_step_ms']['request']} ms; RSS {figures['rss_bytes'] / 2**20:.0f} MiB; "
+          f"database {hub.db.stat().st_size / 2**10:.0f} KiB")
+    return status, answer, figures
 
 
 def _assert_not_read(hub: DemoHub, user: str, status: int, answer, figures: dict, rss_before: int) -> None:
@@ -270,10 +275,6 @@ def test_a_100_mb_body_is_refused_before_it_is_read(hub):
     hub.create_user("hundred")
     rss = _probe(hub)["rss_bytes"]
     status, answer, figures = _send_big(hub, "hundred", hub.token, 100_000_000)
-    print(f"100 MB body: {status}; loop worst stall {figures['worst_stall_ms']} ms wall, "
-          f"{figures['worst_on_cpu_ms']} ms on its CPU, longest request step {figures['longest_step_ms']['request']} ms; "
-          f"RSS {figures['rss_bytes'] / 2**20:.0f} MiB (before {rss / 2**20:.0f}); "
-          f"database {hub.db.stat().st_size / 2**10:.0f} KiB")
     _assert_not_read(hub, "hundred", status, answer, figures, rss)
 
 
