@@ -178,11 +178,15 @@ class GuardedServerAPIHandler(BodyLimit, UserServerAPIHandler):
 
     @needs_scope("start:servers")
     async def _put(self, user_name, server_name=""):
+        if not hasattr(UserServerAPIHandler, "put"):  # JupyterHub 5: no PUT of a server
+            raise web.HTTPError(405)
         await self._check(user_name, server_name, self._body_options(), spawn=False)
         await super().put(user_name, server_name)
 
     @needs_scope("start:servers")
     async def _patch(self, user_name, server_name=""):
+        if not hasattr(UserServerAPIHandler, "patch"):  # JupyterHub 5: no PATCH of a server
+            raise web.HTTPError(405)
         body = self.get_json_body()
         try:
             check_patch_body(body)

@@ -689,6 +689,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         return error
 
     def _forget_refused_options(self) -> None:
+        # in memory too: the spawn page re-rendered after a refused form post would otherwise
+        # judge (and log) the same refused options once more
+        self.user_options = {}
         orm = getattr(self, "orm_spawner", None)
         if orm is None or not getattr(orm, "user_options", None):
             return
@@ -744,8 +747,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         not use (``hub.guard`` calls this for ``POST``, ``PUT`` and ``PATCH`` of a server).  What
         depends on the capacity of the moment (room in a pool, a pool that exists, CUDA) is
         checked when the server starts.  ``spawn``: the options start a server now (a refusal is
-        counted as a refused spawn)."""
-        profile_list, view = await self.gpu_offer_view()
+        counted as a refused spawn).  None of these rules reads a count: the offers the spawn page
+        uses (at most ``gpu_capacity_page_max_age`` old, built once for all requests) will do."""
+        profile_list, view = await self.gpu_offer_view(self.gpu_capacity_page_max_age)
         try:
             check_access(options, view)
             validate_user_options(options, profile_list, view.offers, trait_names=self.trait_names(),

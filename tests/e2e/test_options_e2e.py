@@ -167,6 +167,19 @@ def test_a_mistake_is_refused_the_same_way_whatever_carries_it(hub, source, kind
     assert len(lines) == 1, lines
 
 
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_a_refusal_at_the_start_is_logged_once_and_its_options_are_not_kept(hub, source):
+    """Room in a pool is decided when the server starts, after JupyterHub saved the options."""
+    user = f"greedy-{source}"
+    hub.create_user(user)
+    mark = log_mark(hub)
+    status, text = SOURCES[source](hub, user, {"profile": "gpu", "gpu_pool": a100(hub)["id"], "gpus": "1000"})
+    assert status == 400 and "choose between 1 and " in text, (status, text[:800])
+    lines = [line for line in log_since(hub, mark).splitlines() if "choose between 1 and " in line]
+    assert len(lines) == 1 and lines[0].startswith("[I ") and f"Refused spawn of {user} (too_many_gpus)" in lines[0]
+    assert saved_options(hub, user) == {"": "{}"}  # saved by JupyterHub before the start, then forgotten
+
+
 @pytest.mark.parametrize(
     "data, words",
     [
