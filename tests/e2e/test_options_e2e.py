@@ -217,6 +217,17 @@ def test_a_rest_body_that_would_lose_its_options_is_refused(hub, body, words):
     assert len([line for line in log_since(hub, mark).splitlines() if words in line]) == 1
 
 
+def test_an_option_name_reaches_the_log_escaped_on_one_line(hub):
+    hub.create_user("escaper")
+    mark = log_mark(hub)
+    r = hub.api("POST", "/users/escaper/server", json={"profile": "gpu", "bad\x00name\n[E 2026] forged": 1})
+    assert r.status_code == 400 and "`bad\\x00name\\n[E 2026] forged`" in r.json()["message"], r.text
+    log = log_since(hub, mark)
+    assert "\x00" not in log and not any(line.startswith("[E 2026] forged") for line in log.splitlines())
+    lines = [line for line in log.splitlines() if "bad\\x00name\\n[E 2026] forged" in line]
+    assert len(lines) == 1 and "Refused spawn of escaper (forbidden_option)" in lines[0], lines
+
+
 # --- options saved for later (PUT, PATCH) follow the same rules ------------------------------------------------
 
 def test_put_and_patch_save_only_options_that_could_start(hub):
