@@ -214,3 +214,34 @@ async def test_a_pool_with_room_again_keeps_waiting(no_kube_client, monkeypatch)
     now[0] += 60
     s._check_gpu_pod(pod)  # the fresh counts still have a node with 3 free: the scheduler will retry
     assert fake.rechecks == 1
+
+
+# --- options checked before JupyterHub saves them (hub.guard calls check_options_to_save) --------------------
+
+@pytest.mark.parametrize(
+    "options, refused",
+    [
+        ({"profile": "gpu", "node_selector": {"a": "b"}}, "may not set `node_selector`"),
+        ({"profile": "gpu", "gpus": "two"}, "`gpus` must be a whole number"),
+        ({"profile": "nope"}, "unknown profile 'nope'"),
+        ({"profile": "cpu", "colour": "x"}, "unknown option(s) `colour`"),
+        # what the capacity of the moment decides is left to the start
+        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 1000}, None),
+        ({"profile": "gpu", "gpu_pool": "not-yet:a:nvidia.com/gpu"}, None),
+        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 2}, None),
+    ],
+    ids=["steering", "bad-count", "unknown-profile", "unknown-name", "more-than-free", "unknown-pool", "fine"],
+)
+async def test_options_are_checked_before_they_are_saved_by_the_rules_no_capacity_changes(
+        no_kube_client, cache, caplog, options, refused):
+    s = make_spawner()
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    if refused is None:
+        await s.check_options_to_save(options, spawn=False)
+        return
+    with pytest.raises(Refusal) as e:
+        await s.check_options_to_save(options, spawn=False)
+    assert e.value.status_code == 400 and refused in e.value.jupyterhub_message
+    assert not s._refused  # nothing was started
+    assert [r.getMessage()[:22] for r in caplog.records if "alice" in r.getMessage()] == ["Refused options of ali"]
