@@ -252,7 +252,8 @@ class SlowSteps:
     def record(self, handle: asyncio.events.Handle, took: float, frame: Any = None) -> None:
         what = self.describe(handle)
         request = getattr(frame.f_locals.get("self"), "request", None) if frame is not None else None
-        if request is not None:
+        # a request handler's request (a task of another kind may have a `request` method)
+        if isinstance(getattr(request, "method", None), str) and isinstance(getattr(request, "path", None), str):
             what += f" {request.method} {request.path}"
         self.counts[what] += 1
         self.worst[what] = max(self.worst.get(what, 0.0), took)

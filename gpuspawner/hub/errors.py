@@ -27,10 +27,27 @@ except ImportError:  # JupyterHub 5.x
             self.reason_label = reason
 
 
+# tornado 6.6 logs an HTTPError as ``"%d %s: %s"`` with its message as an argument, and doubles
+# the ``%`` of ``log_message`` itself; older tornados log ``"%d %s: " + log_message``, which a
+# ``%`` in a user's value would break (``RequestHandler.log_exception``)
+TORNADO_LOGS_MESSAGE_AS_ARG = web.HTTPError(400, "%").log_message == "%%"
+
+
+def log_text(message: str) -> str:
+    """``message`` as an error's ``log_message``, for the tornado at hand (see above)."""
+    return message if TORNADO_LOGS_MESSAGE_AS_ARG else message.replace("%", "%%")
+
+
 def _with_hub_message(error: web.HTTPError, message: str) -> web.HTTPError:
     # what the progress stream's "Spawn failed: ..." event shows (see above)
     error.jupyterhub_message = message  # type: ignore[attr-defined]
     return error
+
+
+def http_error(status: int, message: str) -> web.HTTPError:
+    """An ``HTTPError`` whose message the REST API answers as it is, and that tornado logs as one
+    line (its ``%`` doubled, as in :func:`refusal`)."""
+    return _with_hub_message(web.HTTPError(status, log_text(message)), message)
 
 
 def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnException:
@@ -50,9 +67,9 @@ class Refusal(SpawnException):
 def refusal(status: int, message: str, *, reason: str = "refused") -> Refusal:
     """A refused request, with the same message on the page, in the REST answer and in the
     progress stream; ``reason`` is JupyterHub's metrics label.  The log message has its ``%``
-    doubled: tornado formats it with ``%`` when it logs the error (``log_exception``), and a
-    user's value in the message (``"gpus": "%s"``) must not break that."""
-    error = Refusal(message, reason=reason, status_code=status, log_message=message.replace("%", "%%"))
+    doubled where tornado formats it with ``%`` when it logs the error (:func:`log_text`), so
+    a user's value in the message (``"gpus": "%s"``) cannot break that."""
+    error = Refusal(message, reason=reason, status_code=status, log_message=log_text(message))
     return _with_hub_message(error, message)
 
 

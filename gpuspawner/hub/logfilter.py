@@ -12,7 +12,8 @@ JupyterHub 6.1 logs the same failure again, at ERROR, on each path it takes:
   single-user server with query arguments`` / ``with form``, with
   ``exc_info=True``: a full traceback per refused form post;
 * tornado's ``RequestHandler.log_exception``: ``%d %s: <message>`` at WARNING
-  for every ``HTTPError`` a handler raises.
+  for every ``HTTPError`` a handler raises (tornado 6.6: ``"%d %s: %s"`` with the message as
+  its third argument).
 
 So one user posting bad forms could fill the log with tracebacks.  The same goes for a body
 that is not JSON: ``apihandlers/base.py`` ``get_json_body`` logs ``Couldn't parse JSON`` at
@@ -36,6 +37,8 @@ __all__ = ["RefusalLogFilter", "install", "install_for_hub", "expect"]
 
 _MAX_EXPECTED = 512  # announced lines kept; the oldest go first (a line never logged)
 _BAD_JSON = "Couldn't parse JSON"  # jupyterhub/apihandlers/base.py get_json_body
+_TORNADO_LINE = "%d %s: %s"  # tornado 6.6's RequestHandler.log_exception for an HTTPError
+_TORNADO_KEY = "\0tornado\0"  # announced messages of that line are kept under this prefix
 
 
 def _one_info_line(record: logging.LogRecord, text: str) -> None:
@@ -76,6 +79,10 @@ class RefusalLogFilter(logging.Filter):
             return True
         if record.args and self._take(record.msg):
             return False
+        args = record.args
+        if record.msg == _TORNADO_LINE and isinstance(args, tuple) and len(args) == 3:
+            if isinstance(args[2], str) and self._take(_TORNADO_KEY + args[2]):
+                return False
         try:
             line = record.getMessage()
         except Exception:  # a record that cannot be formatted is not ours to judge
@@ -111,4 +118,5 @@ def expect(user: str, server: str, log_name: str, error: Refusal) -> None:
         f"Error starting {user}'s server: {error}",
         f"Error starting server {log_name}: {error}",
         "%d %s: " + error.log_message,  # tornado/web.py RequestHandler.log_exception, unformatted
+        _TORNADO_KEY + (error.get_message() or ""),  # the same, as tornado 6.6 logs it
     )

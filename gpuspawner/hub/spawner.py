@@ -49,13 +49,14 @@ from gpuspawner.hub import logfilter
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import (
+    STATIC_REASONS,
     CudaRefusal,
     OptionError,
     Selection,
-    dropped_query_names,
-    options_from_query,
+    names,
     validate_user_options,
 )
+from gpuspawner.spawn.optionsource import dropped_query_names, options_from_form, options_from_query
 from gpuspawner.spawn.overrides import build_overrides
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys, untolerated_taints
 from gpuspawner.spawn.pending import (
@@ -666,13 +667,14 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     # JupyterHub then calls has nothing to delete (no API call, no log line)
     _refused = False
 
-    def _refuse(self, status: int, message: str, *, reason: str, in_start: bool = True) -> Refusal:
+    def _refuse(self, status: int, message: str, *, reason: str, in_start: bool = True,
+                what: str = "spawn") -> Refusal:
         """The error a refused request is raised with; logged here once, at INFO, without a
         traceback (JupyterHub's own ERROR lines about it are dropped: ``hub.logfilter``).
 
         The refused options are not kept as the next spawn's defaults: JupyterHub stores
         a request's options in its database before ``start`` (jupyterhub/user.py ``spawn``)."""
-        self.log.info("Refused spawn of %s (%s): %s", self._log_name, reason, message)
+        self.log.info("Refused %s of %s (%s): %s", what, self._log_name, reason, message)
         if in_start:  # not for a query refused before JupyterHub stored anything
             self.gpu_held = 0
             self._refused = True
@@ -685,6 +687,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         return error
 
     def _forget_refused_options(self) -> None:
+        # in memory too: the spawn page re-rendered after a refused form post would otherwise
+        # judge (and log) the same refused options once more
+        self.user_options = {}
         orm = getattr(self, "orm_spawner", None)
         if orm is None or not getattr(orm, "user_options", None):
             return
@@ -696,31 +701,75 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         except Exception as e:  # the refusal stands either way
             self.log.warning("Could not forget the refused options of %s: %s", self._log_name, e)
 
-    def options_from_query(self, query_data):
+    async def options_from_query(self, query_data):
         """A query-string spawn (``/hub/spawn/<user>?profile=gpu&gpu_pool=...&gpus=2``): the REST
-        API's option names and the form's are both read (``options.options_from_query``); a name
-        JupyterHub dropped before handing the query over, or one no profile takes, is refused
-        with a 400 that names it, never ignored (KubeSpawner's form reader ignores unknown
-        names, which started another server than the link asked for)."""
+        API's option names and the form's are both read (``optionsource.options_from_query``); a
+        name JupyterHub dropped before handing the query over, or one no profile takes, is refused
+        with a 400 that names it, never ignored, before JupyterHub saves anything."""
         handler = getattr(self, "handler", None)
         raw = getattr(getattr(handler, "request", None), "query_arguments", None) or {}
         try:
             dropped = dropped_query_names(raw)
             if dropped:
                 raise OptionError(
-                    f"the query mixes `opt-` names with plain ones ({', '.join(f'`{k}`' for k in dropped[:5])}), "
+                    f"the query mixes `opt-` names with plain ones ({names(dropped)}), "
                     "and JupyterHub reads only the `opt-` ones: write every option the same way, "
                     "e.g. ?profile=gpu&gpus=2"
                 )
-            return options_from_query(query_data)
+            options = options_from_query(query_data)
         except OptionError as e:
             raise self._refuse(400, str(e), reason=e.reason, in_start=False) from None
+        await self.check_options_to_save(options, spawn=True)
+        return options
+
+    async def _options_from_form(self, formdata):
+        """A spawn form post, read by the query's rules (``optionsource.options_from_form``): the
+        REST names mean what they mean in REST, and a name no profile takes, given twice or of
+        another profile that the page does not show is refused with a 400 that names it
+        (KubeSpawner's reader ignored all of them, and started another server than the one
+        asked for), before JupyterHub saves anything.  An admin's own ``options_from_form``
+        replaces this one."""
+        profile_list, _ = await self.gpu_offer_view(self.gpu_capacity_page_max_age)
+        fields = {p.get("slug"): tuple(p.get("profile_options") or ()) for p in profile_list}
+        default = next((p.get("slug") for p in profile_list if p.get("default")), None)
+        try:
+            options = options_from_form(formdata, fields, default or next(iter(fields), None))
+        except OptionError as e:
+            raise self._refuse(400, str(e), reason=e.reason, in_start=False) from None
+        await self.check_options_to_save(options, spawn=True)
+        return options
+
+    async def check_options_to_save(self, options: Any, *, spawn: bool) -> None:
+        """Refuse, before JupyterHub saves them, options that no capacity could make right: names
+        no profile takes, steering keys, counts that are no count, a profile or pool the user may
+        not use (``hub.guard`` calls this for ``POST``, ``PUT`` and ``PATCH`` of a server).  What
+        depends on the capacity of the moment (room in a pool, a pool that exists, CUDA) is
+        checked when the server starts.  ``spawn``: the options start a server now (a refusal is
+        counted as a refused spawn).  None of these rules reads a count: the offers the spawn page
+        uses (at most ``gpu_capacity_page_max_age`` old, built once for all requests) will do."""
+        profile_list, view = await self.gpu_offer_view(self.gpu_capacity_page_max_age)
+        try:
+            check_access(options, view)
+            validate_user_options(options, profile_list, view.offers, trait_names=self.trait_names(),
+                                  admin_keys=self._admin_option_keys())
+        except AccessError as e:
+            status, message, reason = e.status, str(e), "not_allowed"
+        except OptionError as e:
+            if e.reason not in STATIC_REASONS:
+                return
+            status, message, reason = e.status, str(e), e.reason
+        else:
+            return
+        if spawn:
+            self._count_refusal(reason, profile_list, view.offers, options)
+        raise self._refuse(status, message, reason=reason, in_start=False,
+                           what="spawn" if spawn else "options")
 
     def gpu_metrics(self) -> metrics.GPUMetrics:
         """The collector spawn outcomes are counted in (``metrics.install``: idempotent)."""
         return metrics.install(self.metrics_registry)
 
-    def _count_refusal(self, reason: str, profile_list, offers) -> None:
+    def _count_refusal(self, reason: str, profile_list, offers, options: Any = None) -> None:
         """Count a refused request for GPUs (``gpuspawner_spawns_total{outcome="refused"}``).
 
         A request is for GPUs when its profile (or the default one) is a GPU
@@ -728,7 +777,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         are KubeSpawner's business and not counted.  The pool label is the
         requested pool only when some GPU profile offers it: a made-up id
         never becomes a label."""
-        options = self.user_options if isinstance(self.user_options, Mapping) else {}
+        if options is None:
+            options = self.user_options
+        if not isinstance(options, Mapping):
+            options = {}
         slug = options.get("profile")
         if not slug:
             default = next((p for p in profile_list if p.get("default")), profile_list[0] if profile_list else None)

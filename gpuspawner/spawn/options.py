@@ -80,6 +80,9 @@ CAPACITY_UNKNOWN = "capacity_unknown"  # the capacity cache has not synced or is
 CUDA_MISMATCH = "cuda_mismatch"  # the image's CUDA fits no node of the pool
 NOT_ALLOWED = "not_allowed"  # a profile or pool this user cannot choose
 OTHER = "other"  # malformed requests (not a JSON object, a key or profile that is not a string)
+#: the reasons that no capacity can change: a request refused for one of them is refused before
+#: JupyterHub saves its options; the others are decided when the server starts
+STATIC_REASONS = frozenset({BAD_COUNT, FORBIDDEN_OPTION, NOT_ALLOWED, OTHER})
 
 
 class OptionError(ValueError):
@@ -113,9 +116,30 @@ class Selection:
     cuda: PoolFit | None = None
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+#: the most pools (or names) a message lists: the rest are counted ("and 409 more")
+MAX_LISTED = 5
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (NUL, newlines, escapes, bidi
+    controls) written as its Python escape, so a user's name cannot break a log line or a message."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def names(keys: Sequence[Any], limit: int = MAX_LISTED) -> str:
+    """Names for a message, in backquotes: escaped (:func:`printable`), each cut to 40
+    characters, at most ``limit`` of them and a count of the rest."""
+    def one(key: Any) -> str:
+        text = printable(key if isinstance(key, str) else repr(key))
+        return f"`{text if len(text) <= 40 else text[:37] + '...'}`"
+
+    shown = ", ".join(one(k) for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 def parse_gpu_count(value: Any) -> int:
@@ -136,19 +160,19 @@ def parse_gpu_count(value: Any) -> int:
         digits = value.lstrip("0") or "0"
         if len(digits) > _MAX_DIGITS:
             raise OptionError(
-                f"`{GPU_COUNT_OPTION}` {_show(value)} is far more GPUs than any server can have",
+                f"`{GPU_COUNT_OPTION}` {show(value)} is far more GPUs than any server can have",
                 reason=BAD_COUNT,
             )
         n = int(digits)
     if n is None:
         raise OptionError(
             f"`{GPU_COUNT_OPTION}` must be a whole number of GPUs written as digits, such as 1 or \"2\", "
-            f"not {_show(value)}; leave `{GPU_COUNT_OPTION}` out to get 1",
+            f"not {show(value)}; leave `{GPU_COUNT_OPTION}` out to get 1",
             reason=BAD_COUNT,
         )
     if n < 1:
         raise OptionError(
-            f"`{GPU_COUNT_OPTION}` must be at least 1, not {_show(value)}; "
+            f"`{GPU_COUNT_OPTION}` must be at least 1, not {show(value)}; "
             "choose a profile without GPUs to run without one",
             reason=BAD_COUNT,
         )
@@ -176,12 +200,18 @@ def check_size(user_options: Any, limit: int = MAX_OPTIONS_BYTES) -> None:
         )
 
 
+def _pool_list(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:MAX_LISTED])
+    more = len(ids) - MAX_LISTED
+    return shown + (f" and {more} more (GET /hub/api/gpus lists them)" if more > 0 else "")
+
+
 def _pools_hint(offer: ProfileOffer) -> str:
-    usable = offer.usable
+    """The pools with the most room first, at most ``MAX_LISTED`` of them (a hub may offer hundreds)."""
+    usable = sorted(offer.usable, key=lambda p: -p.max_gpus)
     if not usable:
         return f"no pool of profile {offer.spec.slug!r} has GPUs to give right now"
-    parts = [f"{p.pool.id} (up to {p.max_gpus})" for p in usable]
-    return "pools you can use: " + ", ".join(parts)
+    return "pools you can use: " + _pool_list([f"{p.pool.id} (up to {p.max_gpus})" for p in usable])
 
 
 def _profile_slugs(profile_list: Sequence[Mapping[str, Any]]) -> str:
@@ -200,7 +230,7 @@ def _check_profile_option(slug: str, name: str, option: Mapping[str, Any], opts:
         )
     if unlisted in (None, "") and choice not in (None, "") and (not isinstance(choice, str) or choice not in choices):
         raise OptionError(
-            f"unknown choice {_show(choice)} for option `{name}` of profile {slug!r}; "
+            f"unknown choice {show(choice)} for option `{name}` of profile {slug!r}; "
             f"choose one of: {', '.join(choices) or '(none)'}",
             reason=FORBIDDEN_OPTION,
         )
@@ -214,15 +244,9 @@ def _check_profile_option(slug: str, name: str, option: Mapping[str, Any], opts:
         if not isinstance(unlisted, str) or (regex and not re.fullmatch(regex, unlisted)):
             hint = spec.get("validation_message") or f"it must match {regex}"
             raise OptionError(
-                f"value {_show(unlisted)} for option `{name}` of profile {slug!r} is not allowed: {hint}",
+                f"value {show(unlisted)} for option `{name}` of profile {slug!r} is not allowed: {hint}",
                 reason=FORBIDDEN_OPTION,
             )
-
-
-def _names(keys: Sequence[str], limit: int = 5) -> str:
-    """The option names for a message, in backquotes: each cut to 40 characters, at most ``limit``."""
-    shown = ", ".join(f"`{k if len(k) <= 40 else k[:37] + '...'}`" for k in keys[:limit])
-    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 def _check_keys(
@@ -242,7 +266,7 @@ def _check_keys(
     forbidden = sorted(k for k in user_options if k not in allowed and k in traits)
     if forbidden:
         raise OptionError(
-            f"user options may not set {_names(forbidden)}; choose a profile "
+            f"user options may not set {names(forbidden)}; choose a profile "
             f"instead (profiles: {_profile_slugs(profile_list)})",
             reason=FORBIDDEN_OPTION,
         )
@@ -252,7 +276,7 @@ def _check_keys(
             gpu_slugs = ", ".join(offers) or "(none on this hub)"
             where = f"profile {slug!r} has no GPUs" if slug else "this hub has no profiles"
             raise OptionError(
-                f"{where}, so `{gpu_keys[0]}` cannot be set; for GPUs choose a GPU profile: {gpu_slugs}",
+                f"{where}, so {names(gpu_keys)} cannot be set; for GPUs choose a GPU profile: {gpu_slugs}",
                 reason=FORBIDDEN_OPTION,
             )
     else:
@@ -261,7 +285,7 @@ def _check_keys(
     if extra:
         where = f"for profile {slug!r}" if slug else "on this hub, which has no profiles"
         raise OptionError(
-            f"unknown option(s) {_names(extra)} {where}; it accepts: {', '.join(sorted(allowed))}",
+            f"unknown option(s) {names(extra)} {where}; it accepts: {', '.join(sorted(allowed))}",
             reason=FORBIDDEN_OPTION,
         )
 
@@ -287,24 +311,24 @@ def validate_user_options(
         user_options = {}
     if not isinstance(user_options, Mapping):
         raise OptionError(
-            f"user options must be a JSON object like {{\"profile\": \"gpu\"}}, not {_show(user_options)}", reason=OTHER
+            f"user options must be a JSON object like {{\"profile\": \"gpu\"}}, not {show(user_options)}", reason=OTHER
         )
     check_size(user_options)
     bad_keys = [k for k in user_options if not isinstance(k, str)]
     if bad_keys:
-        raise OptionError(f"user option names must be strings, not {_show(bad_keys[0])}", reason=OTHER)
+        raise OptionError(f"user option names must be strings, not {show(bad_keys[0])}", reason=OTHER)
 
     slug = user_options.get("profile")
     if slug is not None and not isinstance(slug, str):
         raise OptionError(
-            f"`profile` must be a profile slug string, not {_show(slug)}; profiles: {_profile_slugs(profile_list)}",
+            f"`profile` must be a profile slug string, not {show(slug)}; profiles: {_profile_slugs(profile_list)}",
             reason=OTHER,
         )
     if slug:
         profile = next((p for p in profile_list if p.get("slug") == slug), None)
         if profile is None:
             raise OptionError(
-                f"unknown profile {_show(slug)}; profiles you can use: {_profile_slugs(profile_list)}",
+                f"unknown profile {show(slug)}; profiles you can use: {_profile_slugs(profile_list)}",
                 reason=NOT_ALLOWED,
             )
     else:
@@ -334,7 +358,7 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
     pool_id = user_options.get(GPU_POOL_OPTION)
     if GPU_POOL_OPTION in user_options and (not isinstance(pool_id, str) or not pool_id):
         raise OptionError(
-            f"`{GPU_POOL_OPTION}` must be a pool id string, not {_show(pool_id)}; leave it out to get "
+            f"`{GPU_POOL_OPTION}` must be a pool id string, not {show(pool_id)}; leave it out to get "
             f"the pool with the most room, or choose one: {_pools_hint(offer)}",
             reason=UNKNOWN_POOL,
         )
@@ -376,7 +400,7 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
                     f"{others[0]!r}); {_pools_hint(offer)}",
                     reason=NOT_ALLOWED,
                 )
-            raise OptionError(f"unknown pool {_show(pool_id)}; {_pools_hint(offer)}", reason=UNKNOWN_POOL)
+            raise OptionError(f"unknown pool {show(pool_id)}; {_pools_hint(offer)}", reason=UNKNOWN_POOL)
         if not chosen.available:
             raise OptionError(
                 f"pool {pool_id!r} cannot give any GPU now: {chosen.reason}; "
@@ -387,68 +411,12 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
         where = " on the nodes whose driver fits this image" if chosen.narrowed else ""
         raise OptionError(
             f"choose between 1 and {chosen.max_gpus} GPUs in pool {chosen.pool.id!r}{where} "
-            f"(asked for {_show(gpus)}); {_pools_hint(offer)}",
+            f"(asked for {show(gpus)}); {_pools_hint(offer)}",
             reason=TOO_MANY_GPUS,
         )
     fit = chosen.fit(image_key)
     if fit is not None and fit.refused:
         others = [p.pool.id for p in offer.usable if p is not chosen and driver_fits(p)]
-        hint = f" GPU pools whose drivers fit this image: {', '.join(others)}." if others else ""
+        hint = f" GPU pools whose drivers fit this image: {_pool_list(others)}." if others else ""
         raise CudaRefusal(fit.refusal(chosen.display_name) + hint)
     return Selection(profile=slug, offer=offer, pool=chosen, gpus=gpus, image_key=image_key, cuda=fit)
-
-
-# --- query-string spawns -----------------------------------------------------------------------
-
-#: KubeSpawner's form field names: ``profile-option-<profile slug>--<option>``
-FORM_OPTION_PREFIX = "profile-option-"
-
-
-def options_from_query(query: Mapping[str, Sequence[str]]) -> dict[str, str]:
-    """The user options of a query-string spawn (``GET /hub/spawn/<user>?profile=gpu&gpus=2``).
-
-    JupyterHub hands the query's arguments over as lists of strings, after taking out ``next``
-    and ``display_name`` (and the ``opt-`` prefix, when every name carries it).  Both spellings
-    of an option are read: the REST API's (``gpu_pool``, ``gpus``, ``image``) and the spawn
-    form's (``profile-option-gpu--gpus``), so a link can be copied from either.  Nothing is
-    dropped: a name given twice, a form name of another profile than the one chosen, or a form
-    name that is not one is refused here; unknown names are refused with the rest of the
-    options by :func:`validate_user_options` (KubeSpawner's form reader would drop them with a
-    log line and start something else than what the link asked for).
-    """
-    repeated = sorted(k for k, v in query.items() if not isinstance(v, (list, tuple)) or len(v) != 1)
-    if repeated:
-        raise OptionError(f"give each option once in the query; given more than once: {_names(repeated)}", reason=OTHER)
-    flat = {k: v[0] for k, v in query.items()}
-    slug = flat.get("profile")
-    options: dict[str, str] = {}
-    for key, value in flat.items():
-        name = key
-        if key.startswith(FORM_OPTION_PREFIX):
-            owner, sep, name = key[len(FORM_OPTION_PREFIX):].partition("--")
-            if not sep or not owner or not name:
-                raise OptionError(
-                    f"{_names([key])} is not an option name: form names look like "
-                    "`profile-option-<profile>--<option>`, or use the option's own name (`gpus`)",
-                    reason=FORBIDDEN_OPTION,
-                )
-            if owner != slug:
-                raise OptionError(
-                    f"{_names([key])} is an option of profile {_show(owner)}, but the query chooses "
-                    f"{'profile ' + _show(slug) if slug else 'no profile'}; add profile={owner} or drop it",
-                    reason=FORBIDDEN_OPTION,
-                )
-        if name in options:
-            raise OptionError(f"option {_names([name])} is given twice in the query", reason=OTHER)
-        options[name] = value
-    return options
-
-
-def dropped_query_names(raw: Iterable[str]) -> list[str]:
-    """The query's names that JupyterHub does not hand to the spawner: when a query mixes
-    ``opt-`` names with plain ones, JupyterHub 5+ reads only the ``opt-`` ones
-    (jupyterhub/handlers/pages.py ``SpawnHandler._get_user_options``); ``next`` and
-    ``display_name`` are JupyterHub's own."""
-    names = [k for k in raw if k not in ("next", "display_name")]
-    plain = sorted(k for k in names if not k.startswith("opt-"))
-    return plain if plain and len(plain) < len(names) else []

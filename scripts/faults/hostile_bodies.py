@@ -123,7 +123,8 @@ class Generator:
         if r < 0.12:
             size = self.rnd.choice([9_000, 100_000, 100_000, 1_000_000])
             body = {"profile": "cpu", "note": "x" * size}
-            return Body(json.dumps(body).encode(), ("bytes as json",), "too-large")
+            # over the options' limit (400), or over the request body's (413, before it is read)
+            return Body(json.dumps(body).encode(), ("bytes as json", "request body may be at most"), "too-large")
         body = self.base()
         words, kinds = [], []
         for _ in range(self.rnd.choice([1, 1, 1, 2, 3])):

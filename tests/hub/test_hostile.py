@@ -118,32 +118,32 @@ class _Handler:
         ({"profile": ["gpu"], "profile-option-gpu--gpus": ["3"]}, {"profile": "gpu", "gpus": "3"}),
     ],
 )
-def test_query_options_accept_rest_and_form_names(no_kube_client, cache, query, expected):
+async def test_query_options_accept_rest_and_form_names(no_kube_client, cache, query, expected):
     s = make_spawner()
     s.handler = _Handler(query)
-    assert s.options_from_query(query) == expected
+    assert await s.options_from_query(query) == expected
 
 
-def test_a_mixed_query_is_refused_naming_what_jupyterhub_dropped(no_kube_client, cache, caplog):
+async def test_a_mixed_query_is_refused_naming_what_jupyterhub_dropped(no_kube_client, cache, caplog):
     s = make_spawner()
     s.handler = _Handler({"opt-profile": ["gpu"], "gpus": ["3"], "gpu_pool": [A100.id]})
     caplog.set_level(logging.INFO)
     with pytest.raises(Refusal) as e:
-        s.options_from_query({"profile": ["gpu"]})  # what JupyterHub hands over from that query
+        await s.options_from_query({"profile": ["gpu"]})  # what JupyterHub hands over from that query
     assert e.value.status_code == 400
     assert e.value.jupyterhub_message.startswith(
         "the query mixes `opt-` names with plain ones (`gpu_pool`, `gpus`), and JupyterHub reads only the `opt-` ones")
     assert not s._refused  # nothing was started: a later stop is a real one
 
 
-async def test_query_options_then_load_refuse_unknown_names(no_kube_client, cache):
+async def test_query_options_with_a_steering_name_are_refused_before_they_are_saved(no_kube_client, cache):
     s = make_spawner()
     query = {"profile": ["gpu"], "gpu_pool": [A100.id], "gpus": ["3"], "node_selector": ["x"]}
     s.handler = _Handler(query)
-    s.user_options = s.options_from_query(query)
     with pytest.raises(Refusal) as e:
-        await s.load_user_options()
+        await s.options_from_query(query)
     assert e.value.status_code == 400 and "may not set `node_selector`" in e.value.jupyterhub_message
+    assert not s._refused  # nothing was started: a later stop is a real one
 
 
 # --- admitted with room, but the scheduler finds none: the early end -----------------------------------------
@@ -214,3 +214,34 @@ async def test_a_pool_with_room_again_keeps_waiting(no_kube_client, monkeypatch)
     now[0] += 60
     s._check_gpu_pod(pod)  # the fresh counts still have a node with 3 free: the scheduler will retry
     assert fake.rechecks == 1
+
+
+# --- options checked before JupyterHub saves them (hub.guard calls check_options_to_save) --------------------
+
+@pytest.mark.parametrize(
+    "options, refused",
+    [
+        ({"profile": "gpu", "node_selector": {"a": "b"}}, "may not set `node_selector`"),
+        ({"profile": "gpu", "gpus": "two"}, "`gpus` must be a whole number"),
+        ({"profile": "nope"}, "unknown profile 'nope'"),
+        ({"profile": "cpu", "colour": "x"}, "unknown option(s) `colour`"),
+        # what the capacity of the moment decides is left to the start
+        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 1000}, None),
+        ({"profile": "gpu", "gpu_pool": "not-yet:a:nvidia.com/gpu"}, None),
+        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 2}, None),
+    ],
+    ids=["steering", "bad-count", "unknown-profile", "unknown-name", "more-than-free", "unknown-pool", "fine"],
+)
+async def test_options_are_checked_before_they_are_saved_by_the_rules_no_capacity_changes(
+        no_kube_client, cache, caplog, options, refused):
+    s = make_spawner()
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    if refused is None:
+        await s.check_options_to_save(options, spawn=False)
+        return
+    with pytest.raises(Refusal) as e:
+        await s.check_options_to_save(options, spawn=False)
+    assert e.value.status_code == 400 and refused in e.value.jupyterhub_message
+    assert not s._refused  # nothing was started
+    assert [r.getMessage()[:22] for r in caplog.records if "alice" in r.getMessage()] == ["Refused options of ali"]

@@ -57,22 +57,53 @@ def test_the_lines_announced_for_a_refusal_are_dropped_once(hub_log):
     assert [r.getMessage() for r in records] == [f"Error starting server ada: {error}"]
 
 
-def test_tornados_line_for_the_http_error_is_dropped(hub_log):
-    """tornado's RequestHandler.log_exception logs ``"%d %s: " + log_message`` at WARNING."""
-    logger, records = hub_log
+def _tornado_logs(error: web.HTTPError) -> None:
+    """What the installed tornado logs for ``error`` raised by a handler (``log_exception``)."""
+    from unittest import mock
+
+    from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
+
+    start = RequestStartLine("POST", "/hub/api/users/ada/server", "HTTP/1.1")
+    request = HTTPServerRequest(start_line=start, headers=HTTPHeaders({"Host": "hub"}), connection=mock.Mock())
+    handler = web.RequestHandler(web.Application(), request)
+    handler.log_exception(type(error), error, None)
+
+
+@pytest.fixture
+def tornado_log():
+    from tornado.log import gen_log
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep()
+    gen_log.addHandler(handler)
+    logfilter.install(gen_log)
+    yield records
+    gen_log.removeHandler(handler)
+
+
+def test_tornados_line_for_the_http_error_is_dropped(tornado_log):
+    """The spawner's INFO line is the refusal's one line: tornado's WARNING about the same
+    error (``RequestHandler.log_exception``) is dropped."""
     error = refusal(400, "unknown option(s) `colour` for profile 'cpu'; it accepts: profile", reason="x")
     logfilter.expect("ada", "", "ada", error)
-    logger.warning("%d %s: " + error.log_message, 400, "POST /hub/api/users/ada/server (127.0.0.1)")
-    assert records == []
+    _tornado_logs(error)
+    assert tornado_log == []
+    _tornado_logs(error)  # announced once, dropped once
+    assert len(tornado_log) == 1
 
 
-def test_a_percent_sign_in_a_refusal_does_not_break_tornados_log_line(hub_log):
-    logger, records = hub_log
+def test_a_percent_sign_in_a_refusal_does_not_break_tornados_log_line(tornado_log):
     error = refusal(400, "`gpus` must be a whole number, not '%s%d'", reason="bad_count")
     assert error.jupyterhub_message == "`gpus` must be a whole number, not '%s%d'"  # what the user reads
-    logger.removeFilter(logger.filters[0])  # as if the line were not announced
-    logger.warning("%d %s: " + error.log_message, 400, "POST /x")
-    assert records[0].getMessage() == "400 POST /x: `gpus` must be a whole number, not '%s%d'"
+    _tornado_logs(error)  # not announced: logged
+    line = tornado_log[0].getMessage()
+    assert line.startswith("400 POST /hub/api/users/ada/server (")
+    assert line.endswith("): `gpus` must be a whole number, not '%s%d'")
 
 
 @pytest.mark.parametrize("body", ["not json", "[" * 5000 + "]" * 5000])

@@ -228,9 +228,8 @@ async def test_form_posts_become_the_same_user_options_as_rest(no_kube_client, c
         "profile-option-gpu--gpu_pool": [A100.id],
         "profile-option-gpu--gpus": ["2"],
         "profile-option-gpu--image": ["torch"],
-        "profile-option-cpu--ignored": ["x"],
     }
-    options = s.options_from_form(formdata)
+    options = await s.run_options_from_form(formdata)  # as JupyterHub's spawn page calls it
     assert options == {"profile": "gpu", "gpu_pool": A100.id, "gpus": "2", "image": "torch"}
     s.user_options = options
     await s.load_user_options()

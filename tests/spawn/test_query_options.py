@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.spawn.options import OptionError, dropped_query_names, options_from_query
+from gpuspawner.spawn.options import OptionError
+from gpuspawner.spawn.optionsource import dropped_query_names, options_from_query
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
 * a check of every GPUSpawner setting once the hub has read all of its configuration
   (``gpuspawner.hub.configcheck``): a wrong one stops the hub before it serves anything,
   with one line per problem on stderr (the setting, the value, what to write instead).
+* a size limit (64 KiB) on the bodies of the spawn and server endpoints, applied before the
+  body is read, and the option rules applied before JupyterHub saves a request's options
+  (``gpuspawner.hub.guard``).
 
 Site settings go in your own config, e.g.::
 
@@ -37,6 +40,7 @@ separate service process could not share.)
 import gc as _gc
 
 from gpuspawner.hub.configcheck import check_at_hub_start as _gpuspawner_check_config
+from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
 
@@ -49,6 +53,7 @@ c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
 _gpuspawner_log_filter()
 _gpuspawner_check_config()
+_gpuspawner_guard()
 
 # after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
 # collect once, so that no garbage is kept, then freeze what is left (Python docs, gc.freeze)
