@@ -29,6 +29,7 @@ from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
+from gpuspawner.hub.queuesettings import KueueSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def _names_or_default(help: str) -> List:
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(Configurable):
+class GPUSpawnerSettings(KueueSettings, Configurable):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;
