@@ -55,3 +55,29 @@ def local_queue(name: str = "gpu-a100", pending: int = 0, admitted: int = 0, clu
 def pending_entry(name: str, position: int, queue: str = "gpu-a100", priority: int = 0) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "jhub"}, "priority": priority, "localQueueName": queue,
             "positionInClusterQueue": position, "positionInLocalQueue": position}
+
+
+def cluster_queue(name: str = "cq-a100", *, flavor: str = "a100", gpus: Any = 8, borrowing: Any = None,
+                  stop_policy: str | None = None, active: bool | None = True) -> dict[str, Any]:
+    gpu: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": gpus}
+    if borrowing is not None:
+        gpu["borrowingLimit"] = borrowing
+    spec: dict[str, Any] = {"namespaceSelector": {}, "resourceGroups": [{
+        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+        "flavors": [{"name": flavor, "resources": [gpu, {"name": "cpu", "nominalQuota": "64"},
+                                                   {"name": "memory", "nominalQuota": "512Gi"}]}]}]}
+    if stop_policy:
+        spec["stopPolicy"] = stop_policy
+    status: dict[str, Any] = {}
+    if active is not None:
+        status["conditions"] = [condition("Active", active, "Ready" if active else "FlavorNotFound",
+                                          "Can admit new workloads" if active else "Can't admit new workloads: "
+                                          "references missing ResourceFlavor(s): a100")]
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": spec, "status": status}
+
+
+def resource_flavor(name: str = "a100", node_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    labels = node_labels if node_labels is not None else {"cloud.google.com/gke-nodepool": "a100"}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name},
+            "spec": {"nodeLabels": labels}}
