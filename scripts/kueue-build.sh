@@ -16,7 +16,9 @@ fi
 # Kueue reads its visibility server's certificate from the fixed directory /visibility when its
 # internal cert management is off (pkg/visibility/server.go, certDir); testcluster/kueue.py gives it a
 # certificate under /etc/kueue in a private mount namespace, so the link points that variable there.
-ldflags="-s -w -X sigs.k8s.io/kueue/pkg/visibility.certDir=/etc/kueue/visibility"
+# Its version is stamped as Kueue's own Makefile does (pkg/version.GitVersion).
+version=$(go list -mod=readonly -m -f '{{.Version}}' sigs.k8s.io/kueue)
+ldflags="-s -w -X sigs.k8s.io/kueue/pkg/visibility.certDir=/etc/kueue/visibility -X sigs.k8s.io/kueue/pkg/version.GitVersion=$version"
 cache_root=${GPUSPAWNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuspawner}
 key=$( (cat go.mod go.sum; echo "$ldflags") | sha256sum | cut -c1-16)
 dir="$cache_root/kueue/$key"
@@ -38,5 +40,5 @@ cp "$src"/config/components/crd/bases/*.yaml "$dir/crd/"
 cp "$src/config/components/webhook/manifests.yaml" "$dir/webhook/"
 chmod -R u+w "$dir/crd" "$dir/webhook"
 mv "$tmp" "$out"
-echo "kueue-build.sh: built $(go list -mod=readonly -m -f '{{.Path}} {{.Version}}' sigs.k8s.io/kueue) in $(( $(date +%s) - start )) s" >&2
+echo "kueue-build.sh: built sigs.k8s.io/kueue $version in $(( $(date +%s) - start )) s" >&2
 echo "$out"
