@@ -2,7 +2,9 @@
 
 One ``KueueView`` per event loop and namespace lists them every ``interval`` seconds (and the
 visibility API's pending list of each LocalQueue with servers waiting), so neither a page view, a
-``GET /hub/api/gpus`` nor a waiting spawn makes a Kubernetes call of its own.
+``GET /hub/api/gpus`` nor a waiting spawn makes a Kubernetes call of its own.  It also watches the
+Workloads: Kueue evicts a preempted plain pod and deletes it at once, and its Workload goes with it
+within a second, so only a watch is sure to see why.
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ class KueueView:
 
     _shared: dict[tuple[Any, str], KueueView] = {}
 
-    def __init__(self, namespace: str, api_factory: ApiFactory, interval: float = 2.0):
+    def __init__(self, namespace: str, api_factory: ApiFactory, interval: float = 2.0, watch: bool = True):
         self.namespace = namespace
         self.interval = interval
+        self.watch = watch
         self._api_factory = api_factory
         self._client: Any = None
         self.local_queues: dict[str, Mapping[str, Any]] = {}
@@ -56,6 +59,7 @@ class KueueView:
         self.error: str | None = "not read yet"
         self.refreshed = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._watch_task: asyncio.Task | None = None
         self._wake = asyncio.Event()
 
     @classmethod
@@ -83,10 +87,13 @@ class KueueView:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"gpuspawner-kueue-{self.namespace}")
+        if self.watch and self._watch_task is None:
+            self._watch_task = asyncio.create_task(self._watch_workloads(), name=f"gpuspawner-kueue-watch-{self.namespace}")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
+        tasks = [t for t in (self._task, self._watch_task) if t is not None]
+        self._task = self._watch_task = None
+        for task in tasks:
             task.cancel()
             try:
                 await task
@@ -113,6 +120,39 @@ class KueueView:
                 await asyncio.wait_for(self._wake.wait(), self.interval)
             except asyncio.TimeoutError:
                 pass
+
+    async def _watch_workloads(self) -> None:
+        """Follow the Workloads of the namespace; a failed watch is started again after ``interval``."""
+        from kubernetes_asyncio import client, watch
+
+        while True:
+            try:
+                api = client.CustomObjectsApi(await self._api())
+                async with watch.Watch().stream(api.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                                                "workloads", timeout_seconds=300) as stream:
+                    async for event in stream:
+                        if isinstance(event, Mapping):
+                            self.observe(event.get("type"), event.get("object"))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("Watching Kueue's Workloads in %s stopped (%s: %s); watching again", self.namespace,
+                         type(e).__name__, e)
+            await asyncio.sleep(self.interval)
+
+    def observe(self, kind: Any, wl: Any) -> None:
+        """One watch event of a Workload: keep its state, and why Kueue stopped its pod."""
+        uid = objects.labels(wl).get(JOB_UID_LABEL)
+        if not isinstance(uid, str):
+            return
+        queue = objects.section(wl, "spec").get("queueName") or "its queue"
+        state = workload_state(wl, queue)
+        if state.stopped:
+            self.stopped[uid] = (time.monotonic(), state)
+        if kind == "DELETED":
+            self.workloads.pop(uid, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.workloads[uid] = wl
 
     async def _api(self) -> Any:
         if self._client is None:
@@ -144,12 +184,9 @@ class KueueView:
                 pos = position_of(listed, wl_name) if wl_name else None
                 if pos is not None:
                     positions[wl_name] = pos
+        for wl in workloads.values():
+            self.observe("LISTED", wl)
         now = time.monotonic()
-        for uid, wl in workloads.items():
-            queue = objects.section(wl, "spec").get("queueName") or "its queue"
-            state = workload_state(wl, queue)
-            if state.stopped:
-                self.stopped[uid] = (now, state)
         self.stopped = {k: v for k, v in self.stopped.items() if now - v[0] < EVICTION_MEMORY}
         self.local_queues = {k: v for k, v in queues.items() if k is not None}
         self.workloads, self.positions, self.error = workloads, positions, None

@@ -31,7 +31,7 @@ def view_of(answers):
     async def factory():
         return client
 
-    return KueueView("jhub", factory), client
+    return KueueView("jhub", factory, watch=False), client
 
 
 ANSWERS = {
@@ -114,3 +114,15 @@ def test_deploy_rbac_yaml_gives_the_hub_what_the_view_reads():
     granted = {(g, r, tuple(rule["verbs"])) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == set(KUEUE_ROLE_RULES)
     assert any(d["kind"] == "RoleBinding" and d["roleRef"]["name"] == KUEUE_ROLE_NAME for d in docs)
+
+
+async def test_a_watch_event_keeps_why_kueue_stopped_a_server_the_list_never_saw():
+    view, _ = view_of(ANSWERS)
+    await view.refresh()
+    evicted = kb.evicted("Preempted", "Preempted to accommodate a workload", "InClusterQueue", name="w-carol",
+                         pod_uid="uid-carol")
+    view.observe("MODIFIED", evicted)
+    view.observe("DELETED", evicted)
+    assert view.state_of("uid-carol", "gpu-a100") is None
+    assert view.stop_reason("uid-carol").message.startswith("Preempted in gpu-a100")
+    view.observe("ADDED", {"metadata": {"name": "no-label"}})  # not a plain pod's Workload: ignored

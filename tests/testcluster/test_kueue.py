@@ -108,6 +108,7 @@ async def view(kueue):
         return api
 
     v = KueueView(NS, factory, interval=0.5)
+    v.start()  # as in the hub: refreshed in the background, Workloads watched
     yield v
     await v.stop()
     await api.close()
@@ -146,8 +147,7 @@ async def test_queue_fill_wait_admit_preempt_and_never(kueue, view):
     uids["dave"] = create(kueue, server_pod("dave", rules=HIGH))
     await until(lambda: not gated(pod(kueue, "dave")), timeout=60, what="dave admitted by preemption")
 
-    async def someone_preempted():
-        await view.refresh()
+    def someone_preempted():
         return [n for n in ("bob", "carol") if view.stop_reason(uids[n]) is not None]
 
     (victim,) = await until(someone_preempted, what="a lower-priority server preempted")
