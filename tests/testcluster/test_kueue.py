@@ -170,3 +170,20 @@ async def test_queue_fill_wait_admit_preempt_and_never(kueue, view):
     assert state.message.startswith("Never admissible in gpu-a100: this server asks for more GPUs than the "
                                     "queue's quota can ever give")
     assert gated(pod(kueue, "erin"))
+
+
+async def test_doctor_reads_kueue_and_names_what_is_wrong(kueue):
+    from gpuspawner.capacity.config import CapacityConfig
+    from gpuspawner.doctor import gather
+    from gpuspawner.doctor.checks.kueue import check_kueue
+
+    state = await gather.gather(kubeconfig=str(kueue.kubeconfig), kueue=True, kueue_namespace=NS)
+    found = state.kueue
+    assert found.served and found.visibility is True
+    assert [q["metadata"]["name"] for q in found.local_queues] == [QUEUE]
+    assert {q["metadata"]["name"] for q in found.cluster_queues} >= {"cq-a100"}
+    assert {f["metadata"]["name"] for f in found.flavors} >= {"a100"}
+    rules = parse_rules([{"match": "a100:*", "queue": QUEUE}, {"match": "h100:*", "queue": "gpu-h100"}])
+    findings = check_kueue(found, rules, state.nodes, CapacityConfig())
+    # no GPU node in this cluster: the a100 flavor names none; and gpu-h100 was never created
+    assert sorted(f.id for f in findings) == ["kueue-flavor-matches-no-pool", "kueue-localqueue-missing"]
