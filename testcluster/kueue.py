@@ -12,6 +12,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -260,7 +261,23 @@ class Kueue:
         except subprocess.CalledProcessError as e:
             raise KueueError(f"kubectl apply of Kueue's objects failed: {e.stderr.strip()}") from None
 
+    def check_server_version(self) -> None:
+        """Kueue's manager exits when the API server's version is not semantic ("Unable to setup
+        server version fetcher"): a control plane built without its version stamped reports
+        v0.0.0-master+$Format:%H$."""
+        r = self.kubectl("version", "-o", "json", check=False)
+        try:
+            version = json.loads(r.stdout)["serverVersion"]["gitVersion"]
+        except (ValueError, KeyError, TypeError):
+            raise KueueError(f"cannot read the API server's version: {r.stderr.strip() or r.stdout[:200]}") from None
+        if not re.fullmatch(r"v\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]*)?", version):
+            raise KueueError(
+                f"the API server reports version {version!r}, which Kueue cannot parse (its manager would exit): "
+                "build the control plane with its version stamped, e.g. -ldflags "
+                "'-X k8s.io/component-base/version.gitVersion=v1.37.2'")
+
     def start(self, timeout: float = 120.0) -> Kueue:
+        self.check_server_version()
         binary = self.binary or build()
         share = binary.parent  # kueue-build.sh puts the module's crd/ and webhook/ next to the binary
         self.workdir.mkdir(parents=True, exist_ok=True)
