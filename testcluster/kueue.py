@@ -244,6 +244,7 @@ class Kueue:
     health_port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     ca_pem: bytes = b""
+    share: Path | None = None  # the build's directory: Kueue's CRDs and webhook manifests
 
     @property
     def log_path(self) -> Path:
@@ -317,10 +318,17 @@ class Kueue:
         # would be refused while it starts
         self._wait(lambda: self._get(f"http://127.0.0.1:{self.health_port}/readyz") == 200, timeout,
                    "Kueue's manager did not become ready")
-        self.apply(webhook_configurations((share / "webhook" / "manifests.yaml").read_text(), base_url, ca_bundle))
+        self.share = share
+        self.apply(self.webhooks())
         self._wait(self._visibility_available, timeout, "the visibility API (v1beta2.visibility.kueue.x-k8s.io) "
                    "did not become Available: the API server needs the --requestheader-* and --proxy-client-* flags")
         return self
+
+    def webhooks(self) -> list[dict]:
+        """Kueue's webhook configurations for this manager (as ``start`` applies them)."""
+        return webhook_configurations((self.share / "webhook" / "manifests.yaml").read_text(),
+                                      f"https://127.0.0.1:{self.webhook_port}",
+                                      base64.b64encode(self.ca_pem).decode())
 
     def _visibility_available(self) -> bool:
         r = self.kubectl("get", "apiservice", "v1beta2.visibility.kueue.x-k8s.io", "-o", "json", check=False)

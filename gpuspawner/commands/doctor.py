@@ -240,6 +240,7 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
             kubeconfig=args.kubeconfig, context=args.context, server=args.server,
             hub_service_account=service_account, page_size=args.page_size, timeout=args.timeout,
             kueue_namespace=hub.namespace if hub.kueue_queues else None, kueue=bool(hub.kueue_queues),
+            kueue_queue=hub.kueue_queues[0].queue if hub.kueue_queues else None,
         )
     except gather.GatherError as e:
         return _fail(str(e), as_json, out, err)

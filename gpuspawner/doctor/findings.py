@@ -63,6 +63,7 @@ FINDING_IDS = (
     "kueue-flavor-matches-no-pool",
     "kueue-quota-exceeds-pool",
     "kueue-visibility-not-served",
+    "kueue-webhook-unreachable",
 )
 
 

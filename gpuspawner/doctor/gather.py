@@ -37,7 +37,7 @@ from typing import Any
 
 from gpuspawner.doctor.dra import DRA_GROUP, REQUIRED_DRA_NAMESPACED_RBAC, REQUIRED_DRA_RBAC, DraState
 from gpuspawner.doctor.rbac import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
-from gpuspawner.doctor.kueue import VISIBILITY_APISERVICE, KueueState
+from gpuspawner.doctor.kueue import ADMISSION_GATE, VISIBILITY_APISERVICE, KueueState, probe_pod
 from gpuspawner.kube.apierrors import explain, status_of
 
 __all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
@@ -307,6 +307,7 @@ async def gather(
     timeout: float = 30.0,
     kueue: bool = False,
     kueue_namespace: str | None = None,
+    kueue_queue: str | None = None,
 ) -> ClusterState:
     """Read nodes, pods, DRA objects and the hub's access rights; raises :class:`GatherError`."""
     from kubernetes_asyncio import client
@@ -322,11 +323,11 @@ async def gather(
         dra = await _gather_dra(reader, api_client, hub_service_account, namespace, reviews=reviews)
         queued = None
         if kueue:  # the servers' namespace: the config's, else the hub's service account's
-            queued = await _gather_kueue(reader, api_client, kueue_namespace or namespace or "default")
+            queued = await _gather_kueue(reader, api_client, kueue_namespace or namespace or "default", kueue_queue)
         return ClusterState(server=url, nodes=found["nodes"], pods=found["pods"], rbac=rbac, dra=dra, kueue=queued)
 
 
-async def _gather_kueue(reader: _Reader, api_client: Any, namespace: str) -> KueueState:
+async def _gather_kueue(reader: _Reader, api_client: Any, namespace: str, queue: str | None = None) -> KueueState:
     """LocalQueues (of ``namespace``), ClusterQueues and ResourceFlavors when the cluster serves
     ``kueue.x-k8s.io/v1beta2``, and whether the visibility APIService is Available."""
     from functools import partial
@@ -363,7 +364,34 @@ async def _gather_kueue(reader: _Reader, api_client: Any, namespace: str) -> Kue
                                        else "the APIService has no Available condition")
     elif code == 404:
         state.visibility, state.visibility_reason = False, f"the APIService {VISIBILITY_APISERVICE} does not exist"
+    if queue is not None:
+        await _probe_webhook(reader, state, queue)
     return state
+
+
+async def _probe_webhook(reader: _Reader, state: KueueState, queue: str) -> None:
+    """Create a queued pod with ``dryRun=All``: Kueue's webhook must answer and gate it."""
+    from functools import partial
+
+    code, body = await reader._call(partial(reader.core.create_namespaced_pod, state.namespace, probe_pod(queue),
+                                            dry_run="All"))
+    if code in (401, 403):
+        return  # doctor may not create pods here: not checked
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = {}
+    if code != 201:
+        state.webhook, state.webhook_reason = False, explain(status_of(code, body))
+        return
+    gates = (doc.get("spec") or {}).get("schedulingGates") or ()
+    if any(isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates):
+        state.webhook = True
+    else:
+        state.webhook, state.webhook_reason = False, (
+            f"a pod with label kueue.x-k8s.io/queue-name={queue} in namespace {state.namespace} was admitted "
+            f"without Kueue's scheduling gate {ADMISSION_GATE}: Kueue's pod webhook is not configured for it "
+            "(integrations.frameworks without \"pod\", or managedJobsNamespaceSelector leaves the namespace out)")
 
 
 # (resource, ResourceV1Api list method, DraState field)

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KueueState", "VISIBILITY_APISERVICE"]
+__all__ = ["KueueState", "VISIBILITY_APISERVICE", "ADMISSION_GATE", "probe_pod"]
+
+# the scheduling gate Kueue's pod webhook puts on a queued pod [Kueue site, plain_pods.md]
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
+def probe_pod(queue: str) -> dict:
+    """The pod doctor creates with ``dryRun=All`` to see Kueue's webhook gate a queued pod (nothing is
+    stored; webhooks with ``sideEffects: None`` are called on dry runs)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "gpuspawner-doctor-kueue-", "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]},
+    }
 
 # the APIService of Kueue's visibility API (positions in line) [Kueue config/components/visibility]
 VISIBILITY_APISERVICE = "v1beta2.visibility.kueue.x-k8s.io"
@@ -22,3 +35,6 @@ class KueueState:
     flavors: list[dict] | None = None
     visibility: bool | None = None
     visibility_reason: str = ""
+    # a server-side dry run of a queued pod: Kueue's webhook answered and gated it (None: not tried)
+    webhook: bool | None = None
+    webhook_reason: str = ""

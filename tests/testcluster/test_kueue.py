@@ -177,9 +177,11 @@ async def test_doctor_reads_kueue_and_names_what_is_wrong(kueue):
     from gpuspawner.doctor import gather
     from gpuspawner.doctor.checks.kueue import check_kueue
 
-    state = await gather.gather(kubeconfig=str(kueue.kubeconfig), kueue=True, kueue_namespace=NS)
+    state = await gather.gather(kubeconfig=str(kueue.kubeconfig), kueue=True, kueue_namespace=NS, kueue_queue=QUEUE)
     found = state.kueue
     assert found.served and found.visibility is True
+    assert found.webhook is True, found.webhook_reason  # a dry-run pod came back gated
+    assert "gpuspawner-doctor-kueue-" not in kubectl(kueue, "get", "pods", "-n", NS)  # and nothing was stored
     assert [q["metadata"]["name"] for q in found.local_queues] == [QUEUE]
     assert {q["metadata"]["name"] for q in found.cluster_queues} >= {"cq-a100"}
     assert {f["metadata"]["name"] for f in found.flavors} >= {"a100"}
@@ -187,3 +189,14 @@ async def test_doctor_reads_kueue_and_names_what_is_wrong(kueue):
     findings = check_kueue(found, rules, state.nodes, CapacityConfig())
     # no GPU node in this cluster: the a100 flavor names none; and gpu-h100 was never created
     assert sorted(f.id for f in findings) == ["kueue-flavor-matches-no-pool", "kueue-localqueue-missing"]
+
+    # with Kueue's webhooks gone, the dry run is no longer gated: doctor says so
+    kueue.kubectl("delete", "mutatingwebhookconfiguration", "kueue-mutating-webhook-configuration")
+    try:
+        state = await gather.gather(kubeconfig=str(kueue.kubeconfig), kueue=True, kueue_namespace=NS, kueue_queue=QUEUE)
+        assert state.kueue.webhook is False and "without Kueue's scheduling gate" in state.kueue.webhook_reason
+        assert "kueue-webhook-unreachable" in {f.id for f in check_kueue(state.kueue, rules, state.nodes,
+                                                                           CapacityConfig())}
+    finally:
+        kueue.apply(kueue.webhooks())
+

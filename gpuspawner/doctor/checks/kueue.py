@@ -3,7 +3,8 @@
 A rule's LocalQueue must exist in the servers' namespace and point at a ClusterQueue that admits
 (not missing, stopped or inactive); a GPU flavor of that ClusterQueue must name nodes of a GPU pool
 (its ``nodeLabels`` on some GPU node), and its GPU quota (nominal plus borrowing) must not exceed
-what those nodes hold; the visibility API must be served, or users see no place in line.
+what those nodes hold; the visibility API must be served, or users see no place in line; and Kueue's pod webhook must gate
+a queued pod (doctor creates one with ``dryRun=All``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ KUEUE_FINDING_IDS = (
     "kueue-flavor-matches-no-pool",
     "kueue-quota-exceeds-pool",
     "kueue-visibility-not-served",
+    "kueue-webhook-unreachable",
 )
 
 _FIX_EXAMPLE = "see docs/kueue.md and deploy/kueue-example.yaml"
@@ -122,6 +124,15 @@ def check_kueue(state: KueueState | None, rules: Sequence[QueueRule], nodes: Seq
                                (ObjectRef("ClusterQueue", cq_name),)))
     if nodes is not None and state.flavors is not None and state.cluster_queues is not None:
         out += _flavor_findings(used, cqs, flavors, nodes, config)
+    if state.webhook is False:
+        out.append(Finding("kueue-webhook-unreachable", "error",
+                           f"Kueue's pod webhook did not gate a queued pod (a server-side dry run in namespace {ns}): "
+                           f"{state.webhook_reason}. Queued servers would either fail to start or start unqueued.",
+                           "Check that Kueue's manager runs and that the API server reaches its webhook service "
+                           "(kubectl get mutatingwebhookconfiguration -o wide; the kueue-webhook-service "
+                           "endpoints), and Kueue's configuration (integrations.frameworks: [\"pod\"], "
+                           "managedJobsNamespaceSelector): see docs/kueue.md.",
+                           (ObjectRef("MutatingWebhookConfiguration", "kueue-mutating-webhook-configuration"),)))
     if state.visibility is False:
         out.append(Finding("kueue-visibility-not-served", "warning",
                            f"Kueue's visibility API ({VISIBILITY_APISERVICE}) is not served ({state.visibility_reason}): "
