@@ -141,6 +141,9 @@ async def test_queue_fill_wait_admit_preempt_and_never(kueue, view):
     kubectl(kueue, "delete", "pod", "-n", NS, "alice", "--wait=false")
     await until(lambda: not gated(pod(kueue, "carol")), what="carol admitted after alice stopped")
     print(f"\nfrom a freed GPU to the next server's admission: {time.monotonic() - stopped:.1f}s")
+    # and alice's Workload went with her pod
+    await until(lambda: view.state_of(uids["alice"], QUEUE) is None, what="alice's Workload gone")
+    assert "alice" not in kubectl(kueue, "get", "workloads", "-n", NS, "-o", "name")
 
     # a higher priority preempts a lower one: Kueue evicts and deletes one of bob and carol,
     # and the view keeps why for the hub to tell its user
