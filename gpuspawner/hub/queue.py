@@ -67,10 +67,13 @@ def apply_selection(spawner: Any, profile: str, pool_id: str, resource: str) -> 
     """The chosen pool queues: label the pod for Kueue, and let Kueue rather than gpuspawner's
     reservation hold its place."""
     rule = queue_for(spawner.queue_rules(), profile, pool_id)
+    spawner._gpu_queued = None
     if rule is None:
         return
     spawner.extra_labels = {**spawner.extra_labels, **pod_labels(rule)}
     spawner.release_gpus()
+    spawner.log.info("%s is queued in Kueue LocalQueue %s%s", spawner._log_name, rule.queue,
+                     f" (priority {rule.priority_class})" if rule.priority_class else "")
     spawner._gpu_queued = QueuedSpawn(
         rule=rule, resource=resource, base_timeout=spawner._queue_base_timeout or spawner.start_timeout,
         wait_limit=spawner.gpu_kueue_queue_wait_limit,

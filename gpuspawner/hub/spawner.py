@@ -869,15 +869,15 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
             checked=selection.pool.checked,
         )
+        queue_glue.apply_selection(self, selection.profile, pool.id, pool.resource)
         self.log.info(
             "%s gets %d x %s in pool %s%s",
             self._log_name,
             gpus,
             pool.resource,
             pool.id,
-            " (after a scale-up)" if selection.pool.needs_scale_up(gpus) else "",
+            " (after a scale-up)" if selection.pool.needs_scale_up(gpus) and self._gpu_queued is None else "",
         )
-        queue_glue.apply_selection(self, selection.profile, pool.id, pool.resource)
 
     _gpu_spawn: GPUSpawnInfo | None = None  # set by a GPU spawn's load_user_options
     _gpu_starting = False  # while _start waits for a GPU spawn's pod
