@@ -16,6 +16,9 @@ import time
 
 import pytest
 
+from jupyterhub.spawner import SpawnException
+
+from gpuspawner.hub import queue as queue_glue
 from gpuspawner.queue.kube import KueueView
 from gpuspawner.queue.pools import full_card_text, pool_queue
 from gpuspawner.queue.rules import parse_rules, pod_labels
@@ -114,7 +117,21 @@ async def view(kueue):
     await api.close()
 
 
-async def test_queue_fill_wait_admit_preempt_and_never(kueue, view):
+def hub_spawner(name: str, view: KueueView):
+    """A GPUSpawner whose server went into the queue of RULES (as load_user_options leaves it), reading
+    Kueue through ``view``: what its progress page and its wait make of the real objects."""
+    from tests.builders import make_spawner
+
+    spawner = make_spawner(name, namespace=NS, gpu_kueue_queues=[{"match": "a100:*", "queue": QUEUE,
+                                                                   "priority_class": "low"}])
+    spawner.kueue_view = lambda: view
+    spawner._queue_base_timeout = spawner.start_timeout
+    queue_glue.apply_selection(spawner, "gpu", "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu", "nvidia.com/gpu")
+    assert spawner.extra_labels == pod_labels(RULES[0])
+    return spawner
+
+
+async def test_queue_fill_wait_admit_preempt_and_never(no_kube_client, kueue, view):
     # two servers fill the 2-GPU quota: Kueue creates their Workloads and lifts their gates
     uids = {name: create(kueue, server_pod(name)) for name in ("alice", "bob")}
     await until(lambda: not gated(pod(kueue, "alice")) and not gated(pod(kueue, "bob")), what="alice and bob admitted")
@@ -132,6 +149,10 @@ async def test_queue_fill_wait_admit_preempt_and_never(kueue, view):
 
     state = await until(carol_listed, what="carol's place in line")
     assert state.message == "Queued in gpu-a100: position 1 of 1 (priority low)"
+    # what carol's progress page says, from her real pod and Workload
+    carol = hub_spawner("carol", view)
+    queue_glue.check_pod(carol, pod(kueue, "carol"))
+    assert queue_glue.current_message(carol) == "Queued in gpu-a100: position 1 of 1 (priority low)"
     queue = pool_queue(RULES, "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu", view.queue_counts)
     assert queue == {"name": QUEUE, "pending": 1, "admitted": 2}
     assert full_card_text(queue["pending"]) == "Full — 1 waiting; you would be 2nd"
@@ -141,6 +162,10 @@ async def test_queue_fill_wait_admit_preempt_and_never(kueue, view):
     kubectl(kueue, "delete", "pod", "-n", NS, "alice", "--wait=false")
     await until(lambda: not gated(pod(kueue, "carol")), what="carol admitted after alice stopped")
     print(f"\nfrom a freed GPU to the next server's admission: {time.monotonic() - stopped:.1f}s")
+    await until(lambda: view.state_of(uids["carol"], QUEUE).kind == "admitted", what="carol's Workload admitted")
+    queue_glue.check_pod(carol, pod(kueue, "carol"))
+    assert queue_glue.current_message(carol) == "Admitted: quota reserved in flavor a100"
+    assert carol._gpu_queued.admitted_at is not None  # start_timeout counts from here
     # and alice's Workload went with her pod
     await until(lambda: view.state_of(uids["alice"], QUEUE) is None, what="alice's Workload gone")
     assert "alice" not in kubectl(kueue, "get", "workloads", "-n", NS, "-o", "name")
@@ -173,6 +198,10 @@ async def test_queue_fill_wait_admit_preempt_and_never(kueue, view):
     assert state.message.startswith("Never admissible in gpu-a100: this server asks for more GPUs than the "
                                     "queue's quota can ever give")
     assert gated(pod(kueue, "erin"))
+    erin = hub_spawner("erin", view)
+    with pytest.raises(SpawnException) as e:  # the spawn ends at once, with the words the user reads
+        queue_glue.check_pod(erin, pod(kueue, "erin"))
+    assert e.value.jupyterhub_message == state.message
 
 
 async def test_doctor_reads_kueue_and_names_what_is_wrong(kueue):
