@@ -64,8 +64,9 @@ def cluster_queue(name: str = "cq-a100", *, flavor: str = "a100", gpus: Any = 8,
         gpu["borrowingLimit"] = borrowing
     spec: dict[str, Any] = {"namespaceSelector": {}, "resourceGroups": [{
         "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-        "flavors": [{"name": flavor, "resources": [gpu, {"name": "cpu", "nominalQuota": "64"},
-                                                   {"name": "memory", "nominalQuota": "512Gi"}]}]}]}
+        # in the order of coveredResources, as Kueue's webhook wants
+        "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": "64"},
+                                                   {"name": "memory", "nominalQuota": "512Gi"}, gpu]}]}]}
     if stop_policy:
         spec["stopPolicy"] = stop_policy
     status: dict[str, Any] = {}

@@ -232,3 +232,19 @@ async def test_doctor_reads_kueue_and_names_what_is_wrong(kueue):
     finally:
         kueue.apply(kueue.webhooks())
 
+
+
+def test_the_example_objects_are_what_kueue_accepts(kueue):
+    """deploy/kueue-example.yaml as docs/kueue.md tells an admin to apply it: Kueue's CRDs and its
+    validating webhooks take every object (a server-side dry run: nothing of it stays)."""
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "kueue-example.yaml"
+    kueue.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jhub"}}])
+    r = kueue.kubectl("apply", "--dry-run=server", "-f", str(example), check=False)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for line in ("resourceflavor.kueue.x-k8s.io/a100", "clusterqueue.kueue.x-k8s.io/gpu-a100",
+                 "localqueue.kueue.x-k8s.io/gpu-a100", "workloadpriorityclass.kueue.x-k8s.io/high",
+                 "workloadpriorityclass.kueue.x-k8s.io/normal"):
+        assert line in out, out
