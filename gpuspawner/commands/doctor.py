@@ -32,7 +32,7 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_CANNOT_RUN = 0, 1, 2
 
 # trait names doctor reads from the hub's config (GPUSpawner and its bases)
 _HUB_TRAITS = ("gpu_profiles", "gpu_tolerated_taint_keys", "tolerations", "image", "profile_list",
-               "cuda_policy", "cuda_check")
+               "cuda_policy", "cuda_check", "gpu_kueue_queues")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +129,9 @@ def load_hub_config(path: str, cuda_policy: str | None) -> tuple[Any, Any]:
                     raw = config[section][name]
                     value = raw.get_value(value) if isinstance(raw, LazyConfigValue) else raw
             values[name] = value
+        # the servers' namespace (KubeSpawner computes its default at run time): only when set
+        values["namespace"] = next((config[s]["namespace"] for s in reversed(sections)
+                                    if s in config and "namespace" in config[s]), None)
         if callable(values["profile_list"]):
             values["profile_list"] = []  # a callable profile_list is resolved per user at spawn time
         hub = hub_facts_from_values(values, source=path, cuda_policy=cuda_policy,
@@ -236,6 +239,8 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         state = await gather.gather(
             kubeconfig=args.kubeconfig, context=args.context, server=args.server,
             hub_service_account=service_account, page_size=args.page_size, timeout=args.timeout,
+            kueue_namespace=hub.namespace if hub.kueue_queues else None, kueue=bool(hub.kueue_queues),
+            kueue_queue=hub.kueue_queues[0].queue if hub.kueue_queues else None,
         )
     except gather.GatherError as e:
         return _fail(str(e), as_json, out, err)
@@ -249,6 +254,7 @@ async def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
     findings = checks.run_checks(
         state.nodes, state.pods, config=capacity, hub=hub, rbac=state.rbac,
         now=time.time() if now is None else now, pending_after=pending_after, dra=state.dra, cull=cull,
+        kueue=state.kueue,
     )
     facts = _facts(args, state, hub, capacity, service_account, pending_after)
     render = report.render_json if as_json else report.render_text

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.cuda.rules import POLICIES, NodeCuda, Verdict, decide
+from gpuspawner.queue.rules import QueueRule, parse_rules
 from gpuspawner.spawn.profiles import GPUProfileSpec
 
 __all__ = ["ProfileImage", "HubFacts", "hub_facts_from_values"]
@@ -50,6 +51,8 @@ class HubFacts:
     # the hub's c.GPUSpawner.cuda_check: (ImageCuda, NodeCuda, policy) -> Verdict
     cuda_check: Callable[[ImageCuda, NodeCuda, str], Verdict] = decide
     source: str | None = None  # the config file; None: defaults (no --config)
+    kueue_queues: tuple[QueueRule, ...] = ()  # c.GPUSpawner.gpu_kueue_queues
+    namespace: str | None = None  # c.KubeSpawner.namespace, when the config sets it
 
 
 def _tolerations(value: Any, where: str) -> list[Mapping[str, Any]]:
@@ -145,4 +148,6 @@ def hub_facts_from_values(
         cuda_policy=policy,
         cuda_check=cuda_check,
         source=source,
+        kueue_queues=parse_rules(values.get("gpu_kueue_queues") or (), "c.GPUSpawner.gpu_kueue_queues"),
+        namespace=values.get("namespace") if isinstance(values.get("namespace"), str) and values.get("namespace") else None,
     )

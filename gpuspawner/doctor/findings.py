@@ -55,7 +55,16 @@ FINDING_IDS = (
     "profile-checks-skipped",
     "checks-skipped",
     "cull-no-gpu-metrics",
-) + DRA_FINDING_IDS
+) + DRA_FINDING_IDS + (
+    # Kueue (checks.kueue.KUEUE_FINDING_IDS)
+    "kueue-not-installed",
+    "kueue-localqueue-missing",
+    "kueue-clusterqueue-stopped",
+    "kueue-flavor-matches-no-pool",
+    "kueue-quota-exceeds-pool",
+    "kueue-visibility-not-served",
+    "kueue-webhook-unreachable",
+)
 
 
 @dataclass(frozen=True, slots=True)

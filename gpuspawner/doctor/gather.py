@@ -37,6 +37,7 @@ from typing import Any
 
 from gpuspawner.doctor.dra import DRA_GROUP, REQUIRED_DRA_NAMESPACED_RBAC, REQUIRED_DRA_RBAC, DraState
 from gpuspawner.doctor.rbac import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
+from gpuspawner.doctor.kueue import ADMISSION_GATE, VISIBILITY_APISERVICE, KueueState, probe_pod
 from gpuspawner.kube.apierrors import explain, status_of
 
 __all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
@@ -55,6 +56,7 @@ class ClusterState:
     pods: list[dict] | None
     rbac: RbacFacts
     dra: DraState | None = None  # None: not read (DraState.served says whether the cluster has DRA)
+    kueue: KueueState | None = None  # None: not read (the hub queues no pool through Kueue)
 
 
 def parse_service_account(text: str) -> tuple[str, str]:
@@ -303,6 +305,9 @@ async def gather(
     hub_service_account: tuple[str, str] | None = None,
     page_size: int = 500,
     timeout: float = 30.0,
+    kueue: bool = False,
+    kueue_namespace: str | None = None,
+    kueue_queue: str | None = None,
 ) -> ClusterState:
     """Read nodes, pods, DRA objects and the hub's access rights; raises :class:`GatherError`."""
     from kubernetes_asyncio import client
@@ -316,7 +321,77 @@ async def gather(
         checks, reviews = await _rbac_checks(reader, hub_service_account, namespace, found["nodes"], listed)
         rbac = RbacFacts(_subject(hub_service_account, kubeconfig, server), tuple(checks))
         dra = await _gather_dra(reader, api_client, hub_service_account, namespace, reviews=reviews)
-        return ClusterState(server=url, nodes=found["nodes"], pods=found["pods"], rbac=rbac, dra=dra)
+        queued = None
+        if kueue:  # the servers' namespace: the config's, else the hub's service account's
+            queued = await _gather_kueue(reader, api_client, kueue_namespace or namespace or "default", kueue_queue)
+        return ClusterState(server=url, nodes=found["nodes"], pods=found["pods"], rbac=rbac, dra=dra, kueue=queued)
+
+
+async def _gather_kueue(reader: _Reader, api_client: Any, namespace: str, queue: str | None = None) -> KueueState:
+    """LocalQueues (of ``namespace``), ClusterQueues and ResourceFlavors when the cluster serves
+    ``kueue.x-k8s.io/v1beta2``, and whether the visibility APIService is Available."""
+    from functools import partial
+
+    from kubernetes_asyncio import client
+
+    custom = client.CustomObjectsApi(api_client)
+    code, body = await reader._call(partial(api_client.call_api, "/apis/kueue.x-k8s.io/v1beta2", "GET",
+                                            response_types_map={200: "object"}, auth_settings=["BearerToken"],
+                                            _return_http_data_only=True))
+    if code != 200:
+        return KueueState(served=False, namespace=namespace)
+    state = KueueState(served=True, namespace=namespace)
+    lists = (("local_queues", partial(custom.list_namespaced_custom_object, "kueue.x-k8s.io", "v1beta2", namespace,
+                                      "localqueues")),
+             ("cluster_queues", partial(custom.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", "clusterqueues")),
+             ("flavors", partial(custom.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", "resourceflavors")))
+    for attr, fn in lists:
+        try:
+            setattr(state, attr, await reader.list_all(attr.replace("_", " "), fn))
+        except _Forbidden:
+            setattr(state, attr, None)
+    api = client.ApiregistrationV1Api(api_client)
+    code, body = await reader._call(api.read_api_service, name=VISIBILITY_APISERVICE)
+    if code == 200:
+        try:
+            cond = next((c for c in (json.loads(body).get("status") or {}).get("conditions") or ()
+                         if isinstance(c, dict) and c.get("type") == "Available"), None)
+        except ValueError:
+            cond = None
+        state.visibility = bool(cond and cond.get("status") == "True")
+        if not state.visibility:
+            state.visibility_reason = (f"{cond.get('reason')}: {cond.get('message')}" if cond
+                                       else "the APIService has no Available condition")
+    elif code == 404:
+        state.visibility, state.visibility_reason = False, f"the APIService {VISIBILITY_APISERVICE} does not exist"
+    if queue is not None:
+        await _probe_webhook(reader, state, queue)
+    return state
+
+
+async def _probe_webhook(reader: _Reader, state: KueueState, queue: str) -> None:
+    """Create a queued pod with ``dryRun=All``: Kueue's webhook must answer and gate it."""
+    from functools import partial
+
+    code, body = await reader._call(partial(reader.core.create_namespaced_pod, state.namespace, probe_pod(queue),
+                                            dry_run="All"))
+    if code in (401, 403):
+        return  # doctor may not create pods here: not checked
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = {}
+    if code != 201:
+        state.webhook, state.webhook_reason = False, explain(status_of(code, body))
+        return
+    gates = (doc.get("spec") or {}).get("schedulingGates") or ()
+    if any(isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates):
+        state.webhook = True
+    else:
+        state.webhook, state.webhook_reason = False, (
+            f"a pod with label kueue.x-k8s.io/queue-name={queue} in namespace {state.namespace} was admitted "
+            f"without Kueue's scheduling gate {ADMISSION_GATE}: Kueue's pod webhook is not configured for it "
+            "(integrations.frameworks without \"pod\", or managedJobsNamespaceSelector leaves the namespace out)")
 
 
 # (resource, ResourceV1Api list method, DraState field)

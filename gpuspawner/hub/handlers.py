@@ -24,6 +24,7 @@ from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import capacity_settings_class
+from gpuspawner.queue.pools import pool_queue
 
 API_PATH = r"/api/gpus"
 
@@ -71,6 +72,10 @@ class GPUCapacityHandler(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         body = snapshot.to_json(visible)
+        queues, view = settings.queue_rules(), settings.kueue_view()
+        counts = view.queue_counts if view is not None else (lambda queue: None)
+        for pool in body["pools"]:  # gpu_kueue_queues: each pool's Kueue LocalQueue and its figures, or null
+            pool["queue"] = pool_queue(queues, pool["id"], counts)
         rules = settings.cull_rules()
         if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
             for pool in body["pools"]:

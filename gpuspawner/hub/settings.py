@@ -29,6 +29,7 @@ from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool, check_names
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
+from gpuspawner.hub.queuesettings import KueueSettings
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ _CAPACITY_FIELDS = {"gpu_node_group_labels": "node_group_labels", "gpu_dra_drive
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(Configurable):
+class GPUSpawnerSettings(KueueSettings, Configurable):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;

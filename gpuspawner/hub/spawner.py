@@ -41,6 +41,7 @@ from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, def
 
 from gpuspawner.spawn import cudafit
 from gpuspawner.hub import dra as dra_glue
+from gpuspawner.hub import queue as queue_glue
 from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
@@ -76,6 +77,7 @@ from gpuspawner.hub.pagememo import Memo, fingerprint
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import render_form, template_dirs
 from gpuspawner.kube.apierrors import rules_text
+from gpuspawner.queue.pools import full_card_text, queue_offers, queued_pool_ids
 
 __all__ = ["GPUSpawnerSettings", "GPUSpawner", "applied_in_load_user_options"]
 
@@ -443,18 +445,19 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             return {}
         snapshot = await self.capacity_snapshot(max_age, renew)
         config = fingerprint(self.gpu_profiles, self.gpu_pool_rules, self.gpu_admit_without_capacity,
-                             self.gpu_max_per_server, self.cuda_policy, self.cuda_check)
+                             self.gpu_max_per_server, self.cuda_policy, self.cuda_check, self.gpu_kueue_queues)
         # a snapshot's pools are one object until a count changes; its problem text (which
         # carries the figures' age when they are stale) is part of what the offers say
         source = snapshot.pools if snapshot is not None else None
-        return self._offer_memo.get(source, (config, capacity_problem(snapshot)), lambda: build_offers(
+        self.kueue_view()  # queued pools: the page's queue figures come from it (hub/queue.py)
+        return self._offer_memo.get(source, (config, capacity_problem(snapshot)), lambda: queue_offers(build_offers(
             self.gpu_profile_specs(),
             snapshot,
             self.pool_rules(),
             admit_without_capacity=self.gpu_admit_without_capacity,
             fit=self._cuda_fit,
             count_limit=self.gpu_max_per_server,
-        ))
+        ), self.queue_rules()))
 
     def _user_view(self, static: list[dict[str, Any]],
                    offers: dict[str, ProfileOffer]) -> tuple[list[dict[str, Any]], UserOffers]:
@@ -504,7 +507,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                         self.additional_profile_form_template_paths, sorted(self._admin_option_keys())),
         )
         offers = await self.gpu_offers(max_age)
-        html = self._form(offers, key, static, cull_rules)
+        html = queue_glue.stop_notice(self) + self._form(offers, key, static, cull_rules)
         loop = asyncio.get_running_loop()
         renewing = any(t.get_loop() is loop and not t.done() for t in self._page_renewals)
         if max_age > 0 and not renewing:
@@ -573,6 +576,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             # the idle rule per profile and pool (gpu_cull_rules)
             cull_rules=cull_rules if cull_rules is not None else self.cull_rules(),
             idle_rule=self.idle_rule,
+            # gpu_kueue_queues: (profile, pool) -> LocalQueue; a full queued card says so (queue/pools.py)
+            gpu_queues=queued_pool_ids(gpu_offers, self.queue_rules()),
+            full_card_text=full_card_text,
         )
 
     # --- spawning ---------------------------------------------------------
@@ -587,6 +593,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         "extra_annotations",
         "init_containers",
         "modify_pod_hook",
+        "extra_labels",  # Kueue's queue labels (hub/queue.py)
     )
     _gpu_base_traits: dict[str, Any] | None = None
 
@@ -820,6 +827,13 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         )
         check_quota(principal_of(self.user), policy, held, gpus, server_name=self.name)
 
+    _gpu_queued: queue_glue.QueuedSpawn | None = None  # this spawn's place in a Kueue queue
+    _queue_base_timeout: float | None = None
+    gpu_stop_message: str | None = None  # why Kueue stopped this server last (hub/queue.py note_stopped)
+
+    def kueue_view(self):
+        return super().kueue_view(self.namespace)
+
     def get_state(self):
         state = super().get_state()
         if self.gpu_held is not None:
@@ -905,13 +919,14 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
             checked=selection.pool.checked,
         )
+        queue_glue.apply_selection(self, selection.profile, pool.id, pool.resource)
         self.log.info(
             "%s gets %d x %s in pool %s%s",
             self._log_name,
             gpus,
             pool.resource,
             pool.id,
-            " (after a scale-up)" if selection.pool.needs_scale_up(gpus) else "",
+            " (after a scale-up)" if selection.pool.needs_scale_up(gpus) and self._gpu_queued is None else "",
         )
 
     _gpu_spawn: GPUSpawnInfo | None = None  # set by a GPU spawn's load_user_options
@@ -966,6 +981,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         # CUDA warnings, computed in load_user_options
         self._cuda_notes = asyncio.get_running_loop().create_future()
         self._refused = False
+        queue_glue.extend_start_timeout(self)  # a queued server's wait does not count (hub/queue.py)
         return super().start()
 
     # KubeSpawner 7.1's reflector doubles its retry delay from 0.1 s and returns for good once it
@@ -1024,6 +1040,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 self.gpu_metrics().spawn_started(self._gpu_spawn.pool_id)
             return url
         finally:
+            queue_glue.restore_start_timeout(self)
             self._gpu_starting = False
             self._watch_probe = False
             if self._cuda_notes is not None and not self._cuda_notes.done():
@@ -1144,6 +1161,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             if failure:
                 self.log.warning("GPU probe failed for %s: %s", self._log_name, failure)
                 raise spawn_error(failure, reason="gpu-probe", status_code=500)
+        if self._gpu_starting:
+            queue_glue.check_pod(self, pod)  # the wait in a Kueue queue, and its limits
         if self._gpu_starting and self._gpu_spawn is not None and isinstance(pod, Mapping):
             # a GPU spawn's wait: the GPU wait metric, and an early end when
             # the pod can never start (a fatal translation) instead of the timeout
@@ -1161,7 +1180,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             await asyncio.wait([notes], timeout=self.start_timeout)
         for warning in self._cuda_warnings or ():
             yield {"progress": 0, "message": warning}
-        async for event in super().progress():
+        async for event in queue_glue.with_queue_messages(self, super().progress()):
             ctx = self.spawn_context()
             if ctx is not None:
                 event, _ = rewrite_progress_event(event, ctx)
@@ -1174,7 +1193,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         Kubernetes call to say so (JupyterHub polls before cleaning up a failed start)."""
         if self._refused:
             return 0
-        return await super().poll()
+        status = await super().poll()
+        if status is not None:
+            queue_glue.note_stopped(self)  # Kueue preempted or evicted it: the spawn page says why
+        return status
 
     async def stop(self, now=False):
         self.release_gpus()

@@ -26,6 +26,12 @@ def template_dirs() -> list[str]:
     return [str(TEMPLATE_DIR)]
 
 
+def hub_template_dir() -> str:
+    """The directory the config snippet adds to ``c.JupyterHub.template_paths``: JupyterHub's pages
+    gpuspawner extends (``home.html``: why Kueue stopped a server)."""
+    return str(TEMPLATE_DIR / "hub")
+
+
 @functools.lru_cache(maxsize=8)
 def form_environment(paths: tuple[str, ...]) -> Environment:
     """One autoescaping Jinja2 environment per template path list, so

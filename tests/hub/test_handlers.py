@@ -24,12 +24,13 @@ from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import ScaleUp
 from gpuspawner.hub.handlers import GPUCapacityHandler
 from gpuspawner.hub.settings import GPUSpawnerSettings
+from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner
 from tests.builders import FakeCache, make_spawner, pool_view
 
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
-        "driver_version", "cuda_version", "scale_up"]
+        "driver_version", "cuda_version", "scale_up", "queue"]
 
 
 # two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
@@ -116,7 +117,8 @@ def test_snippet_sets_spawner_and_registers_handler_only():
     handlers = c.JupyterHub.extra_handlers.get_value([])
     assert handlers == [(r"/api/gpus", GPUCapacityHandler)]
     assert set(c) == {"JupyterHub"}  # nothing site-specific
-    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers"}
+    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers", "template_paths"}
+    assert c.JupyterHub.template_paths.get_value([]) == [hub_template_dir()]  # the home page's Kueue notice
 
 
 async def test_capacity_for_a_plain_user_token(hub, install_cache):
@@ -131,7 +133,7 @@ async def test_capacity_for_a_plain_user_token(hub, install_cache):
     assert all(list(p) == KEYS for p in body["pools"])
     assert {p["allocation"] for p in body["pools"]} == {"device-plugin"}
     assert body["pools"][0]["scale_up"] == {"max_nodes": 4, "gpus_per_node": 8, "minutes": 6.5}
-    assert body["pools"][1] == A100.to_json()
+    assert body["pools"][1] == {**A100.to_json(), "queue": None}  # no gpu_kueue_queues: not queued
     assert fake.snapshots == 1
 
 
@@ -249,3 +251,49 @@ async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configur
     assert rules[H100.id].startswith("This server is stopped after 30m ")
     assert rules[A100.id].startswith("This server is stopped after 60m ")
     assert all(list(p) == KEYS + ["idle_rule"] for p in body["pools"])  # a new key after the exact ones
+
+
+async def login(hub_url: str, name: str) -> str:
+    """Sign ``name`` in through the hub's login form (MockHub's authenticator takes the name as
+    password); the Cookie header of the session."""
+    from http.cookies import SimpleCookie
+    from urllib.parse import urlencode
+
+    client = AsyncHTTPClient()
+    jar = SimpleCookie()
+
+    def keep(response):
+        for header in response.headers.get_list("Set-Cookie"):
+            jar.load(header)
+
+    r = await client.fetch(hub_url + "login", request_timeout=30)
+    keep(r)
+    body = urlencode({"username": name, "password": name, "_xsrf": jar["_xsrf"].value})
+    try:
+        r = await client.fetch(hub_url + "login", method="POST", body=body, follow_redirects=False, request_timeout=30,
+                               headers={"Cookie": "; ".join(f"{k}={v.value}" for k, v in jar.items())})
+    except HTTPClientError as e:  # the 302 to the home page
+        r = e.response
+    keep(r)
+    return "; ".join(f"{k}={v.value}" for k, v in jar.items())
+
+
+async def test_the_home_page_says_why_kueue_stopped_the_users_server(no_kube_client, hub_for_spawn):
+    api, _token = hub_for_spawn
+    hub_url = api[: -len("api/")]
+    cookie = await login(hub_url, "user")
+    spawner = MockHub.instance().users["user"].spawner
+
+    async def home():
+        r = await AsyncHTTPClient().fetch(hub_url + "home", headers={"Cookie": cookie}, follow_redirects=False,
+                                          request_timeout=30)
+        return r.body.decode()
+
+    page = await home()
+    assert 'id="start"' in page  # signed in: JupyterHub's own home page, its start button
+    assert "Your last server was stopped" not in page
+    spawner.gpu_stop_message = "Preempted in gpu-a100: a server with <higher> priority needed its GPU quota."
+    page = await home()
+    assert ("Your last server was stopped: Preempted in gpu-a100: a server with &lt;higher&gt; priority needed "
+            "its GPU quota.") in page
+    assert 'id="start"' in page

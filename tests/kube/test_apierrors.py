@@ -85,7 +85,7 @@ def test_the_rules_are_deploy_rbac_yaml():
     assert _rules(role, "") == CLUSTER_ROLE_RULES
     assert _rules(role, DRA_GROUP) == DRA_CLUSTER_ROLE_RULES
     assert all(r["apiGroups"] in ([""], [DRA_GROUP]) for r in role["rules"])
-    (ns_role,) = [d for d in docs if d["kind"] == "Role"]
+    (ns_role,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == DRA_ROLE_NAME]
     assert ns_role["metadata"]["name"] == DRA_ROLE_NAME
     assert _rules(ns_role, DRA_GROUP) == DRA_ROLE_RULES and len(ns_role["rules"]) == 1
 

@@ -8,6 +8,8 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
   settings, including ``profile_list``, keep working);
 * ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``);
+* a home page that says why Kueue stopped a user's server, when it did (docs/kueue.md;
+  its directory goes first in ``c.JupyterHub.template_paths``; a list you set replaces it);
 * a full garbage collection and ``gc.freeze()`` once the imports are done: the
   ~280,000 objects of JupyterHub, KubeSpawner, kubernetes_asyncio and gpuspawner
   are moved out of reach of Python's cyclic garbage collector, whose full passes
@@ -42,6 +44,7 @@ import gc as _gc
 from gpuspawner.hub.configcheck import check_at_hub_start as _gpuspawner_check_config
 from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
+from gpuspawner.hub.templates import hub_template_dir as _gpuspawner_hub_templates
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
@@ -51,6 +54,12 @@ c = globals()["c"]
 
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
+# before JupyterHub's own templates, which ours extend ("templates/home.html"); a list the admin set
+# before this file keeps its templates first
+if isinstance(c.JupyterHub.template_paths, list):
+    c.JupyterHub.template_paths.append(_gpuspawner_hub_templates())
+else:
+    c.JupyterHub.template_paths.prepend([_gpuspawner_hub_templates()])
 _gpuspawner_log_filter()
 _gpuspawner_check_config()
 _gpuspawner_guard()

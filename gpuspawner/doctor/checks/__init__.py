@@ -7,6 +7,7 @@
 * ``pending``: pods stuck Pending on GPUs;
 * ``rbac``: access the hub lacks;
 * ``cull``: GPU nodes whose GPU activity the culler cannot see (only when culling is configured);
+* ``kueue``: the Kueue LocalQueues, ClusterQueues, flavors and visibility API of queued pools;
 * ``dra``: Dynamic Resource Allocation: DeviceClasses, ResourceSlices, ResourceClaims, GPUs
   published by both paths, the hub's DRA rights (and the device-plugin findings DRA explains).
 
@@ -26,12 +27,14 @@ from gpuspawner.doctor.checks.cull import CullSetup, check_cull_coverage
 from gpuspawner.doctor.checks.dra import check_dra, dra_gpu_nodes, reconcile
 from gpuspawner.doctor.checks.gfd import check_gfd_labels
 from gpuspawner.doctor.checks.images import check_images
+from gpuspawner.doctor.checks.kueue import check_kueue
 from gpuspawner.doctor.checks.nodes import check_nodes, gpu_evidence
 from gpuspawner.doctor.checks.pending import check_pending_pods
 from gpuspawner.doctor.checks.rbac import check_rbac
 from gpuspawner.doctor.checks.taints import check_taints
 from gpuspawner.doctor.dra import DraState
 from gpuspawner.doctor.facts import HubFacts
+from gpuspawner.doctor.kueue import KueueState
 from gpuspawner.doctor.findings import Finding, ObjectRef, by_severity
 from gpuspawner.doctor.rbac import RbacFacts
 
@@ -41,6 +44,7 @@ __all__ = [
     "check_dra",
     "check_gfd_labels",
     "check_images",
+    "check_kueue",
     "check_nodes",
     "check_pending_pods",
     "check_rbac",
@@ -102,6 +106,7 @@ def run_checks(
     pending_after: float,
     dra: DraState | None = None,
     cull: CullSetup | None = None,
+    kueue: KueueState | None = None,
 ) -> list[Finding]:
     """All checks, errors first.  ``nodes``/``pods`` None: they could not be
     listed (the reason is then an ``rbac-missing`` finding) and their checks
@@ -123,4 +128,5 @@ def run_checks(
     out = reconcile(out, dra, config)
     subject = rbac.subject if rbac is not None else "the hub"
     out += check_dra(dra, nodes, config=config, subject=subject, now=now, pending_after=pending_after)
+    out += check_kueue(kueue, hub.kueue_queues, nodes, config)
     return by_severity(out)
