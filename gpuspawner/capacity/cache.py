@@ -163,7 +163,8 @@ class _Informer:
 
     def _ok(self) -> None:
         if self.failures or self.error:
-            log.info("capacity %s informer recovered", self.kind)
+            if not self.stalled:  # a stalled informer recovers when its watch delivers (_delivered)
+                log.info("capacity %s informer recovered", self.kind)
             self.cache._answered()
         self.failures = 0
         self.error = None
@@ -547,7 +548,7 @@ class CapacityCache:
             raise ValueError("page_size, watch_timeout, stall_timeout and the backoff times must be positive")
         self.config = config
         self._api_factory = api_factory
-        self._owns_api = api_factory is not None
+        self._owns_api = True  # its own client (``_default_api``) or the factory's: closed on stop
         self._api: Any = None
         self._api_lock = asyncio.Lock()
         self._clock = clock
@@ -896,16 +897,35 @@ class CapacityCache:
         )
 
 
-async def _default_api() -> Any:
-    """KubeSpawner's client: in-cluster config, KUBECONFIG, and its ``k8s_api_host``.
+async def _default_api(*, host: str | None = None, ssl_ca_cert: str | None = None,
+                       verify_ssl: bool | None = None) -> Any:
+    """The cache's own client: the in-cluster configuration (the pod's ServiceAccount), else the
+    kubeconfig (``$KUBECONFIG``, ``~/.kube/config``), with KubeSpawner's ``k8s_api_host``,
+    ``k8s_api_ssl_ca_cert`` and ``k8s_api_verify_server`` when the hub sets them.
 
-    ``load_config`` is only called when no spawner has loaded the global
-    configuration yet (a second call would undo KubeSpawner's host override);
-    it blocks on file I/O, so it runs in a thread.
+    Never the client's process-wide default configuration: a hub config that builds a
+    ``kubernetes_asyncio`` model object while it loads (Zero to JupyterHub's builds a
+    ``V1Container``) installs a blank one there, with no host.  And never KubeSpawner's shared
+    client, which would keep whatever configuration it was first made with.  Reading the
+    in-cluster files blocks on file I/O, so it runs in a thread.
     """
-    from kubernetes_asyncio.client import Configuration
-    from kubespawner.clients import load_config, shared_client
+    from kubernetes_asyncio import config as kube_config
+    from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 
-    if getattr(Configuration, "_default", None) is None:
-        await asyncio.to_thread(load_config)
-    return shared_client("CoreV1Api")
+    conf = Configuration()
+    try:
+        await asyncio.to_thread(kube_config.load_incluster_config, client_configuration=conf)
+    except kube_config.ConfigException as in_cluster:
+        try:
+            await kube_config.load_kube_config(client_configuration=conf, persist_config=False)
+        except (kube_config.ConfigException, OSError) as e:
+            raise RuntimeError(
+                f"no Kubernetes configuration: not in a cluster ({in_cluster}) and no usable kubeconfig ({e})"
+            ) from None
+    if host:
+        conf.host = host
+    if ssl_ca_cert:
+        conf.ssl_ca_cert = ssl_ca_cert
+    if verify_ssl is not None:
+        conf.verify_ssl = verify_ssl
+    return CoreV1Api(ApiClient(configuration=conf))
