@@ -194,6 +194,26 @@ async def test_failures_back_off_exponentially_with_full_jitter_capped(make_cach
     assert (h["consecutive_failures"], h["error"], h["healthy"]) == (0, None, True)
 
 
+async def test_an_informer_answered_after_failures_wakes_the_others_from_their_backoff(make_cache):
+    """The API server is back: the first informer that gets an answer cuts every other informer's backoff
+    short, so they all come back together (DRA's three and the node and pod informers alike), not up to
+    the 30 s cap apart.  Here the first backoff ends at once and every later one would never end."""
+    naps = []
+
+    async def sleep(delay):
+        naps.append(delay)
+        if len(naps) > 1:
+            await asyncio.Event().wait()  # a backoff that never ends by itself
+
+    api = ScriptedApi(
+        list_node=[status(500, "InternalError"), listing(NODE_LIST)],
+        list_pod_for_all_namespaces=[status(500, "InternalError"), listing(POD_LIST)],
+    )
+    cache = make_cache(api, sleep=sleep)
+    assert await cache.wait_synced(5)  # the second informer was woken by the first one's answer
+    assert len(naps) == 2
+
+
 async def test_failure_is_visible_in_health_while_it_lasts(make_cache):
     api = ScriptedApi(list_node=[status(500, message="etcdserver: request timed out")])
     cache = make_cache(api, sleep=asyncio.Event().wait)  # stays in its first backoff
