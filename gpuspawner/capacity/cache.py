@@ -145,7 +145,8 @@ class _Informer:
         # list ended; a later list moves it only after request failures (an outage, not a stall)
         self.quiet_since: float | None = None
         self.stalled = False  # latched: silent past the window; a fresh list, then a delivery, clears it
-        self._relisted = False  # a list has completed since the stall began
+        self._relisted = False  # a list has completed since the silence began
+        self._list_ended: float | None = None
         self._failing = False  # the last request failed (connection, HTTP error): silence explained
         self.failures = 0  # consecutive
         self.error: str | None = None
@@ -184,12 +185,16 @@ class _Informer:
                         f"{self.cache._stale_after:g} s")
         return self.stalled
 
-    def _stall(self, why: str) -> None:
+    def _stall(self, why: str, *, relist: bool = False) -> None:
+        """Latch the stall. A list that ended after the last delivery (a re-check's, while the
+        watch was already silent) is the fresh list a recovery needs, unless ``relist`` asks for
+        another (a watch found stuck is restarted after a list of its own)."""
         if not self.stalled:
             log.warning("capacity %s: %s; its figures are not trusted until it is listed afresh and a watch "
                         "delivers again", self.kind, why)
         self.stalled = True
-        self._relisted = False
+        self._relisted = (not relist and self._list_ended is not None and self.quiet_since is not None
+                          and self._list_ended > self.quiet_since)
 
     def trusted(self, now: float) -> bool:
         """Not stalled, and heard from within the window."""
@@ -199,6 +204,7 @@ class _Informer:
         """A complete list: the clock starts (first list) or restarts after failures; after a
         stall it only counts as the fresh list a recovery needs."""
         self.note_silence(now)
+        self._list_ended = now
         if self.stalled:
             self._relisted = True
         elif self.quiet_since is None or self._failing:
@@ -286,7 +292,7 @@ class _Informer:
                 self.stuck += 1
                 self.watch_restarts += 1
                 self.error = str(e)
-                self._stall(str(e))
+                self._stall(str(e), relist=True)
                 log.warning("capacity %s: %s; re-listing and restarting the watch", self.kind, e)
             except Exception as e:  # network errors, 5xx, bad JSON: back off and retry
                 self._failing = True
@@ -440,8 +446,9 @@ class _Informer:
     def _event(self, ev: dict) -> None:
         kind = ev.get("type")
         obj = ev.get("object") or {}
-        if kind in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
-            self._delivered()  # the watch is alive (raises _Relist after a stall without a fresh list)
+        # any event, an ERROR (410 Gone) too, shows the watch alive; raises _Relist after a stall
+        # without a fresh list
+        self._delivered()
         if kind == "ERROR":
             code = obj.get("code")
             msg = obj.get("message") or obj.get("reason") or "watch error"

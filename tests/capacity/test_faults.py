@@ -112,6 +112,29 @@ async def test_a_watch_silent_past_the_bound_makes_the_figures_stale(caches):
     assert capacity_problem(snap).endswith("; the last figures are 91 s old")
 
 
+async def test_a_410_on_a_quiet_watch_is_no_stall(caches):
+    """The API server answering a watch with 410 Gone speaks on it: the re-list that follows and its new
+    watch (whose first bookmark comes a minute after its start) get a full window, so a quiet informer
+    is not taken for stalled after a 410."""
+    clock = [1000.0]
+    gone = json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}})
+    first, second = _Parked(), _Parked()
+    pods_watch = _Parked()
+    api = ScriptedApi(list_node=[listing(NODE_LIST), first, listing(NODE_LIST, rv="300"), second],
+                      list_pod_for_all_namespaces=[listing(POD_LIST), pods_watch])
+    cache = caches(api, clock=lambda: clock[0])
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: cache.health["informers"]["pods"]["watches"] == 1, what="both watches open")
+    clock[0] += 80
+    pods_watch.send(b'{"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "200"}}}\n')
+    first.send((gone + "\n").encode())
+    await wait_for(lambda: cache.health["informers"]["nodes"]["watches"] == 2, what="re-listed and watching again")
+    clock[0] += 85  # 165 s since the nodes' first list, 85 s since the 410: within the window
+    snap = cache.snapshot()
+    assert (snap.healthy, snap.error) == (True, None)
+    assert cache.health["informers"]["nodes"]["stalled"] is False
+
+
 @pytest.mark.integration
 async def test_a_watch_request_that_is_never_answered_is_stale_then_restarted():
     """The hostile tester's stalled watch: the API server takes the watch request and never answers.
