@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 from traitlets import Float, TraitError, validate
 from traitlets.config import Configurable
 
-from gpuspawner.hub import metrics
+from gpuspawner.hub import hublog, metrics
 from gpuspawner.spawn.orphans import Orphan, orphans
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,9 @@ class OrphanPodSettings(Configurable):
         owns (left behind by a spawn cancelled while its pod was being
         created, or by a stop the hub could not see through): each such pod
         is deleted, with a log line and ``gpuspawner_orphan_pods_deleted_total``
-        counted, so no GPU stays held by nobody. 0 turns the sweeps off.
+        counted, so no GPU stays held by nobody. The sweeps start with the
+        hub's first spawn, stop or poll of a server (JupyterHub polls every
+        running server when it starts). 0 turns them off.
 
             c.GPUSpawner.gpu_orphan_pod_interval = 60
         """,
@@ -199,6 +201,7 @@ def ensure_running(spawner: Any) -> Reaper | None:
     None when sweeps are off or the spawner has no hub behind it."""
     if spawner.gpu_orphan_pod_interval <= 0 or getattr(spawner.user, "db", None) is None:
         return None
+    hublog.adopt(spawner.log)  # its lines in the hub's log, with time and level
     loop = asyncio.get_running_loop()
     reaper = _running.get(loop)
     if reaper is None or reaper.task is None or reaper.task.done():
