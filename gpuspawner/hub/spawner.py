@@ -1138,13 +1138,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             return 0
         reaper.ensure_running(self)
         status = await super().poll()
-        if (status is not None and self._pod_requested
-                and self.pod_reflector.pods.get(f"{self.namespace}/{self.pod_name}") is None
-                and await leftpod.still_there(self)):
-            self.log.info("Pod %s/%s exists though the pod watch has not shown it; counted as running so that "
-                          "it is stopped", self.namespace, self.pod_name)
-            return None
-        return status
+        return await leftpod.poll_status(self, status) if self._pod_requested else status
 
     async def stop(self, now=False):
         self.release_gpus()
