@@ -31,7 +31,7 @@ def adopt(hub_log: Any) -> bool:
     package = logging.getLogger(PACKAGE)
     if not isinstance(hub, logging.Logger) or hub.name.startswith(PACKAGE) or package.handlers:
         return False
-    if not hub.handlers:
+    if not any(not isinstance(h, logging.NullHandler) for h in hub.handlers):
         return False  # not an application's logger (JupyterHub's has its own handler): left alone
     package.addHandler(_ThroughHub(hub))
     package.setLevel(hub.getEffectiveLevel())

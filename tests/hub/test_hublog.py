@@ -25,12 +25,9 @@ def hub_log():
     hub.addHandler(handler)
     hub.setLevel(logging.INFO)
     hub.propagate = False
-    package = logging.getLogger("gpuspawner")
-    saved = (package.handlers[:], package.level, package.propagate)
-    package.handlers.clear()
+    logging.getLogger("gpuspawner").handlers.clear()  # conftest puts it back afterwards
     forget()
     yield hub, out
-    package.handlers[:], package.level, package.propagate = saved
     hub.removeHandler(handler)
     forget()
 
@@ -46,6 +43,12 @@ def test_the_cache_logs_through_the_hub_with_time_and_level(hub_log):
                                                                 "synced at resourceVersion 7")
     assert lines[1].startswith("[W 20") and lines[1].endswith("capacity pods watch failed")
     assert hublog.adopt(hub) is False  # once per process: no line written twice
+
+
+def test_a_library_logger_with_only_a_null_handler_is_not_a_hub(hub_log):
+    """traitlets' fallback logger (a NullHandler) when no application runs: nothing is rerouted."""
+    assert hublog.adopt(logging.getLogger("traitlets")) is False
+    assert logging.getLogger("gpuspawner").handlers == []
 
 
 def test_an_admins_logging_configuration_wins(hub_log):
