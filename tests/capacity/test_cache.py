@@ -578,3 +578,47 @@ async def test_http_403_names_the_missing_cluster_role_rules(sim):
     assert "nodes: list, watch" in err and "pods: list, watch" in err
     assert "cannot list resource" in cache.health["informers"]["nodes"]["error"]
     assert not cache.snapshot().synced
+
+
+# --- its own client: never the library's default configuration --------------------------------------------
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://cluster.example:6443", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: secret-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+@pytest.mark.parametrize("overrides, host", [
+    ({}, "https://cluster.example:6443"),
+    ({"host": "https://proxy.example:8443"}, "https://proxy.example:8443"),  # KubeSpawner's k8s_api_host
+], ids=["kubeconfig", "k8s_api_host"])
+async def test_the_default_client_reads_its_own_configuration(tmp_path, monkeypatch, overrides, host):
+    """A hub config that built a kubernetes_asyncio model object left a blank default configuration
+    (no host) behind, as Zero to JupyterHub's does: the cache's client is configured from the kubeconfig
+    (out of a cluster) all the same, and the library's default is left as it was."""
+    from kubernetes_asyncio import config as kube_config
+    from kubernetes_asyncio.client import Configuration, V1Container
+
+    from gpuspawner.capacity.cache import _default_api
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.setattr(kube_config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(Configuration, "_default", None)
+    V1Container(name="block-cloud-metadata")
+    blank = Configuration._default
+    assert blank is not None and blank.host == ""
+    api = await _default_api(**overrides)
+    try:
+        conf = api.api_client.configuration
+        assert conf.host == host
+        assert conf.api_key.get("BearerToken") == "Bearer secret-token"  # the kubeconfig's credentials
+        assert Configuration._default is blank and blank.host == ""  # the library's default untouched
+    finally:
+        await api.api_client.close()
