@@ -23,9 +23,11 @@ by two informers with client-go reflector semantics
   90 s by default), or a request that gets no answer for that long, is treated
   as stuck and restarted: the API server's watch cache sends a bookmark about
   once a minute (``k8s.io/apiserver/pkg/storage/cacher``, ``bookmarkFrequency``
-  = 1 min), so longer silence is abnormal.  Figures older than that bound are
-  **stale**: the snapshot says so (``healthy`` False, ``error`` why) and a
-  spawn is not admitted on them;
+  = 1 min), so longer silence is abnormal.  Figures whose watch delivered
+  nothing (no event, no bookmark) for longer than that bound are **stale**: the
+  snapshot says so (``healthy`` False, ``error`` why) and a spawn is not admitted
+  on them; a stalled informer is trusted again only after a fresh list and a
+  watch that delivers (a list alone proves nothing about the watch);
 * **re-check on demand** (:meth:`CapacityCache.recheck`): when the scheduler
   contradicts the counts (a pod admitted on them waits with ``Insufficient``
   GPUs), both informers re-list at once, at most once per ``recheck_interval``;
@@ -709,7 +711,7 @@ class CapacityCache:
         return None
 
     def _age(self) -> float:
-        """Seconds since the quieter watch last delivered (the figures' age)."""
+        """Seconds since the quietest watch last delivered (the figures' age)."""
         now = self._clock()
         return max(i.silence(now) for i in self._informers.values())
 
