@@ -21,7 +21,7 @@ by two informers with client-go reflector semantics
   AWS Architecture Blog "Exponential Backoff and Jitter"); a watch that stays
   open but silent longer than ``stall_timeout`` (``CapacityConfig.stall_timeout``,
   90 s by default), or a request that gets no answer for that long, is treated
-  as stuck and restarted: the API server's watch cache sends a bookmark about
+  as stuck and restarted after a fresh list: the API server's watch cache sends a bookmark about
   once a minute (``k8s.io/apiserver/pkg/storage/cacher``, ``bookmarkFrequency``
   = 1 min), so longer silence is abnormal.  Figures whose watch delivered
   nothing (no event, no bookmark) for longer than that bound are **stale**: the
