@@ -41,3 +41,15 @@ def install_cache(monkeypatch):
         return cache
 
     return install
+
+
+@pytest.fixture(autouse=True)
+def _gpuspawner_logger_restored():
+    """A test whose hub routed ``gpuspawner.*`` through its logger (``hub.hublog.adopt``) leaves
+    the next test the logger as it found it (propagating to the root, where caplog listens)."""
+    import logging
+
+    package = logging.getLogger("gpuspawner")
+    saved = (package.handlers[:], package.level, package.propagate)
+    yield
+    package.handlers[:], package.level, package.propagate = saved

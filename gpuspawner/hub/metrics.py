@@ -17,7 +17,8 @@ Two kinds of metrics:
   pool, outcome (``started``, ``refused``, ``failed``) and a *bounded* reason
   label (a request's own text never becomes a label value), and
   ``gpuspawner_gpu_wait_seconds``, the time from pod creation to
-  ``PodScheduled`` per pool.
+  ``PodScheduled`` per pool; ``gpuspawner_orphan_pods_deleted_total``, server pods that no
+  server of the hub owned, deleted by the reaper (``hub.reaper``).
 
 :func:`install` is idempotent per registry: a second hub in the same process,
 or a re-imported module, gets (or replaces) the one collector instead of
@@ -104,6 +105,13 @@ class GPUMetrics(Collector):
             buckets=GPU_WAIT_BUCKETS,
             registry=None,
         )
+        self._orphans = Counter(
+            "orphan_pods_deleted",
+            "Pods of the hub's servers deleted because no server of the hub owned them (left by a cancelled "
+            "spawn or a stop that did not delete them)",
+            namespace=PREFIX,
+            registry=None,
+        )
         self._snapshot = snapshot
         self._warned: set[str] = set()
         self._lock = threading.Lock()
@@ -159,6 +167,10 @@ class GPUMetrics(Collector):
         (a fatal ``Translation.kind``, ``timeout``, ``error``); None counts as ``error``."""
         reason = self._bounded("error" if reason is None else reason, FAILURE_REASONS, FAILED)
         self._spawns.labels(_pool_label(pool), FAILED, reason).inc()
+
+    def orphan_pod_deleted(self) -> None:
+        """The reaper deleted a server pod that no server of the hub owned."""
+        self._orphans.inc()
 
     def observe_gpu_wait(self, pool: str | None, seconds: float) -> None:
         """Record how long a pod waited for its GPUs (see :func:`pending.gpu_wait_seconds`)."""
@@ -247,6 +259,7 @@ class GPUMetrics(Collector):
         yield from fams.values()
         yield from self._spawns.collect()
         yield from self._gpu_wait.collect()
+        yield from self._orphans.collect()
 
 
 # The collector lives on the registry object itself, so a re-imported copy of

@@ -46,7 +46,7 @@ from gpuspawner.hub import metrics
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
-from gpuspawner.hub import logfilter
+from gpuspawner.hub import leftpod, logfilter, reaper
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import (
@@ -74,6 +74,7 @@ from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_s
 from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
 from gpuspawner.hub.pagememo import Memo, fingerprint
+from gpuspawner.hub.reaper import OrphanPodSettings
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import render_form, template_dirs
 from gpuspawner.kube.apierrors import rules_text
@@ -114,7 +115,7 @@ class GPUSpawnInfo:
     checked: bool = True  # admitted on counted capacity (not gpu_admit_without_capacity)
 
 
-class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
+class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
     """KubeSpawner with GPU profiles whose pools come from live capacity."""
 
     gpu_tolerated_taint_keys = List(
@@ -982,6 +983,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         self._cuda_notes = asyncio.get_running_loop().create_future()
         self._refused = False
         queue_glue.extend_start_timeout(self)  # a queued server's wait does not count (hub/queue.py)
+        reaper.ensure_running(self)
         return super().start()
 
     # KubeSpawner 7.1's reflector doubles its retry delay from 0.1 s and returns for good once it
@@ -1188,12 +1190,25 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
 
     _gpu_dra_template: str | None = None  # "<namespace>/<name>" of this server's claim template
 
+    # set when a pod create request is sent, until a stop has had it deleted
+    _pod_requested = False
+
+    async def _make_create_pod_request(self, pod, request_timeout):
+        self._pod_requested = True
+        return await super()._make_create_pod_request(pod, request_timeout)
+
     async def poll(self):
         """KubeSpawner's poll, except after a refused start: nothing runs, and nothing needs a
-        Kubernetes call to say so (JupyterHub polls before cleaning up a failed start)."""
+        Kubernetes call to say so (JupyterHub polls before cleaning up a failed start). A pod
+        this spawner asked for that the pod reflector has not seen (its watch lags or stalls)
+        is asked of the API server: while it exists the server counts as running, so
+        JupyterHub calls ``stop`` (a cancelled spawn, a failed one) and the pod is deleted."""
         if self._refused:
             return 0
+        reaper.ensure_running(self)
         status = await super().poll()
+        if self._pod_requested:
+            status = await leftpod.poll_status(self, status)
         if status is not None:
             queue_glue.note_stopped(self)  # Kueue preempted or evicted it: the spawn page says why
         return status
@@ -1204,7 +1219,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             # refused in load_user_options, before KubeSpawner created anything
             self._refused = False
             return None
+        reaper.ensure_running(self)
         result = await super().stop(now=now)
+        self._pod_requested = False
         if self._gpu_dra_template is not None:
             await dra_glue.remove_unused_templates(self)
         return result
