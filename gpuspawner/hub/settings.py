@@ -21,10 +21,11 @@ import weakref
 from typing import Any
 
 from traitlets import Bool, Dict, Float, List, TraitError, Unicode, Union, validate
-from traitlets.config import Config, Configurable
+from traitlets.config import Config
 
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
 from gpuspawner.hub import metrics
+from gpuspawner.hub.prepull import GPUPrepullSettings
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
@@ -60,7 +61,7 @@ def _names_or_default(help: str) -> List:
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(Configurable):
+class GPUSpawnerSettings(GPUPrepullSettings):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;
