@@ -39,12 +39,20 @@ class KubeDaemonSets:
             if e.status != 409:  # made by another hub replica meanwhile: the next pass compares it
                 raise
 
-    async def replace(self, manifest: dict[str, Any]) -> None:
+    async def replace(self, manifest: dict[str, Any], attempts: int = 5) -> None:
+        """Replace the object as it is now; the DaemonSet controller writes its status meanwhile,
+        so a 409 Conflict is met by reading it again (a few times)."""
         name = manifest["metadata"]["name"]
-        current = await self._apps.read_namespaced_daemon_set(name, self.namespace)
-        body = {**manifest, "metadata": {**manifest["metadata"],
-                                         "resourceVersion": current.metadata.resource_version}}
-        await self._apps.replace_namespaced_daemon_set(name, self.namespace, body)
+        for attempt in range(attempts):
+            current = await self._apps.read_namespaced_daemon_set(name, self.namespace)
+            body = {**manifest, "metadata": {**manifest["metadata"],
+                                             "resourceVersion": current.metadata.resource_version}}
+            try:
+                await self._apps.replace_namespaced_daemon_set(name, self.namespace, body)
+                return
+            except ApiException as e:
+                if e.status != 409 or attempt == attempts - 1:
+                    raise
 
     async def delete(self, name: str) -> None:
         try:
