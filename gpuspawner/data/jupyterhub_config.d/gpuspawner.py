@@ -25,7 +25,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   with one line per problem on stderr (the setting, the value, what to write instead).
 * a size limit (64 KiB) on the bodies of the spawn and server endpoints, applied before the
   body is read, and the option rules applied before JupyterHub saves a request's options
-  (``gpuspawner.hub.guard``).
+  (``gpuspawner.hub.guard``);
+* with ``c.GPUSpawner.gpu_prepull``, once the hub has started, the task that keeps one
+  pre-pull DaemonSet per GPU pool (``gpuspawner.hub.prepull``, docs/prepull.md).
 
 Site settings go in your own config, e.g.::
 
@@ -46,6 +48,7 @@ from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.templates import hub_template_dir as _gpuspawner_hub_templates
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
+from gpuspawner.hub.prepull import start_with_hub as _gpuspawner_prepull
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's
@@ -63,6 +66,7 @@ else:
 _gpuspawner_log_filter()
 _gpuspawner_check_config()
 _gpuspawner_guard()
+_gpuspawner_prepull()  # with c.GPUSpawner.gpu_prepull: warm GPU images per pool (docs/prepull.md)
 
 # after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
 # collect once, so that no garbage is kept, then freeze what is left (Python docs, gc.freeze)
