@@ -25,6 +25,7 @@ from traitlets.config import Config, Configurable
 
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
 from gpuspawner.hub import metrics
+from gpuspawner.hub.usagesettings import GPUHourSettings
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
@@ -60,7 +61,7 @@ def _names_or_default(help: str) -> List:
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(Configurable):
+class GPUSpawnerSettings(GPUHourSettings, Configurable):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;

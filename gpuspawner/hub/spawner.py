@@ -42,6 +42,7 @@ from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, def
 from gpuspawner.spawn import cudafit
 from gpuspawner.hub import dra as dra_glue
 from gpuspawner.hub import metrics
+from gpuspawner.hub import usage as gpu_hours
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
@@ -109,6 +110,7 @@ class GPUSpawnInfo:
     resource: str
     gpus: int
     checked: bool = True  # admitted on counted capacity (not gpu_admit_without_capacity)
+    product: str | None = None  # the pool's GPU product (the GPU-hour ledger's weights)
 
 
 class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
@@ -633,6 +635,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             )
             if selection.gpus:
                 self._check_gpu_quota(selection.gpus, profile_list)
+                self._check_gpu_budget(selection)
         except AccessError as e:
             # a valid selection means the quota check refused it
             reason = "quota" if selection is not None else "not_allowed"
@@ -770,6 +773,16 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         )
         check_quota(principal_of(self.user), policy, held, gpus, server_name=self.name)
 
+    def _check_gpu_budget(self, selection: Selection) -> None:
+        """Refuse (403) a launch that the user's GPU-hour budget cannot cover for
+        ``gpu_hour_minimum_minutes`` (``hub.usage``). Synchronous, like the quota check."""
+        pool = selection.pool.pool
+        verdict = gpu_hours.check_launch(self, pool, selection.gpus)
+        if verdict is not None and not verdict.allowed:
+            self.gpu_metrics().spawn_refused(pool.id, "budget")
+            self.gpu_metrics().budget_refused(pool.id)
+            raise self._refuse(403, verdict.message(), reason=gpu_hours.REFUSAL_REASON)
+
     def get_state(self):
         state = super().get_state()
         if self.gpu_held is not None:
@@ -853,7 +866,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 self._gpu_reservation = (cache, owner)
         self._gpu_spawn = GPUSpawnInfo(
             pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
-            checked=selection.pool.checked,
+            checked=selection.pool.checked, product=pool.product,
         )
         self.log.info(
             "%s gets %d x %s in pool %s%s",
@@ -972,6 +985,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         else:
             if self._gpu_spawn is not None:
                 self.gpu_metrics().spawn_started(self._gpu_spawn.pool_id)
+                await gpu_hours.record_start(self, self._gpu_spawn)  # the GPU-hour ledger
             return url
         finally:
             self._gpu_starting = False
@@ -1124,7 +1138,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         Kubernetes call to say so (JupyterHub polls before cleaning up a failed start)."""
         if self._refused:
             return 0
-        return await super().poll()
+        status = await super().poll()
+        gpu_hours.schedule_sweep(self)  # the GPU-hour ledger: close holdings whose pods ended
+        return status
 
     async def stop(self, now=False):
         self.release_gpus()
@@ -1132,7 +1148,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             # refused in load_user_options, before KubeSpawner created anything
             self._refused = False
             return None
+        ended = gpu_hours.pod_end_now(self._reflected_pod())  # a pod that ended before the stop
         result = await super().stop(now=now)
+        gpu_hours.record_stop(self, ended)  # the GPU-hour ledger: closed once the pod is gone
         if self._gpu_dra_template is not None:
             await dra_glue.remove_unused_templates(self)
         return result

@@ -207,5 +207,11 @@ class UsageStore:
             q = q.where(or_(holdings.c.stop.is_(None), holdings.c.stop > _naive(since)))
         return [_holding(r) for r in self.db.execute(q.order_by(holdings.c.user_name, holdings.c.start)).all()]
 
+    def for_ids(self, ids: Iterable[int]) -> list[Holding]:
+        ids = list(ids)
+        if not ids:
+            return []
+        return [_holding(r) for r in self.db.execute(select(holdings).where(holdings.c.id.in_(ids))).all()]
+
     def count_open(self) -> int:
         return self.db.execute(select(func.count()).select_from(holdings).where(holdings.c.stop.is_(None))).scalar()
