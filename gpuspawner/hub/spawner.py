@@ -43,6 +43,7 @@ from gpuspawner.spawn import cudafit
 from gpuspawner.hub import dra as dra_glue
 from gpuspawner.hub import metrics
 from gpuspawner.hub import usage as gpu_hours
+from gpuspawner.hub import usagepage
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
@@ -516,7 +517,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 task = asyncio.ensure_future(self._renew_page(max_age, key, static, cull_rules))
                 self._page_renewals.add(task)
                 task.add_done_callback(self._page_renewals.discard)
-        return html
+        return usagepage.spawn_banner(self, offers) + html  # the user's own GPU-hours, above the shared form
 
     # the page renewal under way on this hub's loop (at most one: _render_gpu_options_form)
     _page_renewals: set[asyncio.Task] = set()

@@ -50,6 +50,12 @@ def ledger(db: Any) -> UsageStore | None:
         return None
 
 
+def hub_db(spawner: Any) -> Any:
+    """The hub's database session, as the spawner's user holds it (JupyterHub's ``User.db``; the
+    spawner's own ``db`` is deprecated)."""
+    return getattr(getattr(spawner, "user", None), "db", None)
+
+
 # --- a user's standing ---------------------------------------------------------------------
 
 
@@ -108,7 +114,7 @@ def check_launch(spawner: Any, pool: Any, gpus: int) -> Verdict | None:
     rule exists or the ledger cannot be read (logged: a broken ledger never stops a spawn)."""
     if not spawner.gpu_hour_budgets:
         return None
-    store = ledger(getattr(spawner, "db", None))
+    store = ledger(hub_db(spawner))
     if store is None:
         return None
     from gpuspawner.spawn.access import principal_of
@@ -152,7 +158,7 @@ async def _node_replicas(spawner: Any, node: str | None) -> int | None:
 
 async def record_start(spawner: Any, info: Any) -> int | None:
     """Record the holding of a GPU server whose pod now runs (``info``: its ``GPUSpawnInfo``)."""
-    store = ledger(getattr(spawner, "db", None))
+    store = ledger(hub_db(spawner))
     if store is None:
         return None
     pod = spawner._reflected_pod()
@@ -183,7 +189,7 @@ def pod_end_now(pod: Any, uid: str | None = None) -> tuple[datetime, str] | None
 def record_stop(spawner: Any, ended: tuple[datetime, str] | None, reason: str = "stopped") -> int:
     """Close the server's open holdings at ``ended`` (the pod's end, when it had ended before the
     stop) or now. Returns how many were closed (0 when another path closed them first)."""
-    store = ledger(getattr(spawner, "db", None))
+    store = ledger(hub_db(spawner))
     if store is None:
         return 0
     stop, why = ended if ended is not None else (clock.now(), reason)
@@ -270,7 +276,7 @@ async def sweep(spawner: Any) -> int:
     """Close every open holding whose pod has ended or is gone (its containers' finishedAt, else the
     time it was seen gone). Each close is conditional on the holding being open, so a holding
     closed meanwhile by its server's stop is never closed twice. Returns how many were closed."""
-    store = ledger(getattr(spawner, "db", None))
+    store = ledger(hub_db(spawner))
     if store is None:
         return 0
     closed = 0

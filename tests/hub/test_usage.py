@@ -53,11 +53,11 @@ def cache(install_cache):
 
 
 def spawner(db, name="alice", server="", groups=(), **traits):
-    s = build_spawner(name, user=MockUser(name, groups=groups), gpu_profiles=GPU_PROFILES, namespace="jhub",
-                      **traits)
+    user = MockUser(name, groups=groups)
+    user.db = db  # the hub's session, as JupyterHub's User holds it
+    s = build_spawner(name, user=user, gpu_profiles=GPU_PROFILES, namespace="jhub", **traits)
     if server:  # JupyterHub names a server by its orm record
         s.orm_spawner = SimpleNamespace(name=server, user_options={}, server=None, state={})
-    s.db = db
     s.metrics_registry = CollectorRegistry()
     return s
 

@@ -8,6 +8,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
   settings, including ``profile_list``, keep working);
 * ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``);
+* ``GET /hub/api/users/{name}/gpu-usage`` and ``GET /hub/api/gpu-usage`` (GPU-hours from the ledger,
+  ``gpuspawner.hub.usagehandlers``), the custom scope ``custom:gpu-usage:read`` that guards them, and
+  the home page's GPU-hours (a template, ``c.JupyterHub.template_paths``, with its variable);
 * a full garbage collection and ``gc.freeze()`` once the imports are done: the
   ~280,000 objects of JupyterHub, KubeSpawner, kubernetes_asyncio and gpuspawner
   are moved out of reach of Python's cyclic garbage collector, whose full passes
@@ -35,6 +38,11 @@ import gc as _gc
 
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
+from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as _gpuspawner_usage_scopes
+from gpuspawner.hub.usagehandlers import handlers as _gpuspawner_usage_handlers
+from gpuspawner.hub.usagepage import HOME_VAR as _gpuspawner_home_var
+from gpuspawner.hub.usagepage import PAGES_DIR as _gpuspawner_pages
+from gpuspawner.hub.usagepage import hub_home_vars as _gpuspawner_home_vars
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's
@@ -43,6 +51,10 @@ c = globals()["c"]
 
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
+c.JupyterHub.extra_handlers.extend(_gpuspawner_usage_handlers)
+c.JupyterHub.custom_scopes.update(_gpuspawner_usage_scopes)
+c.JupyterHub.template_paths.insert(0, _gpuspawner_pages)
+c.JupyterHub.template_vars.update({_gpuspawner_home_var: _gpuspawner_home_vars(c)})
 _gpuspawner_log_filter()
 
 # after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
