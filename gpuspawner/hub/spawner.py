@@ -1140,6 +1140,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         if self._refused:
             return 0
         status = await super().poll()
+        if status is not None:  # JupyterHub calls no stop() for a server found stopped: close its holding here
+            gpu_hours.record_stop(self, gpu_hours.pod_end_now(self._reflected_pod()), reason="pod-gone")
         gpu_hours.schedule_sweep(self)  # the GPU-hour ledger: close holdings whose pods ended
         return status
 
