@@ -96,18 +96,26 @@ def home_context(settings: Any, st: Any) -> dict[str, Any]:
     return {"standing": standing_words(st), "servers": servers, "warning": warning}
 
 
-def hub_home_vars(config: Any) -> Any:
-    """:func:`home_vars` for the hub whose config is ``config`` (the settings are read once, when first
-    needed: the config is complete by then)."""
-    memo: dict[str, Any] = {}
 
-    def settings_of() -> Any:
-        if "settings" not in memo:
-            from gpuspawner.hub.settings import GPUSpawnerSettings
-            from gpuspawner.hub.spawner import capacity_settings_class
+_settings_memo: dict[int, Any] = {}
 
-            spawner_class = config.JupyterHub.get("spawner_class") if "JupyterHub" in config else None
-            memo["settings"] = GPUSpawnerSettings.from_hub_config(config, capacity_settings_class(spawner_class))
-        return memo["settings"]
 
-    return home_vars(settings_of)
+def hub_settings() -> Any:
+    """The running hub's ``GPUSpawnerSettings``, from its whole config (a config file's ``c`` may be one
+    that ``load_subconfig`` merges later, without what comes after it): built once per hub."""
+    from jupyterhub.app import JupyterHub
+
+    from gpuspawner.hub.settings import GPUSpawnerSettings
+    from gpuspawner.hub.spawner import capacity_settings_class
+
+    app = JupyterHub.instance()
+    settings = _settings_memo.get(id(app))
+    if settings is None:
+        _settings_memo.clear()
+        settings = GPUSpawnerSettings.from_hub_config(app.config, capacity_settings_class(app.spawner_class))
+        _settings_memo[id(app)] = settings
+    return settings
+
+
+#: the template variable's callable the config snippet registers
+home_gpu_hours = home_vars(hub_settings)

@@ -120,6 +120,12 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     assert spawn(hub, "ada", pool).status_code in (201, 202)
     hub.wait_ready("ada")
     hub.move_clock(60)
+    # ada's home page shows her running server's cost so far (JupyterHub's page, extended)
+    page = hub.login("ada").get(f"{hub.url}/hub/home", timeout=30)
+    assert page.status_code == 200 and 'id="gpuspawner-gpu-hours"' in page.text
+    shown = page.text[page.text.index('id="gpuspawner-gpu-hours"'):][:1500]
+    assert "You have 0 of your 0.01 GPU-hours left in the last hour" in shown, shown
+    assert pool in page.text and "GPU-hours</td>" in page.text
     running = hub.usage("ada")
     assert running["budget"] == 0.01 and running["remaining"] == 0.0 and running["gpu_hours"] > 0.01
     assert [s["pool"] for s in running["servers"]] == [pool]  # not stopped: only the next launch is refused
@@ -137,6 +143,10 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     retry = datetime.fromisoformat(hub.usage("ada")["retry_at"].replace("Z", "+00:00"))
     assert timedelta(minutes=58) <= retry - hub.hub_now() <= timedelta(minutes=61)
     assert not hub.pods("jupyterhub")  # nothing was created
+    # the spawn page says so before she tries, with each pool's hourly rate for the chosen count
+    page = hub.login("ada").get(f"{hub.url}/hub/spawn/ada", timeout=30)
+    assert page.status_code == 200 and "You have 0 of your 0.01 GPU-hours left in the last hour; " in page.text
+    assert f'"{pool}": 1.0' in page.text  # gs-gpu-hour-rates: weighted GPU-hours per hour of one GPU
 
     # a restarted hub keeps the books
     hub.stop_hub()

@@ -76,6 +76,8 @@ class Reflector:
             self.add(p)
         self.first_load_future = concurrent.futures.Future()  # its first list is done
         self.first_load_future.set_result(None)
+        self.watch_task = concurrent.futures.Future()  # and its watch runs
+        self._stopping = False
 
     def add(self, pod):
         self.pods[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = pod
@@ -238,4 +240,29 @@ def holding_of(user, start_, stop_, **kw):
     from tests.builders.usage import holding
 
     return holding(start_, stop_, user=user, pool=A100.id, product=A100.product, **kw)
+
+
+
+async def test_a_server_found_stopped_by_poll_is_closed_at_its_pods_end(no_kube_client, cache, db, now, cluster):
+    # JupyterHub calls no stop() for a server its poll finds stopped: the poll closes the holding
+    s = spawner(db)
+    pod = running_pod(s)
+    await start(s, pod)
+    del s._reflected_pod  # from here the pod is read from the (class-wide) reflector, as KubeSpawner does
+    cluster.add(running_pod(s, phase="Failed", containerStatuses=[{"name": "notebook", "state": {
+        "terminated": {"exitCode": 137, "finishedAt": "2026-11-27T12:45:00Z"}}}]))
+    now[0] += hours(2)
+    s.delete_stopped_pods = False  # KubeSpawner would delete it (an API call this test has no cluster for)
+    assert await s.poll() == 137
+    [h] = UsageStore(db).for_user("alice", None)
+    assert h.stop == at("2026-11-27 12:45")
+
+
+async def test_the_spawn_page_shows_what_is_left_and_each_pools_rate(no_kube_client, cache, db, now):
+    UsageStore(db).ready().open(holding_of("alice", "2026-11-27 09:00", "2026-11-27 10:30", gpus=1))
+    s = spawner(db, gpu_hour_budgets=budget(2), gpu_hour_weights={"a100:*": 1.5})
+    html = await s._render_gpu_options_form()
+    assert "You have 0.5 of your 2 GPU-hours left in the last day." in html
+    assert f'{{"{A100.id}": 1.5}}' in html  # one GPU of the pool: 1.5 weighted GPU-hours an hour
+    assert html.index('id="gs-gpu-hours"') < html.index('name="profile"')  # above the form
 

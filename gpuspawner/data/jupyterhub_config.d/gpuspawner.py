@@ -42,7 +42,7 @@ from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as _gpuspawner_usage_scop
 from gpuspawner.hub.usagehandlers import handlers as _gpuspawner_usage_handlers
 from gpuspawner.hub.usagepage import HOME_VAR as _gpuspawner_home_var
 from gpuspawner.hub.usagepage import PAGES_DIR as _gpuspawner_pages
-from gpuspawner.hub.usagepage import hub_home_vars as _gpuspawner_home_vars
+from gpuspawner.hub.usagepage import home_gpu_hours as _gpuspawner_home_gpu_hours
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's
@@ -54,7 +54,7 @@ c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
 c.JupyterHub.extra_handlers.extend(_gpuspawner_usage_handlers)
 c.JupyterHub.custom_scopes.update(_gpuspawner_usage_scopes)
 c.JupyterHub.template_paths.insert(0, _gpuspawner_pages)
-c.JupyterHub.template_vars.update({_gpuspawner_home_var: _gpuspawner_home_vars(c)})
+c.JupyterHub.template_vars.update({_gpuspawner_home_var: _gpuspawner_home_gpu_hours})
 _gpuspawner_log_filter()
 
 # after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
