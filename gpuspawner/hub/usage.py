@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuspawner.hub import metrics
+from gpuspawner.spawn.access import principal_of
 from gpuspawner.usage import clock
 from gpuspawner.usage.accounting import Holding, Verdict, runs_out_at, used, verdict
 from gpuspawner.usage.budgets import candidates, choose
@@ -117,8 +118,6 @@ def check_launch(spawner: Any, pool: Any, gpus: int) -> Verdict | None:
     store = ledger(hub_db(spawner))
     if store is None:
         return None
-    from gpuspawner.spawn.access import principal_of
-
     who = principal_of(spawner.user)
     _share, _weight, rate = launch_rate(spawner, pool.id, pool.product, pool.resource, gpus,
                                         known_replicas.get(pool.id))
@@ -198,27 +197,26 @@ def record_stop(spawner: Any, ended: tuple[datetime, str] | None, reason: str = 
         for hid, *_pod in store.open_for_server(spawner.user.name, spawner.name or ""):
             if store.close(hid, stop, why):
                 closed += 1
-                _count_closed(store, hid, spawner.user)
+                _count_closed(spawner, store, hid, spawner.user)
     except Exception as e:
         _log_once("Could not close the GPU holding of %s: %s: %s", spawner._log_name, type(e).__name__, e)
     return closed
 
 
-def _count_closed(store: UsageStore, hid: int, user: Any = None) -> None:
+def _count_closed(spawner: Any, store: UsageStore, hid: int, user: Any = None) -> None:
     """Add a closed holding's GPU-hours to ``gpuspawner_gpu_hours_total`` (per pool and group)."""
     try:
         h = next((h for h in store.for_ids([hid])), None)
         if h is None or h.stop is None:
             return
         groups = _groups_of(user, h.user, store)
-        metrics.install().gpu_hours_used(h.pool, groups, h.hours(None, h.stop))
+        registry = getattr(spawner, "metrics_registry", None)
+        metrics.install(registry).gpu_hours_used(h.pool, groups, h.hours(None, h.stop))
     except Exception as e:  # metrics never stop the books
         log.warning("Could not count GPU-hours in the metrics: %s", e)
 
 
 def _groups_of(user: Any, name: str, store: UsageStore) -> list[str]:
-    from gpuspawner.spawn.access import principal_of
-
     if user is None:
         from jupyterhub import orm
 
@@ -289,7 +287,7 @@ async def sweep(spawner: Any) -> int:
         ended = holding_end(pod, uid, clock.now())
         if ended is not None and store.close(holding.id, ended[0], ended[1]):
             closed += 1
-            _count_closed(store, holding.id)
+            _count_closed(spawner, store, holding.id)
             log.info("GPU holding of %s/%s (pod %s/%s) closed at %s: %s", holding.user, holding.server,
                      namespace, name, ended[0].isoformat(), ended[1])
     return closed

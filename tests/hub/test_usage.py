@@ -155,7 +155,7 @@ async def test_no_budget_no_database_read(no_kube_client, cache, now):
 
 
 async def test_start_and_stop_are_recorded_once(no_kube_client, cache, db, now):
-    s = spawner(db, gpu_hour_weights={"a100:*": 2})
+    s = spawner(db, groups=["research"], gpu_hour_weights={"a100:*": 2})
     pod = running_pod(s)
     hid = await start(s, pod)
     assert hid == await gpu_hours.record_start(s, s._gpu_spawn)  # the same pod is never recorded twice
@@ -165,6 +165,9 @@ async def test_start_and_stop_are_recorded_once(no_kube_client, cache, db, now):
     [h] = UsageStore(db).for_user("alice", None)
     assert (h.pool, h.product, h.gpus, h.share, h.weight) == (A100.id, A100.product, 2, 1.0, 2.0)
     assert h.hours(None, now[0]) == pytest.approx(6.0)
+    # counted once on /hub/metrics, for each of the user's groups
+    assert s.metrics_registry.get_sample_value("gpuspawner_gpu_hours_total",
+                                               {"pool": A100.id, "group": "research"}) == pytest.approx(6.0)
 
 
 async def test_a_pod_that_ended_before_the_stop_closes_at_its_end(no_kube_client, cache, db, now):
