@@ -160,6 +160,7 @@ async def record_start(spawner: Any, info: Any) -> int | None:
     store = ledger(hub_db(spawner))
     if store is None:
         return None
+    start = clock.now()  # the pod runs now (before the node's replicas are read)
     pod = spawner._reflected_pod()
     namespace, name, uid, node = _pod_facts(pod)
     replicas = await _node_replicas(spawner, node) if is_shared(info.resource, info.product) else None
@@ -168,7 +169,7 @@ async def record_start(spawner: Any, info: Any) -> int | None:
     share, weight, _rate = launch_rate(spawner, info.pool_id, info.product, info.resource, info.gpus, replicas)
     holding = Holding(
         user=spawner.user.name, server=spawner.name or "", pool=info.pool_id, product=info.product,
-        resource=info.resource, gpus=info.gpus, share=share, weight=weight, start=clock.now(),
+        resource=info.resource, gpus=info.gpus, share=share, weight=weight, start=start,
     )
     try:
         hid = store.open(holding, namespace=namespace or spawner.namespace, pod_name=name or spawner.pod_name,

@@ -269,3 +269,26 @@ async def test_the_spawn_page_shows_what_is_left_and_each_pools_rate(no_kube_cli
     assert f'{{"{A100.id}": 1.5}}' in html  # one GPU of the pool: 1.5 weighted GPU-hours an hour
     assert html.index('id="gs-gpu-hours"') < html.index('name="profile"')  # above the form
 
+
+
+async def test_a_time_sliced_share_counts_its_fraction_of_the_gpu(no_kube_client, install_cache, db, now):
+    shared = pool_view("t4", "Tesla-T4-SHARED", resource="nvidia.com/gpu.shared", total=16, free=16, per_node=16)
+    install_cache(FakeCache(shared, reservations_count=False))
+    gpu_hours.known_replicas.clear()
+    s = spawner(db)
+
+    async def read_node(name):  # the node as the API server returns it (GPU Feature Discovery's labels)
+        assert name == "node-1"
+        return SimpleNamespace(metadata=SimpleNamespace(labels={"nvidia.com/gpu.replicas": "4"}))
+
+    s.api = SimpleNamespace(read_node=read_node)
+    s.user_options = {"profile": "gpu", "gpu_pool": shared.id, "gpus": 2}
+    await s.load_user_options()
+    s._reflected_pod = lambda: running_pod(s)
+    await gpu_hours.record_start(s, s._gpu_spawn)
+    now[0] += hours(1)
+    gpu_hours.record_stop(s, None)
+    [h] = UsageStore(db).for_user("alice", None)
+    assert (h.share, h.hours(None, now[0])) == (0.25, 0.5)  # 2 of 4 replicas for an hour: half a GPU-hour
+    html = await s._render_gpu_options_form()
+    assert f'{{"{shared.id}": 0.25}}' in html  # the page's rate learns the pool's replicas
