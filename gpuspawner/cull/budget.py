@@ -27,14 +27,18 @@ def _time(value: Any) -> datetime | None:
 
 
 def spent(server: Server, usage: Mapping[str, Any] | None, now: datetime) -> Decision | None:
-    """A decision to stop ``server`` when its user's answer says its budget ran out by ``now``."""
+    """A decision to stop ``server`` when its user's answer says its budget ran out: nothing
+    ``remaining`` (the hub's own reckoning, whatever the two clocks say), or ``stops_at`` passed
+    by ``now``. A server without ``stops_at`` (stopping is off) is never stopped here."""
     if usage is None or server.gpus <= 0 or server.pending or not server.ready:
         return None
+    remaining = usage.get("remaining")
+    spent_now = isinstance(remaining, (int, float)) and not isinstance(remaining, bool) and remaining <= 0
     for entry in usage.get("servers") or ():
         if not isinstance(entry, Mapping) or entry.get("name", "") != server.name:
             continue
         stops_at = _time(entry.get("stops_at"))
-        if stops_at is not None and stops_at <= now:
+        if stops_at is not None and (spent_now or stops_at <= now):
             return Decision(server, Action.CULL, BUDGET,
                             f"GPU-hour budget spent: {usage.get('gpu_hours')} of {usage.get('budget')} GPU-hours "
                             f"(window {usage.get('window')}); the hub stops servers whose budget is spent "

@@ -125,16 +125,17 @@ async def test_a_pass_that_cannot_read_or_stop_reports_failure(fail, source_fail
                    in r.getMessage() for r in caplog.records)
 
 
-def usage(stops_at):
-    return {"gpu_hours": 20.5, "window": "30d", "budget": 20.0, "remaining": 0.0, "retry_at": None,
+def usage(stops_at, remaining=0.5):
+    return {"gpu_hours": 20 - remaining, "window": "30d", "budget": 20.0, "remaining": remaining, "retry_at": None,
             "servers": [{"name": "", "pool": POOL, "gpus": 1, "stops_at": stops_at}]}
 
 
 @pytest.mark.parametrize("answer, stopped", [
     (usage("2026-11-23T11:59:00Z"), [("alice", ""), ("bob", "")]),
+    (usage("2026-11-23T12:30:00Z", remaining=0.0), [("alice", ""), ("bob", "")]),
     (usage("2026-11-23T12:30:00Z"), [("alice", "")]),
-    (usage(None), [("alice", "")]),
-], ids=["budget-spent", "not-yet", "stopping-off"])
+    (usage(None, remaining=0.0), [("alice", "")]),
+], ids=["stops-at-passed", "nothing-remaining-by-the-hubs-clock", "not-yet", "stopping-off"])
 async def test_a_spent_budget_stops_a_busy_gpu_server(answer, stopped):
     # bob's GPU is busy (kept for idleness); his budget decides
     culler, hub, _, metrics = setup(usage={"bob": answer})

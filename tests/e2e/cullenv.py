@@ -161,14 +161,15 @@ class CullHub(DemoHub):
         requests.post(f"{self.k8s_url}/api/v1/namespaces", timeout=10,
                       json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jupyterhub"}})
 
-    #: more of the hub's config, after the culler's (a subclass's site settings)
+    #: more of the hub's config, after the culler's (a subclass's site settings), and the culler's scopes
     site_config = ""
+    culler_scopes = CULLER_ROLE_SCOPES
 
     def start_hub(self) -> "CullHub":
         """The hub (the demo's config, the culler's service and :attr:`site_config`), over the cluster; its
         database and cookie secret stay in :attr:`dir`, so a hub started again finds them."""
         extra = self.dir / "extra_config.py"
-        extra.write_text(EXTRA_CONFIG.format(token=self.culler_token, scopes=CULLER_ROLE_SCOPES) + self.site_config)
+        extra.write_text(EXTRA_CONFIG.format(token=self.culler_token, scopes=self.culler_scopes) + self.site_config)
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), GPUSPAWNER_DEMO_DIR=str(self.dir),
                    GPUSPAWNER_DEMO_SNIPPET=str(config_snippet()), GPUSPAWNER_DEMO_PORT=str(self.port),
                    GPUSPAWNER_DEMO_HUB_PORT=str(free_port()), GPUSPAWNER_DEMO_PROXY_API_PORT=str(free_port()),

@@ -1,6 +1,7 @@
 """End to end: GPU-hour budgets on a real JupyterHub over the simulated cluster, on SQLite and PostgreSQL.
 
-A budget of 0.01 GPU-hours an hour; a server runs past it (nothing stops it); the next spawn is refused
+A budget of 0.01 GPU-hours an hour; a server runs past it (the hub does not stop it; the home page warns
+and the culler stops it, as gpu_hour_stop_when_spent asks); the next spawn is refused
 with 403 and the time GPU-hours come back; the hub restarts and the usage is kept; a server's pod is
 deleted while the hub is down (a crash) and while it runs, and both holdings are closed once; the
 hub's clock (the ledger's clock seam, moved through a file) passes the window, and a spawn is allowed.
@@ -16,7 +17,7 @@ from datetime import datetime, timedelta
 import pytest
 import requests
 
-from .cullenv import CullHub
+from .cullenv import CULLER_ROLE_SCOPES, CullHub
 from .harness import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.hub]
@@ -31,6 +32,7 @@ c.GPUSpawner.gpu_hour_budgets = [
     {{"scope": "user:bob", "gpu_hours": 100, "window": "1h"}},
 ]
 c.GPUSpawner.gpu_hour_minimum_minutes = 0
+c.GPUSpawner.gpu_hour_stop_when_spent = True  # the culler stops a server whose budget is spent
 c.Spawner.poll_interval = 2  # the hub notices a pod deleted behind its back within seconds
 {database}
 # the ledger's clock seam: the test moves the hub's time on through a file
@@ -52,6 +54,8 @@ _clock.set_source(_now)
 
 class UsageHub(CullHub):
     """The culler's hub environment (a cluster that outlives hub restarts) with budgets and a movable clock."""
+
+    culler_scopes = [*CULLER_ROLE_SCOPES, "custom:gpu-usage:read"]
 
     def __init__(self, db_url: str | None):
         super().__init__()
@@ -128,8 +132,14 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     assert pool in page.text and "GPU-hours</td>" in page.text
     running = hub.usage("ada")
     assert running["budget"] == 0.01 and running["remaining"] == 0.0 and running["gpu_hours"] > 0.01
-    assert [s["pool"] for s in running["servers"]] == [pool]  # not stopped: only the next launch is refused
-    stop(hub, "ada")
+    [server] = running["servers"]  # still running: nothing stops it but the culler
+    assert server["pool"] == pool and server["stops_at"] is not None
+    assert "Your GPU-hour budget runs out on" in page.text  # the home page warned
+    # the culler stops it for its spent budget, busy or not
+    done = hub.culler("--once")
+    assert done.returncode == 0, done.stderr
+    assert "cull ada/ (" in done.stderr and "[budget]" in done.stderr, done.stderr
+    hub.wait_stopped("ada")
     used = hub.usage("ada")
     # a minute on the moved clock, and the real seconds the start and stop took
     assert used["servers"] == [] and 0.0166 <= used["gpu_hours"] <= 0.06
