@@ -73,6 +73,7 @@ async def test_a_user_reads_their_own_usage(hub):
     [server] = body["servers"]
     assert (server["name"], server["pool"], server["gpus"], server["gpu_hours"], server["gpu_hours_per_hour"]) == \
         ("big", T4, 2, 1.0, 1.0)
+    assert server["stops_at"] is None  # a running server is not stopped for its budget unless the admin asks
 
 
 async def test_no_retry_time_while_a_server_could_start(hub):
