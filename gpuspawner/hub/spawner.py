@@ -1133,6 +1133,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             yield event
 
     _gpu_dra_template: str | None = None  # "<namespace>/<name>" of this server's claim template
+    _gpu_ledger_checked = False  # its first poll has made sure a running GPU server has its holding
 
     async def poll(self):
         """KubeSpawner's poll, except after a refused start: nothing runs, and nothing needs a
@@ -1142,6 +1143,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         status = await super().poll()
         if status is not None:  # JupyterHub calls no stop() for a server found stopped: close its holding here
             gpu_hours.record_stop(self, gpu_hours.pod_end_now(self._reflected_pod()), reason="pod-gone")
+        elif not self._gpu_ledger_checked and not self._gpu_starting:
+            self._gpu_ledger_checked = True  # once per spawner: a server running since before this hub
+            await gpu_hours.adopt(self)
         gpu_hours.schedule_sweep(self)  # the GPU-hour ledger: close holdings whose pods ended
         return status
 

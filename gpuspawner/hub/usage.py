@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +17,8 @@ from gpuspawner.spawn.access import principal_of
 from gpuspawner.usage import clock
 from gpuspawner.usage.accounting import Holding, Verdict, runs_out_at, used, verdict
 from gpuspawner.usage.budgets import candidates, choose
-from gpuspawner.usage.pods import holding_end
+from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION
+from gpuspawner.usage.pods import gpu_annotations, holding_end, started_at
 from gpuspawner.usage.store import UsageStore
 from gpuspawner.usage.weights import hourly_rate, is_shared, share_fraction
 from gpuspawner.usage.windows import Window
@@ -155,12 +157,13 @@ async def _node_replicas(spawner: Any, node: str | None) -> int | None:
     return value if value > 1 else None
 
 
-async def record_start(spawner: Any, info: Any) -> int | None:
-    """Record the holding of a GPU server whose pod now runs (``info``: its ``GPUSpawnInfo``)."""
+async def record_start(spawner: Any, info: Any, start: datetime | None = None) -> int | None:
+    """Record the holding of a GPU server whose pod now runs (``info``: its ``GPUSpawnInfo``; ``start``:
+    when it began, default now)."""
     store = ledger(hub_db(spawner))
     if store is None:
         return None
-    start = clock.now()  # the pod runs now (before the node's replicas are read)
+    start = start or clock.now()  # the pod runs now (before the node's replicas are read)
     pod = spawner._reflected_pod()
     namespace, name, uid, node = _pod_facts(pod)
     replicas = await _node_replicas(spawner, node) if is_shared(info.resource, info.product) else None
@@ -178,6 +181,38 @@ async def record_start(spawner: Any, info: Any) -> int | None:
         _log_once("Could not record the GPU holding of %s: %s: %s", spawner._log_name, type(e).__name__, e)
         return None
     schedule_sweep(spawner)
+    return hid
+
+
+async def adopt(spawner: Any) -> int | None:
+    """Record the holding of a running GPU server that has none: the hub stopped between its pod
+    running and the record (a crash, a restart mid-start). From the pod: GPUSpawner's pool and GPU
+    annotations, the pool's resource and product as the capacity cache knows it, the containers'
+    ``startedAt``. A pod already recorded (by its uid) is left alone."""
+    store = ledger(hub_db(spawner))
+    pod = spawner._reflected_pod()
+    if store is None or not isinstance(pod, Mapping):
+        return None
+    found = gpu_annotations(pod, POOL_ANNOTATION, GPUS_ANNOTATION)
+    namespace, name, uid, node = _pod_facts(pod)
+    if found is None or not uid:
+        return None
+    pool_id, gpus = found
+    try:
+        if store.open_for_server(spawner.user.name, spawner.name or "") or store.has_pod(uid):
+            return None
+        pool = spawner.shared_capacity_cache().snapshot().pool(pool_id)
+    except Exception as e:
+        _log_once("Could not check the GPU holding of %s: %s: %s", spawner._log_name, type(e).__name__, e)
+        return None
+    if pool is None:
+        log.warning("The running GPU server %s has no GPU holding and its pool %s is not known now; "
+                    "it is recorded once the pool is", spawner._log_name, pool_id)
+        return None
+    info = SimpleNamespace(pool_id=pool_id, resource=pool.resource, product=pool.product, gpus=gpus)
+    hid = await record_start(spawner, info, start=started_at(pod))
+    log.info("Recorded the GPU holding of %s from its running pod %s/%s (the hub stopped before recording it)",
+             spawner._log_name, namespace, name)
     return hid
 
 

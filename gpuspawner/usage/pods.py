@@ -60,3 +60,30 @@ def holding_end(pod: Mapping[str, Any] | None, uid: str | None, now: datetime) -
     if status.get("phase") in ("Succeeded", "Failed"):
         return now, ENDED
     return None
+
+
+def started_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's containers started running (the earliest ``startedAt``), else its ``startTime``."""
+    status = pod.get("status") if isinstance(pod, Mapping) else None
+    if not isinstance(status, Mapping):
+        return None
+    starts = []
+    for c in status.get("containerStatuses") or ():
+        state = c.get("state") if isinstance(c, Mapping) else None
+        running = state.get("running") if isinstance(state, Mapping) else None
+        if isinstance(running, Mapping):
+            starts.append(parse_time(running.get("startedAt")))
+    known = [t for t in starts if t is not None]
+    return min(known) if known else parse_time(status.get("startTime"))
+
+
+def gpu_annotations(pod: Mapping[str, Any], pool_key: str, gpus_key: str) -> tuple[str, int] | None:
+    """(pool id, GPUs) that GPUSpawner wrote on a server's pod, or None."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return None
+    pool, gpus = annotations.get(pool_key), annotations.get(gpus_key)
+    if not isinstance(pool, str) or not pool or not isinstance(gpus, str) or not gpus.isdigit() or int(gpus) < 1:
+        return None
+    return pool, int(gpus)

@@ -148,11 +148,11 @@ class UsageStore:
 
     def open(self, h: Holding, *, namespace: str | None = None, pod_name: str | None = None,
              pod_uid: str | None = None) -> int:
-        """Record a holding as it starts (or a finished one, with its stop); a pod already recorded open
-        (by its uid) is not recorded twice. Returns the holding's id."""
+        """Record a holding as it starts (or a finished one, with its stop); a pod already recorded (by
+        its uid, open or closed) is never recorded twice. Returns the holding's id."""
         if pod_uid:
             found = self.db.execute(
-                select(holdings.c.id).where(and_(holdings.c.pod_uid == pod_uid, holdings.c.stop.is_(None)))
+                select(holdings.c.id).where(holdings.c.pod_uid == pod_uid).order_by(holdings.c.id)
             ).scalar()
             if found is not None:
                 return found
@@ -174,6 +174,10 @@ class UsageStore:
             .values(stop=end, stop_reason=reason[:64])
         )
         return result.rowcount == 1
+
+    def has_pod(self, pod_uid: str) -> bool:
+        """Whether the pod ``pod_uid`` has a holding (open or closed)."""
+        return self.db.execute(select(holdings.c.id).where(holdings.c.pod_uid == pod_uid).limit(1)).first() is not None
 
     def open_for_server(self, user: str, server: str) -> list[tuple[int, str | None, str | None, str | None]]:
         """The open holdings of one server: (id, namespace, pod name, pod uid)."""

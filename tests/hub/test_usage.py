@@ -63,7 +63,9 @@ def spawner(db, name="alice", server="", groups=(), **traits):
 
 
 def running_pod(s, uid="uid-1", node="node-1", **status):
-    return {"metadata": {"name": s.pod_name, "namespace": "jhub", "uid": uid}, "spec": {"nodeName": node},
+    return {"metadata": {"name": s.pod_name, "namespace": "jhub", "uid": uid},
+            "spec": {"nodeName": node, "containers": [
+                {"name": "notebook", "ports": [{"name": "notebook-port", "containerPort": 8888}]}]},
             "status": {"phase": "Running", **status}}
 
 
@@ -292,3 +294,23 @@ async def test_a_time_sliced_share_counts_its_fraction_of_the_gpu(no_kube_client
     assert (h.share, h.hours(None, now[0])) == (0.25, 0.5)  # 2 of 4 replicas for an hour: half a GPU-hour
     html = await s._render_gpu_options_form()
     assert f'{{"{shared.id}": 0.25}}' in html  # the page's rate learns the pool's replicas
+
+
+async def test_a_running_server_the_hub_never_recorded_is_adopted_from_its_pod(no_kube_client, cache, db, now,
+                                                                                cluster):
+    # the hub went down between the pod running and its record: the first poll after it comes back
+    # records it from the pod (GPUSpawner's annotations, the containers' startedAt), once
+    s = spawner(db)
+    pod = running_pod(s, podIP="127.0.0.1", containerStatuses=[{"name": "notebook", "ready": True, "state": {
+        "running": {"startedAt": "2026-11-27T11:00:00Z"}}}])
+    pod["metadata"]["annotations"] = {"gpuspawner.io/pool": A100.id, "gpuspawner.io/gpus": "2"}
+    cluster.add(pod)
+    assert await s.poll() is None
+    assert await s.poll() is None
+    [h] = UsageStore(db).for_user("alice", None)
+    assert (h.pool, h.product, h.gpus, h.start, h.stop) == (A100.id, A100.product, 2, at("2026-11-27 11:00"), None)
+    # a closed holding of the same pod is never opened again
+    gpu_hours.record_stop(s, None)
+    again = spawner(db)
+    assert await again.poll() is None
+    assert len(UsageStore(db).for_user("alice", None)) == 1
