@@ -60,6 +60,12 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("gpu_orphan_*",),
     ),
     (
+        "GPU-hour budgets",
+        "The GPU-hour ledger's weights, the budgets enforced when a GPU server starts, and whether a "
+        "spent budget stops running servers (docs/usage.md).",
+        ("gpu_hour_*",),
+    ),
+    (
         "CUDA compatibility",
         "Whether an image's CUDA runs on a pool's NVIDIA driver, and the opt-in check on the node "
         "(docs/configuration.md section 10; docs/cuda-compatibility.md).",

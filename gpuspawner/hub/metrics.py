@@ -62,6 +62,7 @@ REFUSAL_REASONS = frozenset(
         "cuda_mismatch",  # the image's CUDA needs a newer driver than the pool has
         "quota",  # a per-user or per-group GPU quota
         "not_allowed",  # the user may not use this profile or pool
+        "budget",  # the user's GPU-hour budget cannot cover the minimum (gpu_hour_budgets)
         OTHER,
     }
 )
@@ -109,6 +110,22 @@ class GPUMetrics(Collector):
             "orphan_pods_deleted",
             "Pods of the hub's servers deleted because no server of the hub owned them (left by a cancelled "
             "spawn or a stop that did not delete them)",
+            namespace=PREFIX,
+            registry=None,
+        )
+        # the GPU-hour ledger (docs/usage.md): closed holdings' weighted GPU-hours, budget refusals
+        self._gpu_hours = Counter(
+            "gpu_hours",
+            "Weighted GPU-hours of GPU servers that stopped, by pool and by each JupyterHub group of their user "
+            "(group empty: in none)",
+            ["pool", "group"],
+            namespace=PREFIX,
+            registry=None,
+        )
+        self._budget_refusals = Counter(
+            "budget_refusals",
+            "GPU server launches refused because the user's GPU-hour budget could not cover the minimum",
+            ["pool"],
             namespace=PREFIX,
             registry=None,
         )
@@ -172,6 +189,17 @@ class GPUMetrics(Collector):
         """The reaper deleted a server pod that no server of the hub owned."""
         self._orphans.inc()
 
+    def gpu_hours_used(self, pool: str | None, groups: Iterable[str], hours: float) -> None:
+        """Count a stopped server's weighted GPU-hours once per group of its user ("" for none)."""
+        if not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours <= 0:
+            return
+        for group in list(groups) or [""]:
+            self._gpu_hours.labels(_pool_label(pool), _pool_label(group)).inc(hours)
+
+    def budget_refused(self, pool: str | None) -> None:
+        """A launch refused for its GPU-hour budget (also ``spawns_total{outcome="refused",reason="budget"}``)."""
+        self._budget_refusals.labels(_pool_label(pool)).inc()
+
     def observe_gpu_wait(self, pool: str | None, seconds: float) -> None:
         """Record how long a pod waited for its GPUs (see :func:`pending.gpu_wait_seconds`)."""
         number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
@@ -226,6 +254,8 @@ class GPUMetrics(Collector):
         yield from self._capacity_families().values()
         yield from self._spawns.describe()
         yield from self._gpu_wait.describe()
+        yield from self._gpu_hours.describe()
+        yield from self._budget_refusals.describe()
 
     def _read_snapshot(self) -> CapacitySnapshot | None:
         source = self._snapshot
@@ -260,6 +290,8 @@ class GPUMetrics(Collector):
         yield from self._spawns.collect()
         yield from self._gpu_wait.collect()
         yield from self._orphans.collect()
+        yield from self._gpu_hours.collect()
+        yield from self._budget_refusals.collect()
 
 
 # The collector lives on the registry object itself, so a re-imported copy of

@@ -27,6 +27,7 @@ from traitlets.config import Config
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
 from gpuspawner.hub import hublog, metrics
 from gpuspawner.hub.prepull import GPUPrepullSettings
+from gpuspawner.hub.usagesettings import GPUHourSettings
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity import cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
@@ -70,7 +71,7 @@ _KUBE_API = {"k8s_api_host": "host", "k8s_api_ssl_ca_cert": "ssl_ca_cert", "k8s_
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(KueueSettings, GPUPrepullSettings):
+class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;

@@ -43,6 +43,8 @@ from gpuspawner.spawn import cudafit
 from gpuspawner.hub import dra as dra_glue
 from gpuspawner.hub import queue as queue_glue
 from gpuspawner.hub import metrics
+from gpuspawner.hub import usage as gpu_hours
+from gpuspawner.hub import usagepage
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
@@ -113,6 +115,7 @@ class GPUSpawnInfo:
     resource: str
     gpus: int
     checked: bool = True  # admitted on counted capacity (not gpu_admit_without_capacity)
+    product: str | None = None  # the pool's GPU product (the GPU-hour ledger's weights)
 
 
 class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
@@ -517,7 +520,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
                 task = asyncio.ensure_future(self._renew_page(max_age, key, static, cull_rules))
                 self._page_renewals.add(task)
                 task.add_done_callback(self._page_renewals.discard)
-        return html
+        return usagepage.spawn_banner(self, offers) + html  # the user's own GPU-hours, above the shared form
 
     # the page renewal under way on this hub's loop (at most one: _render_gpu_options_form)
     _page_renewals: set[asyncio.Task] = set()
@@ -640,6 +643,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             )
             if selection.gpus:
                 self._check_gpu_quota(selection.gpus, profile_list)
+                self._check_gpu_budget(selection)
         except AccessError as e:
             # a valid selection means the quota check refused it
             reason = "quota" if selection is not None else "not_allowed"
@@ -835,6 +839,16 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
     def kueue_view(self):
         return super().kueue_view(self.namespace)
 
+    def _check_gpu_budget(self, selection: Selection) -> None:
+        """Refuse (403) a launch that the user's GPU-hour budget cannot cover for
+        ``gpu_hour_minimum_minutes`` (``hub.usage``). Synchronous, like the quota check."""
+        pool = selection.pool.pool
+        verdict = gpu_hours.check_launch(self, pool, selection.gpus)
+        if verdict is not None and not verdict.allowed:
+            self.gpu_metrics().spawn_refused(pool.id, "budget")
+            self.gpu_metrics().budget_refused(pool.id)
+            raise self._refuse(403, verdict.message(), reason=gpu_hours.REFUSAL_REASON)
+
     def get_state(self):
         state = super().get_state()
         if self.gpu_held is not None:
@@ -918,7 +932,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
                 self._gpu_reservation = (cache, owner)
         self._gpu_spawn = GPUSpawnInfo(
             pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
-            checked=selection.pool.checked,
+            checked=selection.pool.checked, product=pool.product,
         )
         queue_glue.apply_selection(self, selection.profile, pool.id, pool.resource)
         self.log.info(
@@ -1040,6 +1054,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         else:
             if self._gpu_spawn is not None:
                 self.gpu_metrics().spawn_started(self._gpu_spawn.pool_id)
+                await gpu_hours.record_start(self, self._gpu_spawn)  # the GPU-hour ledger
             return url
         finally:
             queue_glue.restore_start_timeout(self)
@@ -1189,6 +1204,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             yield event
 
     _gpu_dra_template: str | None = None  # "<namespace>/<name>" of this server's claim template
+    _gpu_ledger_checked = False  # its first poll has made sure a running GPU server has its holding
 
     # set when a pod create request is sent, until a stop has had it deleted
     _pod_requested = False
@@ -1211,6 +1227,12 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             status = await leftpod.poll_status(self, status)
         if status is not None:
             queue_glue.note_stopped(self)  # Kueue preempted or evicted it: the spawn page says why
+            # JupyterHub calls no stop() for a server found stopped: close its GPU-hour holding here
+            gpu_hours.record_stop(self, gpu_hours.pod_end_now(self._reflected_pod()), reason="pod-gone")
+        elif not self._gpu_ledger_checked and not self._gpu_starting:
+            self._gpu_ledger_checked = True  # once per spawner: a server running since before this hub
+            await gpu_hours.adopt(self)
+        gpu_hours.schedule_sweep(self)  # the GPU-hour ledger: close holdings whose pods ended
         return status
 
     async def stop(self, now=False):
@@ -1220,8 +1242,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             self._refused = False
             return None
         reaper.ensure_running(self)
+        ended = gpu_hours.pod_end_now(self._reflected_pod())  # a pod that ended before the stop
         result = await super().stop(now=now)
         self._pod_requested = False
+        gpu_hours.record_stop(self, ended)  # the GPU-hour ledger: closed once the pod is gone
         if self._gpu_dra_template is not None:
             await dra_glue.remove_unused_templates(self)
         return result
