@@ -227,6 +227,27 @@ class Kubelet:
         """``pods/attach`` once the API server has checked the request (``streams.serve_attach``)."""
         return await streams.serve_attach(request, self, pod, container, opts)
 
+    # -- fed from outside: a node agent's informers over HTTP (testcluster.nodeagent) ----
+
+    def set_nodes(self, items: list[dict]) -> None:
+        """The nodes this kubelet runs pods for, with their allocatable (declared to the ledger)."""
+        self._node_list(items)
+
+    def node_event(self, kind: str, node: dict) -> None:
+        self._node_event(kind, node)
+
+    def pod_event(self, kind: str, pod: dict) -> None:
+        self._pod_event(kind, pod)
+
+    def keep_loaded(self, pods: list[dict]) -> None:
+        """Pods loaded already bound: they keep their state, never run, and take their devices."""
+        self._started = True
+        self._load_static(pods)
+
+    def runs_processes(self, pod: dict) -> bool:
+        """Whether the pod's containers run as processes (else Running with nothing behind them)."""
+        return self.run_pods
+
     # -- cache and dispatch -----------------------------------------------------------
 
     def _node_list(self, items: list[dict]) -> None:
