@@ -54,7 +54,7 @@ async def bounded(items: Iterable[T], fn: Callable[[T], Awaitable[Any]], concurr
     return list(await asyncio.gather(*(one(x) for x in items)))
 
 
-def _clean(obj: dict[str, Any], uids: dict[str, str]) -> dict[str, Any]:
+def clean(obj: dict[str, Any], uids: dict[str, str]) -> dict[str, Any]:
     """The object without server-set metadata, owner references pointing at the server's uids."""
     out = copy.deepcopy(obj)
     meta = out.setdefault("metadata", {})
@@ -103,7 +103,7 @@ class Registrar:
         res = await self.client.resource(obj.get("apiVersion") or "v1", obj.get("kind") or "")
         name = obj["metadata"]["name"]
         try:
-            return await self.client.create(res, _clean(obj, self.uids), namespace=namespace), True
+            return await self.client.create(res, clean(obj, self.uids), namespace=namespace), True
         except ApiError as e:
             if e.code != 409:
                 raise RegisterError(f"{self._where(obj)}: the API server refuses it: {e}") from None
