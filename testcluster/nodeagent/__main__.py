@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the port each node reports in status.daemonEndpoints (default 10250)")
     p.add_argument("--no-processes", action="store_true",
                    help="run no pod as a process: every container is Running with nothing behind it")
+    p.add_argument("--dcgm-exporter", action="store_true",
+                   help="run a DCGM exporter pod (namespace gpu-operator, port 9400) on every NVIDIA GPU node, "
+                        "DRA nodes included")
     p.add_argument("--lease-interval", type=float, default=10.0, metavar="S",
                    help="seconds between two renewals of a node's lease (default 10)")
     p.add_argument("--max-rate", type=float, default=200.0, metavar="N",
@@ -68,7 +71,8 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     watchdog = asyncio.create_task(watch_parent(os.getppid(), stop))
     agent = NodeAgent(args.kubeconfig, args.cluster, run_pods=not args.no_processes, kubelet_port=args.kubelet_port,
-                      lease_interval=args.lease_interval, max_rate=args.max_rate, concurrency=args.concurrency)
+                      lease_interval=args.lease_interval, max_rate=args.max_rate, concurrency=args.concurrency,
+                      dcgm_exporter=args.dcgm_exporter)
     starting = asyncio.create_task(agent.start())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)

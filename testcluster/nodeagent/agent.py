@@ -25,6 +25,7 @@ from gpuspawner.sim.devices import DeviceLedger
 from . import nodes as N
 from .apistore import ApiStore, EventWrites, PodWrites
 from .client import KNOWN, Client
+from .dcgm import AgentDcgm
 from .heartbeat import Heartbeats
 from .informer import Informer
 from .pods import AgentKubelet, PodFeed
@@ -47,7 +48,8 @@ class NodeAgent:
                  manifests: list[dict] | None = None, run_pods: bool = True, kubelet_port: int = 10250,
                  lease_interval: float = 10.0, status_interval: float = 300.0, max_rate: float = 200.0,
                  concurrency: int = 16, pod_subnet: str | None = None,
-                 restart_backoff: tuple[float, float] = (10.0, 300.0), workdir: str | None = None):
+                 restart_backoff: tuple[float, float] = (10.0, 300.0), workdir: str | None = None,
+                 dcgm_exporter: bool = False, dcgm_interval: float = 1.0):
         if (cluster_file is None) == (manifests is None):
             raise ValueError("give a cluster_file or manifests (one of them)")
         self.kubeconfig = kubeconfig
@@ -67,6 +69,12 @@ class NodeAgent:
         self.kubelet = AgentKubelet(self.store, ledger=DeviceLedger(), run_pods=run_pods,
                                     api_url=self.client.server, restart_backoff=restart_backoff,
                                     pod_subnet=pod_subnet, workdir=workdir)
+        self.dcgm: AgentDcgm | None = None
+        if dcgm_exporter:
+            if not run_pods:
+                raise ValueError("the DCGM exporter pods run as processes: dcgm_exporter needs run_pods=True")
+            self.dcgm = AgentDcgm(self.client, lambda: self.kubelet.node_objs, self.caches, lambda: self.pods,
+                                  self.kubelet.ledger, self.kubelet.pod_pids, interval=dcgm_interval)
         self.registered: Registered | None = None
         self.feed: PodFeed | None = None
         self.pods: Informer | None = None
@@ -146,9 +154,14 @@ class NodeAgent:
         self._spawn(self.pods.run(), "watch-pods")
         self._spawn(self._image_loop(), "node-images")
         await self.pods_synced.wait()
+        if self.dcgm is not None:
+            await self.dcgm.start()
 
     async def stop(self) -> None:
         """Kill every process the agent started; leaves the API server's objects as they are."""
+        if self.dcgm is not None:
+            with contextlib.suppress(Exception):
+                await self.dcgm.stop()
         if self.feed is not None:
             await self.feed.stop()
         for t in self._tasks:
