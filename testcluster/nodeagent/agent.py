@@ -132,7 +132,9 @@ class NodeAgent:
                                           concurrency=self.concurrency).run()
         ours = set(self.registered.nodes)
         for node in self.registered.nodes.values():
-            self.heartbeats.add(node)
+            # a node the file says is Unknown has a kubelet that stopped posting: no lease, no status
+            if N.ready_status(node) != "Unknown":
+                self.heartbeats.add(node)
         self._spawn(self.heartbeats.run(), "heartbeats")
         if self.run_pods:
             await asyncio.to_thread(lambda: self.kubelet.isolation)  # the check runs processes

@@ -80,6 +80,17 @@ async def test_nodes_register_ready_with_their_devices_labels_taints_and_lease(a
         await wait_for(renewed, "a lease renewal", timeout=10)
 
 
+async def test_a_node_the_file_says_is_unknown_renews_no_lease(api, tmp_path):
+    gone, alive = api.name("gone"), api.name("alive")
+    cluster = write_cluster(tmp_path / "cluster.yaml", [node(gone, {"pods": "110"}, ready="Unknown"),
+                                                       node(alive, {"pods": "110"})])
+    async with NodeAgent(api.kubeconfig, cluster, lease_interval=0.5) as agent:
+        assert set(agent.heartbeats.nodes) == {alive}
+        first = (await api.client.get(LEASES, gone, namespace="kube-node-lease"))["spec"]["renewTime"]
+        await asyncio.sleep(2)
+        assert (await api.client.get(LEASES, gone, namespace="kube-node-lease"))["spec"]["renewTime"] == first
+
+
 async def test_dra_node_publishes_its_slice_owned_by_the_node(api, tmp_path):
     name = api.name("h100")
     rs = gpu_slice(name, product="NVIDIA H100 80GB HBM3", count=2)
@@ -115,7 +126,7 @@ async def test_a_scheduled_pod_runs_answers_at_its_pod_ip_with_its_gpus_and_dies
     cluster = write_cluster(tmp_path / "cluster.yaml", file_nodes(api))
     mark = marker()
     name = api.name("web")
-    async with NodeAgent(api.kubeconfig, cluster) as agent:
+    async with NodeAgent(api.kubeconfig, cluster, lease_interval=1.0) as agent:
         await api.client.create(PODS, env_server_pod(name, marker=mark, limits={"nvidia.com/gpu": "2"}),
                                 namespace="default")
         pod = await pod_where(api.client, name, running_with_ip, "Running with a pod IP")
@@ -136,6 +147,11 @@ async def test_a_scheduled_pod_runs_answers_at_its_pod_ip_with_its_gpus_and_dies
             return mine if {"Scheduled", "Pulled", "Created", "Started"} <= mine else None
         await wait_for(events, "the pod's events")
         assert pids_with_marker(mark)
+
+        async def image_listed():
+            st = (await api.client.get(NODES, pod["spec"]["nodeName"]))["status"]
+            return any("python:3.12" in i["names"] for i in st.get("images") or [])
+        await wait_for(image_listed, "the pulled image in the node's status.images", timeout=15)
 
         await api.client.delete(PODS, name, namespace="default")
 
