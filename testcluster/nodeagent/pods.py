@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from gpuspawner.sim.kubelet import Kubelet
 
 from .apistore import ApiStore
-from .client import KNOWN, ApiError, Client
+from .client import KNOWN, ApiError, Client, path_for
 from .informer import Informer, key_of
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,31 @@ TERMINAL = ("Succeeded", "Failed")
 class AgentKubelet(Kubelet):
     """The simulated kubelet of every node of the agent."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tokens: dict[tuple[str, str], str] = {}  # (pod uid, audience) -> a token of the TokenRequest API
+
+    def service_account_token(self, pod: dict, sa: dict, node: str, audience: str | None, expiration: int) -> str:
+        got = self.tokens.get(((pod.get("metadata") or {}).get("uid") or "", audience or ""))
+        return got or super().service_account_token(pod, sa, node, audience, expiration)
+
     def runs_processes(self, pod: dict) -> bool:
         if not self.run_pods:
             return False
         spec = pod.get("spec") or {}
         return any(c.get("command") or c.get("args")
                    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []))
+
+
+def token_sources(pod: dict[str, Any]) -> list[tuple[str, int]]:
+    """(audience, expirationSeconds) of each projected ``serviceAccountToken`` source.  Pure."""
+    out = []
+    for v in (pod.get("spec") or {}).get("volumes") or []:
+        for src in (v.get("projected") or {}).get("sources") or []:
+            tp = src.get("serviceAccountToken")
+            if tp is not None:
+                out.append((str(tp.get("audience") or ""), int(tp.get("expirationSeconds") or 3600)))
+    return out
 
 
 def references(pod: dict[str, Any]) -> dict[str, set[str]]:
@@ -102,6 +121,10 @@ class PodFeed:
 
     def on_event(self, kind: str, pod: dict) -> None:
         key = key_of(pod)
+        if kind == "DELETED" and isinstance(self.kubelet, AgentKubelet):
+            uid = (pod.get("metadata") or {}).get("uid")
+            for k in [k for k in self.kubelet.tokens if k[0] == uid]:
+                del self.kubelet.tokens[k]
         if key in self._pending:
             self._pending[key] = (kind, pod)
             return
@@ -137,7 +160,28 @@ class PodFeed:
                 if plural in ("configmaps", "secrets") and cache is not None and cache.get(name, ns) is not None:
                     continue  # watched: the cache is current
                 gets.append(self._fetch(plural, name, ns))
+        for audience, expiration in token_sources(pod):
+            gets.append(self._token(pod, audience, expiration))
         await asyncio.gather(*gets)
+
+    async def _token(self, pod: dict, audience: str, expiration: int) -> None:
+        """A token bound to the pod, from the TokenRequest API, as the kubelet asks for it."""
+        meta = pod["metadata"]
+        sa = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"audiences": [audience] if audience else [], "expirationSeconds": expiration,
+                         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                            "uid": meta.get("uid")}}}
+        path = path_for(KNOWN["ServiceAccount"], meta.get("namespace"), sa, "token")
+        try:
+            got = await self.client.request("POST", path, body=body)
+        except ApiError as e:
+            if e.code in (404, 405):  # an API server without the TokenRequest API
+                return
+            raise
+        token = (got.get("status") or {}).get("token")
+        if token and isinstance(self.kubelet, AgentKubelet):
+            self.kubelet.tokens[(meta.get("uid") or "", audience)] = token
 
     async def _fetch(self, plural: str, name: str, ns: str | None) -> None:
         res = next(r for r in KNOWN.values() if r.plural == plural)

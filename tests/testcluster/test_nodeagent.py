@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from testcluster.nodeagent import NodeAgent
-from testcluster.nodeagent.client import KNOWN
+from testcluster.nodeagent.client import KNOWN, ssl_context
 from tests.builders import GFD_A100_40GB, node
 from tests.builders.dra import claim_template, device_classes, dra_node, gpu_slice
 from tests.builders.kubelet import marker, pids_with_marker
@@ -234,3 +234,20 @@ async def test_a_node_claiming_huge_device_counts_does_not_stall_the_loop(api, t
     stop.set()
     await tick
     assert worst < 0.1, f"the event loop stalled {worst * 1000:.0f} ms"
+
+
+@pytest.mark.parametrize("api", ["real"], indirect=True)
+async def test_a_pods_service_account_token_is_one_the_api_server_accepts(api, tmp_path):
+    cluster = write_cluster(tmp_path / "cluster.yaml", file_nodes(api)[3:])
+    name = api.name("token")
+    async with NodeAgent(api.kubeconfig, cluster) as agent:
+        await api.client.create(PODS, env_server_pod(name), namespace="default")
+        pod = await pod_where(api.client, name, running_with_ip, "Running")
+        # the admission plugin gave it the kube-api-access volume; the kubelet asked TokenRequest for it
+        [token] = [t for (uid, _), t in agent.kubelet.tokens.items() if uid == pod["metadata"]["uid"]]
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as s:
+            async with s.post(f"{api.client.server}/apis/authentication.k8s.io/v1/selfsubjectreviews", json=review,
+                              ssl=ssl_context(api.client.config)) as r:
+                got = await r.json()
+        assert got["status"]["userInfo"]["username"] == "system:serviceaccount:default:default"

@@ -30,7 +30,7 @@ from .. import podresources as rules
 from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
 from ..dra import kubeletenv as dra_env
 from ..errors import bad_request
-from . import logs, streams
+from . import logs, streams, volumes
 from . import runtime as rt
 from .network import IPAllocator, pod_subnet_allocator
 from .standin import start_stand_in
@@ -243,6 +243,10 @@ class Kubelet:
         """Pods loaded already bound: they keep their state, never run, and take their devices."""
         self._started = True
         self._load_static(pods)
+
+    def service_account_token(self, pod: dict, sa: dict, node: str, audience: str | None, expiration: int) -> str:
+        """The token a projected ``serviceAccountToken`` volume source holds."""
+        return volumes.service_account_token(pod, sa, node, audience, expiration)
 
     def runs_processes(self, pod: dict) -> bool:
         """Whether the pod's containers run as processes (else Running with nothing behind them)."""

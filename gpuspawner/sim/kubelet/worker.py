@@ -103,7 +103,7 @@ class PodWorker:
         self.stand_in = kubelet.stand_in or (meta.get("annotations") or {}).get(STAND_IN_ANNOTATION) == "true"
         self.volumes = vol.PodVolumes(pod, str(self.dir / "volumes"), kubelet.get_object_for(self.ns),
                                       node=self.node, node_allocatable=kubelet.allocatable(self.node),
-                                      disk_dir=kubelet.disks_dir)
+                                      disk_dir=kubelet.disks_dir, token=kubelet.service_account_token)
         self.task: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []  # sidecar supervisors, volume refresh, probe kills
         self._transitions = Transitions(now_rfc3339)
