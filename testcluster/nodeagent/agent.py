@@ -141,8 +141,9 @@ class NodeAgent:
         # a node may claim 100,000s of devices, and a file 100,000s of bound pods: off the loop
         await asyncio.to_thread(self.kubelet.set_nodes, list(self.registered.nodes.values()))
         await asyncio.to_thread(self.kubelet.keep_loaded, self.registered.loaded_pods)
-        gc.collect()
-        gc.freeze()  # what was loaded lives as long as the agent: out of the collector's full passes
+        # what was loaded lives as long as the agent: out of the collector's full passes (a
+        # collection first would stall the loop for as long as the heap is big)
+        gc.freeze()
         for p, inf in self.caches.items():
             self._spawn(inf.run(), f"watch-{p}")
         self.node_informer = Informer(self.client, KNOWN["Node"], on_event=self._on_node,

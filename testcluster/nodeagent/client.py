@@ -136,12 +136,15 @@ def read_kubeconfig(path: str | Path) -> dict[str, Any]:
 def ssl_context(cfg: Mapping[str, Any]) -> ssl.SSLContext | bool:
     if not cfg["server"].startswith("https://"):
         return False
-    ctx = ssl.create_default_context()
     if cfg["insecure"]:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     elif cfg["ca"]:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # the cluster's CA only
         ctx.load_verify_locations(cadata=cfg["ca"].decode())
+    else:
+        ctx = ssl.create_default_context()  # the machine's CAs
     if cfg["cert"] and cfg["key"]:
         # ssl loads a client certificate from files only: a private folder, removed at once
         with tempfile.TemporaryDirectory(prefix="nodeagent-tls-") as d:
@@ -176,7 +179,8 @@ class Client:
         headers = {"Accept": "application/json", "User-Agent": "gpuspawner-nodeagent"}
         if self.config["token"]:
             headers["Authorization"] = f"Bearer {self.config['token']}"
-        conn = aiohttp.TCPConnector(limit=self.connections, ssl=ssl_context(self.config))
+        # reading certificates takes 10s of ms: not on the loop
+        conn = aiohttp.TCPConnector(limit=self.connections, ssl=await asyncio.to_thread(ssl_context, self.config))
         self._session = aiohttp.ClientSession(connector=conn, headers=headers,
                                               timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         return self
