@@ -128,14 +128,12 @@ class NodeAgent:
     async def _start(self, manifests: loader.Manifests) -> None:
         self._spawn(self.pod_writes.run(), "pod-writes")
         self._spawn(self.event_writes.run(), "event-writes")
-        self.registered = await Registrar(self.client, manifests, kubelet_port=self.kubelet_port,
-                                          concurrency=self.concurrency).run()
-        ours = set(self.registered.nodes)
-        for node in self.registered.nodes.values():
-            # a node the file says is Unknown has a kubelet that stopped posting: no lease, no status
-            if N.ready_status(node) != "Unknown":
-                self.heartbeats.add(node)
+        # each node's heartbeats start once it is registered: registering 1,000s takes longer than
+        # the node lifecycle controller waits for a lease
         self._spawn(self.heartbeats.run(), "heartbeats")
+        self.registered = await Registrar(self.client, manifests, kubelet_port=self.kubelet_port,
+                                          concurrency=self.concurrency, on_node=self._registered).run()
+        ours = set(self.registered.nodes)
         if self.run_pods:
             await asyncio.to_thread(lambda: self.kubelet.isolation)  # the check runs processes
         # a node may claim 100,000s of devices, and a file 100,000s of bound pods: off the loop
@@ -194,12 +192,21 @@ class NodeAgent:
 
     # -- informers to the kubelet -------------------------------------------------------------
 
+    def _registered(self, node: dict) -> None:
+        # a node the file says is Unknown has a kubelet that stopped posting: no lease, no status
+        if N.ready_status(node) != "Unknown":
+            self.heartbeats.add(node)
+
     def _on_node(self, kind: str, node: dict) -> None:
         name = node["metadata"]["name"]
         if kind == "DELETED":
             self.heartbeats.remove(name)
             self.kubelet.node_event("DELETED", node)
             return
+        posted = self.heartbeats.nodes.get(name)
+        if posted is not None and N.ready_status(node) != N.ready_status(posted):
+            # the node lifecycle controller marked it Unknown (a late lease): the kubelet corrects it
+            self.heartbeats.mark_dirty(name)
         if _allocatable(self.kubelet.node_objs.get(name)) == _allocatable(node):
             self.kubelet.node_objs[name] = node  # nothing for the device ledger to redo
         else:

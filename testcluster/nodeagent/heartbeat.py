@@ -73,7 +73,12 @@ class Heartbeats:
                     continue
             batch = max(1, math.ceil(len(order) * TICK / self.period()))
             now = time.monotonic()
-            for name in order[i:i + batch]:
+            turn = order[i:i + batch]
+            # a status to correct (the node lifecycle controller said Unknown) goes out now
+            for name in [n for n in self._dirty if n not in turn][:batch]:
+                self._dirty.discard(name)
+                self._spawn(self._post(name, now))
+            for name in turn:
                 if name in self.nodes:
                     self._spawn(self._beat(name, now))
             i += batch
@@ -107,6 +112,19 @@ class Heartbeats:
             except Exception as e:  # a refused connection: the next turn tries again
                 self.failures += 1
                 self.last_error = f"{name}: {e}"
+
+    async def _post(self, name: str, now: float) -> None:
+        async with self._sem:
+            node = self.nodes.get(name)
+            if node is None:
+                return
+            try:
+                await self.post_status(node)
+                self._posted[name] = now
+            except Exception as e:  # the node's next turn posts it again
+                self.failures += 1
+                self.last_error = f"{name}: {e}"
+                self._dirty.add(name)
 
     async def renew(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]

@@ -69,8 +69,10 @@ def clean(obj: dict[str, Any], uids: dict[str, str]) -> dict[str, Any]:
 class Registrar:
     """Creates the file's objects; ``where`` names each object's place in the file for errors."""
 
-    def __init__(self, client: Client, manifests: loader.Manifests, *, kubelet_port: int, concurrency: int = 16):
+    def __init__(self, client: Client, manifests: loader.Manifests, *, kubelet_port: int, concurrency: int = 16,
+                 on_node: Callable[[dict], None] = lambda node: None):
         self.client = client
+        self.on_node = on_node  # each node once registered with its lease (its heartbeats start)
         self.m = manifests
         self.kubelet_port = kubelet_port
         self.concurrency = concurrency
@@ -132,6 +134,7 @@ class Registrar:
         except ApiError as e:
             if e.code != 409:
                 raise RegisterError(f"{self._where(file_node)}: its Lease is refused: {e}") from None
+        self.on_node(created)
 
     async def _other(self, item: tuple[str, dict]) -> None:
         plural, obj = item

@@ -85,6 +85,21 @@ async def test_nodes_register_ready_with_their_devices_labels_taints_and_lease(a
         await wait_for(renewed, "a lease renewal", timeout=10)
 
 
+async def test_a_node_marked_unknown_by_the_controller_posts_ready_again(api, tmp_path):
+    name = api.name("back")
+    cluster = write_cluster(tmp_path / "cluster.yaml", [node(name, {"pods": "110"})])
+    async with NodeAgent(api.kubeconfig, cluster, lease_interval=1.0):
+        got = await api.client.get(NODES, name)
+        conds = [dict(c, status="Unknown", reason="NodeStatusUnknown") if c["type"] == "Ready" else c
+                 for c in got["status"]["conditions"]]
+        await api.client.patch(NODES, name, {"status": {"conditions": conds}}, subresource="status")
+
+        async def ready_again():
+            st = (await api.client.get(NODES, name))["status"]
+            return next(c["status"] for c in st["conditions"] if c["type"] == "Ready") == "True"
+        await wait_for(ready_again, "the kubelet's Ready status posted again", timeout=10)
+
+
 async def test_a_node_the_file_says_is_unknown_renews_no_lease(api, tmp_path):
     gone, alive = api.name("gone"), api.name("alive")
     cluster = write_cluster(tmp_path / "cluster.yaml", [node(gone, {"pods": "110"}, ready="Unknown"),
