@@ -134,11 +134,14 @@ class NodeAgent:
         self.registered = await Registrar(self.client, manifests, kubelet_port=self.kubelet_port,
                                           concurrency=self.concurrency, on_node=self._registered).run()
         ours = set(self.registered.nodes)
+        log.info("registered %d nodes and %d pods in %.1f s", len(ours), len(self.registered.loaded_pods),
+                 self.registered.seconds)
         if self.run_pods:
             await asyncio.to_thread(lambda: self.kubelet.isolation)  # the check runs processes
         # a node may claim 100,000s of devices, and a file 100,000s of bound pods: off the loop
         await asyncio.to_thread(self.kubelet.set_nodes, list(self.registered.nodes.values()))
         await asyncio.to_thread(self.kubelet.keep_loaded, self.registered.loaded_pods)
+        log.info("devices of the nodes and loaded pods declared")
         # what was loaded lives as long as the agent: out of the collector's full passes (a
         # collection first would stall the loop for as long as the heap is big)
         gc.freeze()
@@ -149,6 +152,7 @@ class NodeAgent:
         self._spawn(self.node_informer.run(), "watch-nodes")
         self._spawn(self._node_update_loop(), "node-updates")
         await asyncio.gather(*(i.synced.wait() for i in self.caches.values()), self.node_informer.synced.wait())
+        log.info("watches synced")
         self.feed = PodFeed(self.client, self.kubelet, self.store, self.caches, ours, self.concurrency)
         self.pods = Informer(self.client, KNOWN["Pod"], on_list=self._on_pod_list, on_event=self._on_pod,
                              field_selector="spec.nodeName!=", keep=self.feed.mine)

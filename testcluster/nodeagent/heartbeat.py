@@ -40,6 +40,7 @@ class Heartbeats:
         self._dirty: set[str] = set()                 # status to post at the next turn (images changed)
         self._sem = asyncio.Semaphore(concurrency)
         self._inflight: set[asyncio.Task] = set()
+        self._waiting: set[str] = set()               # nodes whose beat is queued or under way
         self.renewals = 0
         self.failures = 0
         self.last_error: str | None = None
@@ -79,7 +80,10 @@ class Heartbeats:
                 self._dirty.discard(name)
                 self._spawn(self._post(name, now))
             for name in turn:
-                if name in self.nodes:
+                # a node whose last beat is still waiting (a slow API server) is not queued twice:
+                # renewals slow down instead of piling up
+                if name in self.nodes and name not in self._waiting:
+                    self._waiting.add(name)
                     self._spawn(self._beat(name, now))
             i += batch
             await asyncio.sleep(TICK)
@@ -95,6 +99,12 @@ class Heartbeats:
         t.add_done_callback(self._inflight.discard)
 
     async def _beat(self, name: str, now: float) -> None:
+        try:
+            await self._beat_now(name, now)
+        finally:
+            self._waiting.discard(name)
+
+    async def _beat_now(self, name: str, now: float) -> None:
         async with self._sem:
             node = self.nodes.get(name)
             if node is None:

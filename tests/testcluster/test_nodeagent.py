@@ -213,7 +213,8 @@ async def test_a_dra_pod_is_allocated_by_the_scheduler_and_gets_its_devices(api,
     objects = [dra_node(name), rs, *device_classes().values(), claim_template(api.name("one-gpu"))]
     cluster = write_cluster(tmp_path / "cluster.yaml", objects)
     pod_name = api.name("dra")
-    pod = env_server_pod(pod_name)
+    mark = marker()
+    pod = env_server_pod(pod_name, marker=mark)
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": api.name("one-gpu")}]
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     async with NodeAgent(api.kubeconfig, cluster):
@@ -225,12 +226,14 @@ async def test_a_dra_pod_is_allocated_by_the_scheduler_and_gets_its_devices(api,
         [result] = claim["status"]["allocation"]["devices"]["results"]
         uuid = next(d["attributes"]["uuid"]["string"] for d in rs["spec"]["devices"] if d["name"] == result["device"])
         assert await answer(f"http://{got['status']['podIP']}:{PORT}/NVIDIA_VISIBLE_DEVICES") == uuid
+        assert pids_with_marker(mark)
         await api.client.delete(PODS, pod_name, namespace="default")
 
         async def gone():
             _, pods = await api.client.list(PODS, namespace="default")
             return all(p["metadata"]["name"] != pod_name for p in pods)
         await wait_for(gone, "the DRA pod removed")
+        assert pids_with_marker(mark) == []
 
 
 @pytest.mark.parametrize("gpus", [400_000], ids=["400k-gpus"])
