@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuspawner.sim.cluster import SimCluster
 from tests.builders.kubelet import marker, node_manifest, pids_with_marker
 from tests.builders.nodeagent import env_server_pod, pod_where, running_with_ip, wait_for, write_cluster
-from testcluster.nodeagent.client import KNOWN, Client
+from testcluster.nodeagent.client import KNOWN
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = [sys.executable, "-m", "testcluster.nodeagent"]
@@ -39,19 +38,10 @@ async def gone(pid: int) -> bool:
     return False
 
 
-@pytest.fixture
-async def sim(tmp_path):
-    async with SimCluster(manifests=[], simulate_nodes=False) as c:
-        kubeconfig = c.write_kubeconfig(tmp_path / "kubeconfig")
-        client = await Client(kubeconfig).open()
-        yield kubeconfig, client
-        await client.close()
-
-
 @pytest.mark.parametrize("how", ["sigterm", "parent-killed"])
-async def test_the_agent_ends_with_every_process_it_started(sim, tmp_path, how):
-    kubeconfig, client = sim
-    cluster = write_cluster(tmp_path / "cluster.yaml", [node_manifest("n1")])
+async def test_the_agent_ends_with_every_process_it_started(api, tmp_path, how):
+    kubeconfig, client = api.kubeconfig, api.client
+    cluster = write_cluster(tmp_path / "cluster.yaml", [node_manifest(api.name("n1"))])
     out = tmp_path / "agent.out"
     args = [*AGENT, "--cluster", str(cluster), "--kubeconfig", str(kubeconfig)]
     with out.open("w") as f:
@@ -64,8 +54,8 @@ async def test_the_agent_ends_with_every_process_it_started(sim, tmp_path, how):
     try:
         assert "1 nodes" in await ready_line(out)
         mark = marker()
-        await client.create(KNOWN["Pod"], env_server_pod("web", marker=mark), namespace="default")
-        await pod_where(client, "web", running_with_ip, "Running")
+        await client.create(KNOWN["Pod"], env_server_pod(api.name("web"), marker=mark), namespace="default")
+        await pod_where(client, api.name("web"), running_with_ip, "Running")
         assert pids_with_marker(mark)
         if how == "sigterm":
             proc.send_signal(signal.SIGTERM)
