@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -74,3 +75,32 @@ def running_with_ip(pod: dict) -> bool:
     st = pod.get("status") or {}
     return st.get("phase") == "Running" and bool(st.get("podIP")) and all(
         c.get("ready") for c in st.get("containerStatuses") or [{}])
+
+
+class LoopStalls:
+    """``async with LoopStalls() as s: ...``; ``s.worst``: the longest time this process kept the
+    event loop from running, in seconds.  A gap between two ticks counts for the CPU time the
+    process used in it (this thread's work, or another thread holding the GIL), not for the time
+    the machine gave the process no CPU (a shared test machine)."""
+
+    TICK = 0.005
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            wall, cpu = loop.time(), time.process_time()
+            await asyncio.sleep(self.TICK)
+            gap = min(loop.time() - wall, time.process_time() - cpu)
+            self.worst = max(self.worst, gap - self.TICK)
+
+    async def __aenter__(self) -> "LoopStalls":
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -83,10 +83,12 @@ BAD_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "sta
     pytest.param("kubeconfig-missing", "cannot read the kubeconfig", id="kubeconfig-missing"),
 ])
 async def test_bad_input_exits_2_saying_what_to_fix(tmp_path, case, says):
-    cluster = write_cluster(tmp_path / "cluster.yaml", [BAD_NODE if case == "node-without-pods" else node_manifest("n")])
+    cluster = write_cluster(tmp_path / "cluster.yaml",
+                            [BAD_NODE if case == "node-without-pods" else node_manifest("n")])
     kubeconfig = tmp_path / "kubeconfig"
     if case != "kubeconfig-missing":
-        kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        kubeconfig.write_text("apiVersion: v1\nkind: Config\n"
+                              "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
                               "users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
                               "current-context: x\n")
     proc = await asyncio.create_subprocess_exec(*AGENT, "--cluster", str(cluster), "--kubeconfig", str(kubeconfig),

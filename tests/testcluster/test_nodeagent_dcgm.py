@@ -39,7 +39,8 @@ async def metrics(ip: str) -> str:
 
 async def test_every_gpu_node_serves_dcgm_metrics_naming_the_pod_that_holds_each_gpu(api, tmp_path):
     plugin, dra = api.name("a100"), api.name("h100")
-    objects = [node(plugin, {"pods": "110", "nvidia.com/gpu": "2"}, dict(GFD_A100_40GB, **{"nvidia.com/gpu.count": "2"})),
+    gfd = dict(GFD_A100_40GB, **{"nvidia.com/gpu.count": "2"})
+    objects = [node(plugin, {"pods": "110", "nvidia.com/gpu": "2"}, gfd),
                dra_node(dra), gpu_slice(dra, count=2), *device_classes().values(), claim_template(api.name("one"))]
     cluster = write_cluster(tmp_path / "cluster.yaml", objects + [node(api.name("cpu"), {"pods": "110"})])
     dp_pod, dra_pod = api.name("dp"), api.name("dra")
