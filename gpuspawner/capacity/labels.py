@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpuspawner.capacity.model import Taint, pool_id
 from gpuspawner.capacity.quantity import QuantityError, parse_count
+from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
 
 
 
@@ -301,6 +302,8 @@ class NodeGpu(NamedTuple):
     # its product is not read from. A required node affinity pins a pod to the pool with
     # ``In`` on the defining labels and ``DoesNotExist`` on these, never with node names.
     absent_labels: tuple[str, ...] = ()
+    # how the node's GPUs of this resource are shared (time-slicing, MPS, MIG; sharing.node_sharing)
+    sharing: Sharing = NOT_SHARED
 
 
 class NodeRecord(NamedTuple):
@@ -389,6 +392,7 @@ def _node_gpus(found: list[tuple[str, int]], labels: Mapping[str, Any], group_la
                 pool_id=_pool_id(group, facts.product, resource),
                 defining_labels=tuple(defining),
                 absent_labels=group_absent + facts.absent,
+                sharing=_shared(node_sharing(resource, labels, n)),
             ))
         )
     return _shared(tuple(gpus))

@@ -46,6 +46,7 @@ from gpuspawner.capacity.model import (
     with_groups,
 )
 from gpuspawner.capacity.podres import PodRecord
+from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
 from gpuspawner.capacity.tally import (
     TRANSIENT_TAINT_PREFIXES,
     NodeTally,
@@ -82,8 +83,8 @@ class Ledger(Reserving):
         self._resv_on: dict[str, dict[str, int]] = {}  # node -> resource -> reserved
         self._members: dict[str, dict[str, NodeGpu]] = {}  # pool -> node -> its GPU entry
         # pool -> how many member nodes carry each taint / defining label / memory
-        # size / pin, kept as nodes join and leave so a rebuild never rescans them
-        self._tallies: dict[str, tuple[Counter, Counter, Counter, Counter]] = {}
+        # size / pin / sharing, kept as nodes join and leave so a rebuild never rescans them
+        self._tallies: dict[str, tuple[Counter, Counter, Counter, Counter, Counter]] = {}
         # node -> resource -> (pool, allocatable, free), contributing nodes only
         self._contrib: dict[str, dict[str, tuple[str, int, int]]] = {}
         self._views: dict[str, PoolView] = {}
@@ -182,7 +183,10 @@ class Ledger(Reserving):
             self._dirty.add(g.pool_id)
 
     def _tally(self, pid: str, rec: NodeRecord, g: NodeGpu, sign: int) -> None:
-        taints, defining, memory, pins = self._tallies.setdefault(pid, (Counter(), Counter(), Counter(), Counter()))
+        taints, defining, memory, pins, sharing = self._tallies.setdefault(
+            pid, (Counter(), Counter(), Counter(), Counter(), Counter())
+        )
+        bump(sharing, g.sharing, sign)
         for t in pool_taints(rec.taints):
             bump(taints, t, sign)
         for kv in g.defining_labels:
@@ -341,10 +345,13 @@ class Ledger(Reserving):
         memory: int | None = None
         defining_t: tuple[tuple[str, str], ...] = ()
         pins: tuple[Pin, ...] = ()
+        sharing = declared_sharing(declared) if declared is not None else NOT_SHARED
         if members:
-            t_taints, t_defining, t_memory, t_pins = self._tallies[pid]
+            t_taints, t_defining, t_memory, t_pins, t_sharing = self._tallies[pid]
             taints.update(t_taints)
             memory = min(t_memory) if t_memory else None
+            # the sharing most of its nodes have (a pool's nodes share one device-plugin config)
+            sharing = max(sorted(t_sharing), key=t_sharing.__getitem__)
         pv = self._pviews.get(pid)
         if members:
             # every member shares resource, product and group (they make the id)
@@ -396,8 +403,15 @@ class Ledger(Reserving):
             pins=pins,
             taints=sorted_taints(taints),
             node_views=tuple(pv.views) if pv else (),
+            sharing=sharing.strategy,
+            replicas=sharing.replicas,
         )
         return with_groups(view, groups)
+
+
+def declared_sharing(declared: DeclaredPool) -> Sharing:
+    """The sharing of a declared pool with no node yet, read from the labels its nodes will carry."""
+    return node_sharing(declared.resource, declared.labels, declared.gpus_per_node)
 
 
 class _PoolNodes(NodeTally):

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
 
+from gpuspawner.capacity.names import pool_display_name
+from gpuspawner.capacity.sharing import MIG, NONE, mig_profile_of
+
 #: The node labels that name a node's NVIDIA driver and that a required node affinity can
 #: steer by (GPU Feature Discovery, NVIDIA/k8s-device-plugin
 #: ``docs/gpu-feature-discovery/README.md``; the project's reference notes, section 4.1): the full version, written since GFD v0.15.0, and the deprecated major version,
@@ -84,6 +87,7 @@ class DraFacts:
     product_name: str | None
     profile: str | None = None
     device_type: str | None = None
+    sharing: str | None = None  # the DeviceClass's sharing strategy (time-slicing, mps), if it sets one
 
 
 class Pin(NamedTuple):
@@ -176,6 +180,34 @@ class PoolView:
     # the ways its nodes are pinned by labels (one for a uniform pool); empty: by
     # ``defining_labels`` alone (declared pools, views made by hand)
     pins: tuple[Pin, ...] = ()
+    # how its devices are shared (capacity.sharing: "none", "time-slicing", "mps", "mig") and how
+    # many pods share one device (1: not shared); ``total`` and ``free`` count shares
+    sharing: str = NONE
+    replicas: int = 1
+
+    @property
+    def mig_profile(self) -> str | None:
+        """The MIG profile of a pool of MIG slices (``1g.10gb``), else None."""
+        if self.dra is not None:
+            return self.dra.profile
+        return mig_profile_of(self.resource, self.product)
+
+    @property
+    def display_name(self) -> str:
+        """The pool's default name, the same for the same hardware however it is published
+        (``NVIDIA A100 80GB``, ``NVIDIA A100 80GB MIG 1g.10gb``; ``capacity.names``)."""
+        product = self.dra.product_name if self.dra is not None else self.product
+        return pool_display_name(product, self.vendor, self.mig_profile)
+
+    @property
+    def shared(self) -> bool:
+        """Whether several servers use one device (time-slicing or MPS)."""
+        return self.replicas > 1
+
+    @property
+    def physical(self) -> int:
+        """The devices behind ``total`` (GPUs, or MIG slices): shares divided by ``replicas``."""
+        return self.total // self.replicas if self.replicas > 1 else self.total
 
     @property
     def vendor(self) -> str | None:
@@ -235,6 +267,9 @@ class PoolView:
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_version,
             "scale_up": self.scale_up.to_json() if self.scale_up else None,
+            "display_name": self.display_name,
+            "sharing": self.sharing if self.sharing != NONE or self.mig_profile is None else MIG,
+            "replicas": self.replicas,
         }
 
 

@@ -63,7 +63,9 @@ class GPUCapacityHandler(APIHandler):
             )
         settings = self.capacity_settings()
         snapshot = self.capacity_snapshot(settings)
-        visible = tuple(pool for pool, _name in present_pools(snapshot.pools, settings.pool_rules()))
+        presented = present_pools(snapshot.pools, settings.pool_rules())
+        names = {pool.id: name for pool, name in presented}
+        visible = tuple(pool for pool, _name in presented)
         # a user sees the pools they may use (allowed_groups); admins see all
         visible = visible_pools(
             visible, settings.access_rules(), principal_of(self.current_user), settings.gpu_profile_specs()
@@ -71,6 +73,8 @@ class GPUCapacityHandler(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         body = snapshot.to_json(visible)
+        for pool in body["pools"]:  # an admin's name (gpu_pool_rules) wins over the model's
+            pool["display_name"] = names.get(pool["id"], pool["display_name"])
         rules = settings.cull_rules()
         if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
             for pool in body["pools"]:

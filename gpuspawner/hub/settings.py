@@ -170,6 +170,20 @@ class GPUSpawnerSettings(Configurable):
             c.GPUSpawner.gpu_capacity_stall_timeout = 90
         """,
     )
+    gpu_allow_multiple_shares = Bool(
+        False,
+        config=True,
+        help="""
+        Whether one server may take more than one share of a time-sliced GPU
+        (nodes whose device plugin advertises each GPU several times,
+        ``nvidia.com/gpu.sharing-strategy: time-slicing``). Off by default:
+        every share sees the whole GPU and its whole memory, so a second share
+        adds no memory and little speed while keeping others off the GPU. MPS
+        shares (each a slice of memory) and MIG slices are not bounded by it.
+
+            c.GPUSpawner.gpu_allow_multiple_shares = True
+        """,
+    )
     gpu_pool_rules = List(
         Dict(),
         config=True,

@@ -444,7 +444,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             return {}
         snapshot = await self.capacity_snapshot(max_age, renew)
         config = fingerprint(self.gpu_profiles, self.gpu_pool_rules, self.gpu_admit_without_capacity,
-                             self.gpu_max_per_server, self.cuda_policy, self.cuda_check)
+                             self.gpu_max_per_server, self.cuda_policy, self.cuda_check,
+                             self.gpu_allow_multiple_shares)
         # a snapshot's pools are one object until a count changes; its problem text (which
         # carries the figures' age when they are stale) is part of what the offers say
         source = snapshot.pools if snapshot is not None else None
@@ -455,6 +456,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             admit_without_capacity=self.gpu_admit_without_capacity,
             fit=self._cuda_fit,
             count_limit=self.gpu_max_per_server,
+            multiple_shares=self.gpu_allow_multiple_shares,
         ))
 
     def _user_view(self, static: list[dict[str, Any]],

@@ -47,6 +47,7 @@ from typing import Any
 from gpuspawner.capacity.health import figures_age
 from gpuspawner.capacity.model import CapacitySnapshot, PoolView
 from gpuspawner.cuda.image import ImageCuda
+from gpuspawner.spawn.cards import CardWords, card_words
 from gpuspawner.spawn.cudafit import GroupFit, PoolFit, ProfileImages, profile_images
 
 GPU_POOL_OPTION = "gpu_pool"
@@ -226,13 +227,9 @@ class PoolRule:
 
 
 def default_pool_name(pool: PoolView) -> str:
-    """``NVIDIA-A100-SXM4-80GB (gpu-a100)``; MIG and shared resources are named."""
-    name = pool.product or "unknown GPU"
-    if pool.resource not in ("nvidia.com/gpu", "amd.com/gpu"):
-        name = f"{name}, {pool.resource}"
-    if pool.node_group:
-        name = f"{name} ({pool.node_group})"
-    return name
+    """The pool's friendly model name (``NVIDIA A100 80GB``, ``NVIDIA A100 80GB MIG 1g.10gb``),
+    the same whichever driver publishes the hardware (``PoolView.display_name``)."""
+    return pool.display_name
 
 
 def present_pools(
@@ -295,9 +292,16 @@ class PoolOffer:
     # set by for_image when the image's CUDA steers the pod off some nodes: the
     # free GPUs on the nodes it may still land on (``max_gpus``/``now`` count those only)
     cuda_free: int | None = None
+    # why one server may not have more than ``max_gpus`` here, when a sharing rule bounds it
+    limit_note: str | None = None
 
     def fit(self, image_key: str | None) -> PoolFit | None:
         return self.cuda.get(image_key) if image_key is not None else None
+
+    @property
+    def words(self) -> CardWords:
+        """What the pool's card says of it (``cards.card_words``)."""
+        return card_words(self.pool)
 
     @property
     def narrowed(self) -> bool:
@@ -332,7 +336,7 @@ class PoolOffer:
         kept = [g for g in self.pool.driver_groups if g.key not in keys]
         fitting_now = max((g.max_free_per_node for g in kept), default=0)
         counted = _offer_checked(self.pool, self.display_name, self.cap, self.pool.pinnable, fitting_now)
-        return replace(counted, cuda=self.cuda, cuda_free=sum(g.free for g in kept))
+        return replace(counted, cuda=self.cuda, cuda_free=sum(g.free for g in kept), limit_note=self.limit_note)
 
     @property
     def available(self) -> bool:
@@ -407,6 +411,22 @@ def _scale_up_gpus(pool: PoolView) -> int:
     return su.gpus_per_node
 
 
+#: Why a server gets one share of a time-sliced GPU (``gpu_allow_multiple_shares`` lifts it)
+ONE_SHARE_NOTE = (
+    "a time-sliced GPU gives one share per server: more shares of one GPU add no memory and "
+    "little speed, since every share sees the whole GPU"
+)
+
+
+def share_cap(pool: PoolView, multiple_shares: bool) -> int | None:
+    """The most shares one server may take of ``pool``: 1 on a time-sliced GPU unless the admin
+    allows more (several replicas of one time-sliced GPU are the same GPU, with no more memory:
+    the device plugin's own ``failRequestsGreaterThanOne`` refuses them too); else no bound."""
+    if pool.shared and pool.sharing == "time-slicing" and not multiple_shares:
+        return 1
+    return None
+
+
 def _lowest_cap(*caps: int | None) -> int | None:
     given = [c for c in caps if c is not None]
     return min(given) if given else None
@@ -470,6 +490,7 @@ def build_offers(
     admit_without_capacity: bool = False,
     fit: Callable[[ImageCuda, PoolView], PoolFit] | None = None,
     count_limit: int | None = None,
+    multiple_shares: bool = False,
 ) -> dict[str, ProfileOffer]:
     """One :class:`ProfileOffer` per GPU profile slug, in the specs' order.
 
@@ -478,7 +499,8 @@ def build_offers(
     snapshot still lists, without a free-count check. ``fit`` (the spawner's
     CUDA check, see :func:`gpuspawner.spawn.cudafit.pool_fit`) judges each image
     of a profile that declares CUDA on each of its pools. ``count_limit``
-    bounds the GPUs one server may ask for (with each profile's ``max_gpus``).
+    bounds the GPUs one server may ask for (with each profile's ``max_gpus``); a time-sliced
+    pool gives one share per server unless ``multiple_shares`` (:func:`share_cap`).
     """
     if count_limit is not None and (isinstance(count_limit, bool) or not isinstance(count_limit, int)
                                     or count_limit < 1):
@@ -493,7 +515,10 @@ def build_offers(
             cap = _lowest_cap(spec.max_gpus, count_limit)
             for pool, name in visible:
                 if spec.admits(pool.id):
-                    offer = make(pool, name, cap, pool.pinnable)
+                    shares = share_cap(pool, multiple_shares)
+                    offer = make(pool, name, _lowest_cap(cap, shares), pool.pinnable)
+                    if shares is not None and (cap is None or shares < cap):
+                        offer = replace(offer, limit_note=ONE_SHARE_NOTE)
                     if fit is not None and spec.images.declared:
                         offer = replace(
                             offer, cuda={k: fit(img, pool) for k, img in spec.images.images.items()}

@@ -257,6 +257,8 @@ def pool_view(
     taints: Iterable[Taint] = (),
     defining: Iterable[tuple[str, str]] | None = None,
     group_label: str = GKE,
+    sharing: str = "none",
+    replicas: int = 1,
 ) -> PoolView:
     """A pool as the capacity cache reports it.
 
@@ -288,6 +290,8 @@ def pool_view(
         defining_labels=tuple(defining),
         taints=tuple(taints),
         node_views=views,
+        sharing=sharing,
+        replicas=replicas,
     )
 
 

@@ -29,7 +29,7 @@ from tests.builders import FakeCache, make_spawner, pool_view
 
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
-        "driver_version", "cuda_version", "scale_up"]
+        "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas"]
 
 
 # two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
