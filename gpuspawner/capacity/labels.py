@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpuspawner.capacity.model import Taint, pool_id
+from gpuspawner.capacity.noderes import node_base
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
 
@@ -319,6 +320,8 @@ class NodeRecord(NamedTuple):
     taints: tuple[Taint, ...]
     # the labels a NodeView carries: what pins a pod to this node or driver
     labels: tuple[tuple[str, str], ...]
+    # allocatable CPU (millicores), memory, ephemeral storage (bytes) and pods (noderes.node_base)
+    base: tuple[int, ...] = ()
 
     @property
     def contributes(self) -> bool:
@@ -434,4 +437,5 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
         compute_capability=cc,
         taints=node_taints(spec),
         labels=tuple((k, labels[k]) for k in _VIEW_LABELS if isinstance(labels.get(k), str)),
+        base=_shared(node_base(allocatable, name)),
     )

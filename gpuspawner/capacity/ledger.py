@@ -36,6 +36,7 @@ from gpuspawner.capacity.config import DeclaredPool
 from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for
 from gpuspawner.capacity.model import (
     DriverGroup,
+    FitCount,
     NodeView,
     Pin,
     PoolView,
@@ -45,6 +46,8 @@ from gpuspawner.capacity.model import (
     group_order,
     with_groups,
 )
+from gpuspawner.capacity.noderes import fits as fits_in
+from gpuspawner.capacity.noderes import room
 from gpuspawner.capacity.podres import PodRecord
 from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
 from gpuspawner.capacity.tally import (
@@ -67,6 +70,8 @@ class Reservation:
     node: str | None  # None when the pool had no contributing node
     count: int
     expires_at: float
+    # CPU, memory, ephemeral storage, pods the spawn's pod will request (counted on its node too)
+    request: tuple[int, ...] | None = None
 
 
 class Ledger(Reserving):
@@ -92,6 +97,14 @@ class Ledger(Reserving):
         # their sums and histograms: a change replaces one entry, and a
         # rebuild copies the list instead of rescanning the pool
         self._pviews: dict[str, _PoolNodes] = {}
+        # the server requests whose fit is counted (track()); per node, what its counted pods and
+        # reservations request (CPU, memory, ephemeral storage, pods); the pods without GPUs
+        # that hold room on a node, as plain tuples (node, cpu, memory, ephemeral)
+        self._reqs: tuple[tuple[int, ...], ...] = ()
+        self._requested: dict[str, list[int]] = {}
+        self._base_pods: dict[str, tuple[str, int, int, int]] = {}
+        # pool -> how many contributing nodes have each allocatable base (for PoolView.largest)
+        self._bases: dict[str, Counter] = {}
         self._dirty: set[str] = set(self._declared)
         self.generation = 0
         self._pools: tuple[PoolView, ...] = ()
@@ -106,13 +119,13 @@ class Ledger(Reserving):
 
     @property
     def pod_count(self) -> int:
-        return len(self._pods)
+        return len(self._pods) + len(self._base_pods)
 
     def node_names(self) -> set[str]:
         return set(self._nodes)
 
     def pod_keys(self) -> set[str]:
-        return set(self._pods)
+        return set(self._pods) | set(self._base_pods)
 
     def reservations(self) -> dict[str, Reservation]:
         return dict(self._resv)
@@ -136,6 +149,24 @@ class Ledger(Reserving):
     def pools_by_id(self) -> dict[str, PoolView]:
         self.pools()
         return self._by_id
+
+    def track(self, requests: Iterable[tuple[int, ...]]) -> bool:
+        """Count the fit of these server requests (CPU millicores, memory, ephemeral storage bytes,
+        pods) on every node from now on (``DriverGroup.fits``); False when they are already
+        counted. A change recounts every node once."""
+        reqs = tuple(sorted({tuple(r) for r in requests}))
+        if reqs == self._reqs:
+            return False
+        self._reqs = reqs
+        self._contrib.clear()
+        self._pviews.clear()
+        self._bases.clear()
+        self._dirty.update(self._views)
+        self._dirty.update(self._members)
+        for name in self._nodes:
+            self._refresh(name, force=True)
+        self.generation += 1
+        return True
 
     # -- nodes -------------------------------------------------------------
 
@@ -197,7 +228,37 @@ class Ledger(Reserving):
 
     # -- pods ----------------------------------------------------------------
 
+    def upsert_base_pod(self, key: str, rec: tuple[str, int, int, int]) -> bool:
+        """A pod without GPUs that holds CPU, memory and a pod slot on node ``rec[0]``
+        (``podres.base_record``)."""
+        if key in self._pods:
+            self.remove_pod(key)
+        old = self._base_pods.get(key)
+        if old == rec:
+            return False
+        if old is not None:
+            self._hold(old[0], (*old[1:], 1), -1)
+        self._base_pods[key] = rec
+        self._hold(rec[0], (*rec[1:], 1), 1)
+        self.generation += 1
+        return True
+
+    def _hold(self, node: str, base: tuple[int, ...], sign: int) -> None:
+        """Move what is requested on ``node`` by ``base`` (CPU, memory, ephemeral storage, pods)."""
+        held = self._requested.get(node)
+        if held is None:
+            held = self._requested[node] = [0, 0, 0, 0]
+        for i, v in enumerate(base):
+            held[i] += sign * v
+        if not any(held):
+            del self._requested[node]
+        if self._reqs:
+            self._refresh(node)
+
     def upsert_pod(self, rec: PodRecord) -> bool:
+        old_base = self._base_pods.pop(rec.key, None)
+        if old_base is not None:
+            self._hold(old_base[0], (*old_base[1:], 1), -1)
         old = self._pods.get(rec.key)
         changed = old != rec
         if changed:
@@ -216,6 +277,10 @@ class Ledger(Reserving):
     def remove_pod(self, key: str) -> bool:
         old = self._pods.pop(key, None)
         changed = False
+        base = self._base_pods.pop(key, None)
+        if base is not None:
+            self._hold(base[0], (*base[1:], 1), -1)
+            changed = True
         if old is not None:
             self._unapply(old)
             changed = True
@@ -227,7 +292,7 @@ class Ledger(Reserving):
         return changed
 
     def retain_pods(self, keep: set[str]) -> int:
-        gone = [k for k in self._pods if k not in keep]
+        gone = [k for k in self._pods if k not in keep] + [k for k in self._base_pods if k not in keep]
         for k in gone:
             self.remove_pod(k)
         return len(gone)
@@ -235,6 +300,13 @@ class Ledger(Reserving):
     def _apply(self, rec: PodRecord, sign: int = 1) -> None:
         if rec.node is None:
             return
+        held = self._requested.get(rec.node)
+        if held is None:
+            held = self._requested[rec.node] = [0, 0, 0, 0]
+        for i, v in enumerate((*rec.base, 1)):
+            held[i] += sign * v
+        if not any(held):
+            del self._requested[rec.node]
         used = self._used.setdefault(rec.node, {})
         for resource, n in rec.usage:
             v = used.get(resource, 0) + sign * n
@@ -251,7 +323,8 @@ class Ledger(Reserving):
 
     # -- reservations ----------------------------------------------------------
 
-    def reserve(self, owner: str, pool_id: str, count: int, expires_at: float) -> Reservation | None:
+    def reserve(self, owner: str, pool_id: str, count: int, expires_at: float,
+                request: tuple[int, ...] | None = None) -> Reservation | None:
         """Count ``count`` GPUs of ``pool_id`` for ``owner`` at once.
 
         Placed on the pool's contributing node with the most free GPUs (ties:
@@ -270,11 +343,16 @@ class Ledger(Reserving):
             resource = self._declared[pool_id].resource
         pv = self._pviews.get(pool_id)
         node = pv.most_free() if pv is not None else None
-        r = Reservation(owner, pool_id, resource, node, count, expires_at)
+        if node is not None and request is not None and pv is not None and self._reqs:
+            # the node with the most free GPUs among those the server fits on, if any
+            node = pv.most_free_fitting(self._reqs.index(request) if request in self._reqs else -1) or node
+        r = Reservation(owner, pool_id, resource, node, count, expires_at, request)
         self._resv[owner] = r
         if node is not None and resource is not None:
             on = self._resv_on.setdefault(node, {})
             on[resource] = on.get(resource, 0) + count
+            if request is not None:
+                self._hold(node, request, 1)
             self._refresh(node)
         self._dirty.add(pool_id)
         self.generation += 1
@@ -285,6 +363,8 @@ class Ledger(Reserving):
         self._dirty.add(r.pool_id)
         if r.node is None or r.resource is None:
             return
+        if r.request is not None:
+            self._hold(r.node, r.request, -1)
         on = self._resv_on.get(r.node, {})
         left = on.get(r.resource, 0) - r.count
         if left > 0:
@@ -300,22 +380,33 @@ class Ledger(Reserving):
     def _refresh(self, name: str, force: bool = False) -> None:
         """Recompute one node's contribution and move pool sums by the difference."""
         rec = self._nodes.get(name)
-        new: dict[str, tuple[str, int, int]] = {}
+        new: dict[str, tuple[str, int, int, int, int, tuple[int, ...]]] = {}
         if rec is not None and rec.contributes:
             used = self._used.get(name, {})
             resv = self._resv_on.get(name, {})
+            fits = holds = 0
+            if self._reqs and rec.base:
+                space = room(rec.base, self._requested.get(name, (0, 0, 0, 0)))
+                for i, req in enumerate(self._reqs):
+                    if fits_in(req, space):
+                        fits |= 1 << i
+                    if fits_in(req, rec.base):
+                        holds |= 1 << i
             for g in rec.gpus:
                 free = g.allocatable - used.get(g.resource, 0) - resv.get(g.resource, 0)
-                new[g.resource] = (g.pool_id, g.allocatable, free if free > 0 else 0)
+                new[g.resource] = (g.pool_id, g.allocatable, free if free > 0 else 0, fits, holds, rec.base)
         old = self._contrib.get(name, {})
         if new == old and not force:
             return
-        for resource, (pid, alloc, free) in old.items():
+        for resource, (pid, *_, base) in old.items():
             self._pviews[pid].remove(name)
             if not self._pviews[pid].names:
                 del self._pviews[pid]
+            bump(self._bases[pid], base, -1)
+            if not self._bases[pid]:
+                del self._bases[pid]
             self._dirty.add(pid)
-        for resource, (pid, alloc, free) in new.items():
+        for resource, (pid, alloc, free, fits, holds, base) in new.items():
             assert rec is not None
             view = NodeView(
                 name=name,
@@ -325,11 +416,14 @@ class Ledger(Reserving):
                 cuda_version=rec.cuda_version,
                 compute_capability=rec.compute_capability,
                 labels=rec.labels,
+                fits=fits,
+                holds=holds,
             )
             pv = self._pviews.get(pid)
             if pv is None:
-                pv = self._pviews[pid] = _PoolNodes()
+                pv = self._pviews[pid] = _PoolNodes(len(self._reqs))
             pv.add(view)
+            bump(self._bases.setdefault(pid, Counter()), base, 1)
             self._dirty.add(pid)
         if new:
             self._contrib[name] = new
@@ -405,6 +499,8 @@ class Ledger(Reserving):
             node_views=tuple(pv.views) if pv else (),
             sharing=sharing.strategy,
             replicas=sharing.replicas,
+            requests=self._reqs,
+            largest=_largest(self._bases.get(pid)),
         )
         return with_groups(view, groups)
 
@@ -419,18 +515,19 @@ class _PoolNodes(NodeTally):
     (:class:`DriverGroup`), so the groups a view needs are rebuilt from a handful of
     tallies, never from the nodes."""
 
-    __slots__ = ("groups",)
+    __slots__ = ("groups", "nreq")
 
-    def __init__(self) -> None:
+    def __init__(self, nreq: int = 0) -> None:
         super().__init__()
         self.groups: dict[tuple, _GroupTally] = {}
+        self.nreq = nreq
 
     def add(self, view: NodeView) -> None:
         super().add(view)
         key = driver_key(view)
         tally = self.groups.get(key)
         if tally is None:
-            tally = self.groups[key] = _GroupTally()
+            tally = self.groups[key] = _GroupTally(self.nreq)
         tally.count(view, 1)
 
     def remove(self, name: str) -> NodeView:
@@ -445,20 +542,37 @@ class _PoolNodes(NodeTally):
     def driver_groups(self) -> tuple[DriverGroup, ...]:
         """The pool's driver groups, sorted as :func:`gpuspawner.capacity.model.driver_groups` sorts them."""
         return tuple(
-            DriverGroup(*key, t.nodes, t.total, t.free, max(t.frees), max(t.allocs))
+            DriverGroup(*key, t.nodes, t.total, t.free, max(t.frees), max(t.allocs), t.fit_counts())
             for key, t in sorted(self.groups.items(), key=lambda kv: group_order(kv[0]))
         )
 
+    def most_free_fitting(self, i: int) -> str | None:
+        """The node with the most free GPUs among those server request ``i`` fits on now (ties:
+        the first by name), or None. Walks the nodes: called once per spawn, never per view."""
+        if i < 0:
+            return None
+        best: NodeView | None = None
+        for view in self.views:
+            if view.fits >> i & 1 and (best is None or view.free > best.free):
+                best = view
+        return best.name if best is not None else None
+
 
 class _GroupTally:
-    """The running sums of one driver group: node count, GPUs, and histograms for the maxima."""
+    """The running sums of one driver group: node count, GPUs, histograms for the maxima, and per
+    tracked server request the nodes it fits on now, their free GPUs (with a histogram) and the
+    nodes big enough for it at all."""
 
-    __slots__ = ("nodes", "total", "free", "frees", "allocs")
+    __slots__ = ("nodes", "total", "free", "frees", "allocs", "fit_nodes", "fit_free", "fit_frees", "holding")
 
-    def __init__(self) -> None:
+    def __init__(self, nreq: int = 0) -> None:
         self.nodes = self.total = self.free = 0
         self.frees: Counter = Counter()
         self.allocs: Counter = Counter()
+        self.fit_nodes = [0] * nreq
+        self.fit_free = [0] * nreq
+        self.fit_frees = [Counter() for _ in range(nreq)]
+        self.holding = [0] * nreq
 
     def count(self, view: NodeView, sign: int) -> None:
         self.nodes += sign
@@ -466,3 +580,23 @@ class _GroupTally:
         self.free += sign * view.free
         bump(self.frees, view.free, sign)
         bump(self.allocs, view.allocatable, sign)
+        for i in range(len(self.fit_nodes)):
+            if view.fits >> i & 1:
+                self.fit_nodes[i] += sign
+                self.fit_free[i] += sign * view.free
+                bump(self.fit_frees[i], view.free, sign)
+            if view.holds >> i & 1:
+                self.holding[i] += sign
+
+    def fit_counts(self) -> tuple[FitCount, ...]:
+        return tuple(
+            FitCount(self.fit_nodes[i], self.fit_free[i], max(self.fit_frees[i], default=0), self.holding[i])
+            for i in range(len(self.fit_nodes))
+        )
+
+
+def _largest(bases: Counter | None) -> tuple[int, ...] | None:
+    """The largest allocatable per dimension among a pool's contributing nodes (few distinct shapes)."""
+    if not bases:
+        return None
+    return tuple(max(b[i] for b in bases) for i in range(4))
