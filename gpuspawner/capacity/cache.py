@@ -412,6 +412,7 @@ class _Informer:
                 else:
                     cache._ledger.upsert_base_pod(key, base)
                 cache._dra.pod_changed(key, obj)
+                return key if base is not None else None  # a re-list keeps the pods it saw
             return None
         cache._ledger.upsert_pod(prec)
         return prec.key

@@ -119,7 +119,13 @@ class Ledger(Reserving):
 
     @property
     def pod_count(self) -> int:
-        return len(self._pods) + len(self._base_pods)
+        """GPU pods (pods without GPUs are kept as :meth:`base_pod_count` only)."""
+        return len(self._pods)
+
+    @property
+    def base_pod_count(self) -> int:
+        """Bound pods without GPUs, kept for what they request of their node."""
+        return len(self._base_pods)
 
     def node_names(self) -> set[str]:
         return set(self._nodes)

@@ -22,6 +22,7 @@ from tornado import web
 from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
+from gpuspawner.hub import serverfit
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import capacity_settings_class
 
@@ -46,9 +47,12 @@ class GPUCapacityHandler(APIHandler):
         GPUCapacityHandler._settings_memo = (self.config, spawner_class, settings)
         return settings
 
-    def capacity_snapshot(self, settings: GPUSpawnerSettings) -> CapacitySnapshot:
+    def capacity_snapshot(self, settings: GPUSpawnerSettings, requests=None) -> CapacitySnapshot:
         try:
-            return settings.shared_capacity_cache().snapshot()
+            cache = settings.shared_capacity_cache()
+            if requests:  # count where each profile's server fits, as the spawn page does
+                cache.track_requests(serverfit.all_requests(requests))
+            return cache.snapshot()
         except Exception as e:
             self.log.error("GET /hub/api/gpus: the GPU capacity cache could not start: %s: %s", type(e).__name__, e)
             return CapacitySnapshot(
@@ -62,7 +66,9 @@ class GPUCapacityHandler(APIHandler):
                 403, "sign in, or send an API token (header 'Authorization: token <token>'), to read GPU capacity"
             )
         settings = self.capacity_settings()
-        snapshot = self.capacity_snapshot(settings)
+        specs = settings.gpu_profile_specs()
+        requests = serverfit.requests_of(specs, serverfit.config_defaults(self.config))
+        snapshot = self.capacity_snapshot(settings, requests)
         presented = present_pools(snapshot.pools, settings.pool_rules())
         names = {pool.id: name for pool, name in presented}
         visible = tuple(pool for pool, _name in presented)
@@ -73,8 +79,10 @@ class GPUCapacityHandler(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         body = snapshot.to_json(visible)
-        for pool in body["pools"]:  # an admin's name (gpu_pool_rules) wins over the model's
-            pool["display_name"] = names.get(pool["id"], pool["display_name"])
+        for view, pool in zip(visible, body["pools"]):
+            pool["display_name"] = names.get(pool["id"], pool["display_name"])  # an admin's name wins
+            # per GPU profile: true, or why the pool's nodes can never hold its server (CPU, memory)
+            pool["fits_profiles"] = serverfit.fits_profiles(view, specs, requests)
         rules = settings.cull_rules()
         if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
             for pool in body["pools"]:

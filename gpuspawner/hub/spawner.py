@@ -46,6 +46,7 @@ from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offer
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub import logfilter
+from gpuspawner.hub import serverfit
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import (
@@ -384,6 +385,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         try:
             cache = self.shared_capacity_cache()
             await cache.wait_synced(self.gpu_capacity_sync_timeout)
+            # count where each profile's server fits (CPU, memory): a no-op unless the set changed
+            cache.track_requests(serverfit.all_requests(self.gpu_server_requests()))
             snapshot = cache.snapshot(max_age, renew=renew)
         except asyncio.CancelledError:
             raise
@@ -443,9 +446,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         if not self.gpu_profiles:
             return {}
         snapshot = await self.capacity_snapshot(max_age, renew)
+        requests = self.gpu_server_requests()
         config = fingerprint(self.gpu_profiles, self.gpu_pool_rules, self.gpu_admit_without_capacity,
                              self.gpu_max_per_server, self.cuda_policy, self.cuda_check,
-                             self.gpu_allow_multiple_shares)
+                             self.gpu_allow_multiple_shares, repr(requests))
         # a snapshot's pools are one object until a count changes; its problem text (which
         # carries the figures' age when they are stale) is part of what the offers say
         source = snapshot.pools if snapshot is not None else None
@@ -457,7 +461,12 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             fit=self._cuda_fit,
             count_limit=self.gpu_max_per_server,
             multiple_shares=self.gpu_allow_multiple_shares,
+            requests=requests,
         ))
+
+    def gpu_server_requests(self) -> dict[str, dict]:
+        """Per GPU profile, what each image's pod asks of its node besides GPUs (``hub.serverfit``)."""
+        return serverfit.requests_of(self.gpu_profile_specs(), serverfit.spawner_defaults(self))
 
     def _user_view(self, static: list[dict[str, Any]],
                    offers: dict[str, ProfileOffer]) -> tuple[list[dict[str, Any]], UserOffers]:
@@ -848,7 +857,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             owner = f"{self.namespace}/{self.pod_name}"
             try:
                 cache = self.shared_capacity_cache()
-                cache.reserve(owner, pool.id, gpus)
+                cache.reserve(owner, pool.id, gpus, selection.pool.request)
             except Exception as e:
                 self.log.error("Could not reserve %d GPUs in %s for %s: %s", gpus, pool.id, owner, e)
             else:

@@ -11,7 +11,7 @@ from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.names import model_name
 from gpuspawner.capacity.sharing import MIG, MPS, TIME_SLICING, mig_fraction
 
-__all__ = ["CardWords", "card_words", "unit_of", "plural"]
+__all__ = ["CardWords", "card_words", "unit_of", "plural", "nodes_name"]
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
@@ -36,6 +36,11 @@ def _short_model(pool: PoolView) -> str:
     return name
 
 
+def nodes_name(pool: PoolView) -> str:
+    """``T4 nodes``: the nodes of a pool, by their GPU, for "T4 nodes have 3.9 CPUs"."""
+    return f"{_short_model(pool)} nodes"
+
+
 @dataclass(frozen=True)
 class CardWords:
     unit: str  # "GPU", "slice", "share"
@@ -49,13 +54,17 @@ def _gib(mib: int | float) -> str:
     return f"{gib:.0f}" if gib >= 10 or gib == int(gib) else f"{gib:.1f}"
 
 
-def _free_words(pool: PoolView, unit: str) -> str:
+def _free_words(pool: PoolView, unit: str, free: int) -> str:
     nodes = plural(pool.nodes, "node")
     if unit == "share":
         physical = pool.physical
         of = f"one {_short_model(pool)}" if physical == 1 else f"{physical} {_short_model(pool)} GPUs"
-        return f"{pool.free} of {pool.total} shares of {of}, on {nodes}"
-    return f"{pool.free} of {plural(pool.total, unit)} on {nodes}"
+        text = f"{free} of {pool.total} shares of {of}, on {nodes}"
+    else:
+        text = f"{free} of {plural(pool.total, unit)} on {nodes}"
+    if free < pool.free:
+        text += f" ({pool.free - free} more on nodes without room for this server's CPU or memory)"
+    return text
 
 
 def _sharing_words(pool: PoolView) -> str | None:
@@ -96,7 +105,9 @@ def _memory_words(pool: PoolView, unit: str) -> str | None:
     return f"{gib} GiB per {unit}"
 
 
-def card_words(pool: PoolView) -> CardWords:
-    """The words of ``pool``'s card (:class:`CardWords`)."""
+def card_words(pool: PoolView, free: int | None = None) -> CardWords:
+    """The words of ``pool``'s card (:class:`CardWords`); ``free``: the free count of the nodes with
+    room for the server (None: the pool's)."""
     unit = unit_of(pool)
-    return CardWords(unit, _free_words(pool, unit), _sharing_words(pool), _memory_words(pool, unit))
+    free = pool.free if free is None else free
+    return CardWords(unit, _free_words(pool, unit, free), _sharing_words(pool), _memory_words(pool, unit))

@@ -45,9 +45,10 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from gpuspawner.capacity.health import figures_age
-from gpuspawner.capacity.model import CapacitySnapshot, PoolView
+from gpuspawner.capacity.model import CapacitySnapshot, DriverGroup, FitCount, PoolView
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.spawn.cards import CardWords, card_words
+from gpuspawner.capacity.noderes import request_words, shortfall_words
+from gpuspawner.spawn.cards import CardWords, card_words, nodes_name
 from gpuspawner.spawn.cudafit import GroupFit, PoolFit, ProfileImages, profile_images
 
 GPU_POOL_OPTION = "gpu_pool"
@@ -294,14 +295,31 @@ class PoolOffer:
     cuda_free: int | None = None
     # why one server may not have more than ``max_gpus`` here, when a sharing rule bounds it
     limit_note: str | None = None
+    # image key -> what the server's pod asks of its node (CPU, memory, ephemeral storage, pods;
+    # serverreq.profile_requests); ``request``: the one these counts are for (None: not counted)
+    requests: Mapping[str | None, tuple[int, ...]] = field(default_factory=dict)
+    request: tuple[int, ...] | None = None
+    # the free GPUs on the nodes where that request fits now (None: not counted); ``never``: why
+    # no node of the pool can ever hold it (its nodes are too small), in words
+    fit_free: int | None = None
+    fit_most: int | None = None
+    never: str | None = None
 
     def fit(self, image_key: str | None) -> PoolFit | None:
         return self.cuda.get(image_key) if image_key is not None else None
 
     @property
     def words(self) -> CardWords:
-        """What the pool's card says of it (``cards.card_words``)."""
-        return card_words(self.pool)
+        """What the pool's card says of it (``cards.card_words``), its free count that of the nodes
+        with room for the server."""
+        return card_words(self.pool, self.fit_free)
+
+    @property
+    def follows_api(self) -> bool:
+        """Whether the API's pool counts are this card's (no fit or sharing rule narrows them)."""
+        narrowed = self.fit_free is not None and (
+            self.fit_free != self.pool.free or self.fit_most != self.pool.max_free_per_node)
+        return not narrowed and self.limit_note is None and self.never is None
 
     @property
     def narrowed(self) -> bool:
@@ -327,16 +345,23 @@ class PoolOffer:
         one node, and the required node affinity of
         ``cudafit.steering_expressions`` makes the scheduler's NodeAffinity
         filter drop the failing nodes). A new node from a scale-up is not
-        excluded, so it still counts. Offers without a free count (capacity
-        unknown) and pools with no failing node are returned as they are."""
+        excluded, so it still counts. When the image asks its node for other
+        CPU or memory, the counts are those of the nodes where it fits.
+        Offers without a free count (capacity unknown) and pools with no
+        failing node and the same request are returned as they are."""
         bad = self.excluded(image_key)
-        if not self.checked or self.narrowed or not bad:
+        request = self.requests.get(image_key, self.requests.get(None)) if self.requests else None
+        if not self.checked or self.narrowed or (not bad and request == self.request):
             return self
-        keys = {f.group.key for f in bad if f.group is not None}
-        kept = [g for g in self.pool.driver_groups if g.key not in keys]
-        fitting_now = max((g.max_free_per_node for g in kept), default=0)
-        counted = _offer_checked(self.pool, self.display_name, self.cap, self.pool.pinnable, fitting_now)
-        return replace(counted, cuda=self.cuda, cuda_free=sum(g.free for g in kept), limit_note=self.limit_note)
+        kept = self.pool.driver_groups
+        if bad:
+            keys = {f.group.key for f in bad if f.group is not None}
+            kept = tuple(g for g in kept if g.key not in keys)
+        fitting_now = max((g.max_free_per_node for g in kept), default=0) if bad else None
+        counted = _offer_checked(self.pool, self.display_name, self.cap, self.pool.pinnable, fitting_now,
+                                 request, kept if bad else None)
+        return replace(counted, cuda=self.cuda, cuda_free=sum(g.free for g in kept) if bad else None,
+                       limit_note=self.limit_note, requests=self.requests)
 
     @property
     def available(self) -> bool:
@@ -432,13 +457,30 @@ def _lowest_cap(*caps: int | None) -> int | None:
     return min(given) if given else None
 
 
+def never_fits(pool: PoolView, request: tuple[int, ...] | None, fitting: FitCount | None = None) -> str | None:
+    """Why no node of ``pool`` can ever hold a server asking ``request`` of its node (``T4 nodes have
+    3.9 CPUs; this server needs 8``), or None when some can (or the pool has no node to judge by,
+    or the request is not counted)."""
+    fitting = fitting if fitting is not None else pool.fit_for(request)
+    if fitting is None or pool.nodes <= 0 or fitting.holding > 0 or pool.largest is None or request is None:
+        return None
+    return shortfall_words(request, pool.largest, nodes_name(pool))
+
+
 def _offer_checked(
-    pool: PoolView, name: str, cap: int | None, pinnable: bool, fitting_now: int | None = None
+    pool: PoolView, name: str, cap: int | None, pinnable: bool, fitting_now: int | None = None,
+    request: tuple[int, ...] | None = None, groups: tuple[DriverGroup, ...] | None = None,
 ) -> PoolOffer:
     """What the pool gives one server; ``fitting_now``: the most free on one
-    node an image's CUDA lets the pod land on, else the pool's own maximum."""
+    node an image's CUDA lets the pod land on (``groups``: those nodes' driver
+    groups), else the pool's own maximum. ``request``: what the server asks of
+    its node besides GPUs; only nodes where it fits now count (NodeResourcesFit)."""
     now = pool.max_free_per_node if fitting_now is None else fitting_now
-    later = _scale_up_gpus(pool)
+    fitting = pool.fit_for(request, groups)
+    never = never_fits(pool, request, fitting)
+    if fitting is not None:
+        now = min(now, fitting.max_free_per_node)
+    later = 0 if never else _scale_up_gpus(pool)
     limit = max(now, later)
     if cap is not None:
         limit, now = min(limit, cap), min(now, cap)
@@ -446,10 +488,16 @@ def _offer_checked(
     if not pinnable:
         limit = now = 0
         reason = "its nodes carry no labels a server could be kept inside the pool with"
+    elif never:
+        limit = now = 0
+        reason = never
     elif limit <= 0 and fitting_now is not None:
         reason = "no GPU is free on the nodes whose driver fits this image"
         if pool.scale_up is not None:
             reason += f" and the pool is at its maximum of {pool.scale_up.max_nodes} nodes"
+    elif limit <= 0 and fitting is not None and pool.free > 0:
+        reason = (f"no node with a free GPU has room for this server now ({request_words(request)}); "
+                  f"{fitting.free} free on nodes where it fits")
     elif limit <= 0:
         if pool.total == 0:
             reason = "no GPUs are allocatable in this pool now"
@@ -465,6 +513,10 @@ def _offer_checked(
         scale_up_minutes=pool.scale_up.minutes if pool.scale_up and limit > now else None,
         reason=reason,
         cap=cap,
+        request=request if fitting is not None else None,
+        fit_free=fitting.free if fitting is not None else None,
+        fit_most=fitting.max_free_per_node if fitting is not None else None,
+        never=never,
     )
 
 
@@ -491,6 +543,7 @@ def build_offers(
     fit: Callable[[ImageCuda, PoolView], PoolFit] | None = None,
     count_limit: int | None = None,
     multiple_shares: bool = False,
+    requests: Mapping[str, Mapping[str | None, tuple[int, ...]]] | None = None,
 ) -> dict[str, ProfileOffer]:
     """One :class:`ProfileOffer` per GPU profile slug, in the specs' order.
 
@@ -500,7 +553,10 @@ def build_offers(
     CUDA check, see :func:`gpuspawner.spawn.cudafit.pool_fit`) judges each image
     of a profile that declares CUDA on each of its pools. ``count_limit``
     bounds the GPUs one server may ask for (with each profile's ``max_gpus``); a time-sliced
-    pool gives one share per server unless ``multiple_shares`` (:func:`share_cap`).
+    pool gives one share per server unless ``multiple_shares`` (:func:`share_cap`). ``requests``:
+    per profile slug, what each image's pod asks of its node (``serverreq.profile_requests``); a
+    pool then counts only the nodes where the default image's pod fits, and
+    :meth:`ProfileOffer.for_image` recounts for another image.
     """
     if count_limit is not None and (isinstance(count_limit, bool) or not isinstance(count_limit, int)
                                     or count_limit < 1):
@@ -513,10 +569,16 @@ def build_offers(
         if problem is None or admit_without_capacity:
             make = _offer_checked if problem is None else _offer_unchecked
             cap = _lowest_cap(spec.max_gpus, count_limit)
+            own = (requests or {}).get(spec.slug) or {}
             for pool, name in visible:
                 if spec.admits(pool.id):
                     shares = share_cap(pool, multiple_shares)
-                    offer = make(pool, name, _lowest_cap(cap, shares), pool.pinnable)
+                    if problem is None and own:
+                        offer = _offer_checked(pool, name, _lowest_cap(cap, shares), pool.pinnable,
+                                               request=own.get(spec.images.key_for({}), own.get(None)))
+                        offer = replace(offer, requests=own)
+                    else:
+                        offer = make(pool, name, _lowest_cap(cap, shares), pool.pinnable)
                     if shares is not None and (cap is None or shares < cap):
                         offer = replace(offer, limit_note=ONE_SHARE_NOTE)
                     if fit is not None and spec.images.declared:

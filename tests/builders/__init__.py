@@ -413,8 +413,14 @@ class FakeCache:
         self._last = snap
         return snap
 
-    def reserve(self, owner: str, pool_id: str, count: int) -> None:
+    def reserve(self, owner: str, pool_id: str, count: int, request: tuple[int, ...] | None = None) -> None:
         self.reservations[owner] = (pool_id, count)
+
+    def track_requests(self, requests) -> bool:
+        """The server requests the real cache would count fits for (recorded in ``tracked``)."""
+        changed = set(requests) != getattr(self, "tracked", None)
+        self.tracked = set(requests)
+        return changed
 
     def release(self, owner: str) -> None:
         self.released.append(owner)

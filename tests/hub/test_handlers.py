@@ -29,7 +29,8 @@ from tests.builders import FakeCache, make_spawner, pool_view
 
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
-        "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas"]
+        "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas",
+        "fits_profiles"]
 
 
 # two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
@@ -131,7 +132,8 @@ async def test_capacity_for_a_plain_user_token(hub, install_cache):
     assert all(list(p) == KEYS for p in body["pools"])
     assert {p["allocation"] for p in body["pools"]} == {"device-plugin"}
     assert body["pools"][0]["scale_up"] == {"max_nodes": 4, "gpus_per_node": 8, "minutes": 6.5}
-    assert body["pools"][1] == A100.to_json()
+    assert {k: v for k, v in body["pools"][1].items() if k != "fits_profiles"} == A100.to_json()
+    assert all(set(p["fits_profiles"].values()) <= {True} for p in body["pools"])  # no CPU or memory asked
     assert fake.snapshots == 1
 
 
