@@ -9,14 +9,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuspawner.spawn.profiles import GPUProfileSpec, never_fits
-from gpuspawner.spawn.serverreq import REQUEST_TRAITS, profile_requests
+from gpuspawner.spawn.serverreq import REQUEST_TRAITS, profile_requests, server_request
 
-__all__ = ["requests_of", "spawner_defaults", "config_defaults", "all_requests", "fits_profiles"]
+__all__ = ["requests_of", "server_request_now", "spawner_defaults", "config_defaults", "all_requests", "fits_profiles"]
 
 
 def spawner_defaults(spawner: Any) -> dict[str, Any]:
     """The :data:`REQUEST_TRAITS` of a spawner, as configured (before any profile's override)."""
     return {name: getattr(spawner, name, None) for name in REQUEST_TRAITS}
+
+
+def server_request_now(spawner: Any) -> tuple[int, ...]:
+    """What this spawner's pod asks of its node, from its traits as they are now (overrides applied)."""
+    return server_request([spawner_defaults(spawner)])
 
 
 def config_defaults(config: Any, sections: Iterable[str] = ("Spawner", "KubeSpawner", "GPUSpawner")) -> dict[str, Any]:

@@ -110,6 +110,7 @@ class GPUSpawnInfo:
     resource: str
     gpus: int
     checked: bool = True  # admitted on counted capacity (not gpu_admit_without_capacity)
+    request: tuple[int, ...] | None = None  # CPU, memory, disk, pods the pod asks (serverreq)
 
 
 class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
@@ -865,6 +866,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         self._gpu_spawn = GPUSpawnInfo(
             pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
             checked=selection.pool.checked,
+            request=selection.pool.request or serverfit.server_request_now(self),
         )
         self.log.info(
             "%s gets %d x %s in pool %s%s",
@@ -1041,6 +1043,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             tolerated_taint_keys=self.gpu_tolerated_taint_keys,
             pool_name=info.pool_name,
             resource=info.resource,
+            request=info.request,
         )
 
     def _check_gpu_pod(self, pod: Mapping[str, Any]) -> None:
