@@ -259,7 +259,7 @@ def naive_recount(cache: CapacityCache, n: int) -> float:
     ledger = cache._ledger
     nodes = [ledger._nodes[k] for k in ledger.node_names()]
     pods = list(ledger._pods.values())
-    held = list(ledger._base_pods.items())  # pods without GPUs: what they request of their node
+    held = [(str(h), rec) for h, rec in ledger._base_pods.records()]  # pods without GPUs: their requests
     times = []
     for _ in range(n):
         t = time.perf_counter()

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from gpuspawner.capacity.config import DeclaredPool
+from gpuspawner.capacity.heldpods import HeldPods
 from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for
 from gpuspawner.capacity.model import (
     DriverGroup,
@@ -101,8 +102,9 @@ class Ledger(Reserving):
         # reservations request (CPU, memory, ephemeral storage, pods); the pods without GPUs
         # that hold room on a node, as plain tuples (node, cpu, memory, ephemeral)
         self._reqs: tuple[tuple[int, ...], ...] = ()
+        self._reqs_given: object = None  # the last object track() was handed (the same: no change)
         self._requested: dict[str, list[int]] = {}
-        self._base_pods: dict[str, tuple[str, int, int, int]] = {}
+        self._base_pods = HeldPods()
         # pool -> how many contributing nodes have each allocatable base (for PoolView.largest)
         self._bases: dict[str, Counter] = {}
         self._dirty: set[str] = set(self._declared)
@@ -131,7 +133,8 @@ class Ledger(Reserving):
         return set(self._nodes)
 
     def pod_keys(self) -> set[str]:
-        return set(self._pods) | set(self._base_pods)
+        """The GPU pods' keys (pods without GPUs are kept by key hash only)."""
+        return set(self._pods)
 
     def reservations(self) -> dict[str, Reservation]:
         return dict(self._resv)
@@ -160,6 +163,9 @@ class Ledger(Reserving):
         """Count the fit of these server requests (CPU millicores, memory, ephemeral storage bytes,
         pods) on every node from now on (``DriverGroup.fits``); False when they are already
         counted. A change recounts every node once."""
+        if requests is self._reqs_given:
+            return False
+        self._reqs_given = requests
         reqs = tuple(sorted({tuple(r) for r in requests}))
         if reqs == self._reqs:
             return False
@@ -244,7 +250,7 @@ class Ledger(Reserving):
             return False
         if old is not None:
             self._hold(old[0], (*old[1:], 1), -1)
-        self._base_pods[key] = rec
+        self._base_pods.put(key, rec)
         self._hold(rec[0], (*rec[1:], 1), 1)
         self.generation += 1
         return True
@@ -262,7 +268,7 @@ class Ledger(Reserving):
             self._refresh(node)
 
     def upsert_pod(self, rec: PodRecord) -> bool:
-        old_base = self._base_pods.pop(rec.key, None)
+        old_base = self._base_pods.pop(rec.key)
         if old_base is not None:
             self._hold(old_base[0], (*old_base[1:], 1), -1)
         old = self._pods.get(rec.key)
@@ -283,7 +289,7 @@ class Ledger(Reserving):
     def remove_pod(self, key: str) -> bool:
         old = self._pods.pop(key, None)
         changed = False
-        base = self._base_pods.pop(key, None)
+        base = self._base_pods.pop(key)
         if base is not None:
             self._hold(base[0], (*base[1:], 1), -1)
             changed = True
@@ -298,10 +304,15 @@ class Ledger(Reserving):
         return changed
 
     def retain_pods(self, keep: set[str]) -> int:
-        gone = [k for k in self._pods if k not in keep] + [k for k in self._base_pods if k not in keep]
+        gone = [k for k in self._pods if k not in keep]
         for k in gone:
             self.remove_pod(k)
-        return len(gone)
+        held = self._base_pods.retain(keep)
+        for node, *base in held:
+            self._hold(node, (*base, 1), -1)
+        if held:
+            self.generation += 1
+        return len(gone) + len(held)
 
     def _apply(self, rec: PodRecord, sign: int = 1) -> None:
         if rec.node is None:

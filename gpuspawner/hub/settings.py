@@ -170,6 +170,30 @@ class GPUSpawnerSettings(Configurable):
             c.GPUSpawner.gpu_capacity_stall_timeout = 90
         """,
     )
+    gpu_image_pull_seconds = Float(
+        600.0,
+        config=True,
+        help="""
+        Seconds an image pull may take on a new node, counted into the start
+        timeout of a spawn that waits for a pool to scale up (with the pool's
+        declared ``minutes``). CUDA notebook images are often 12-20 GB.
+
+            c.GPUSpawner.gpu_image_pull_seconds = 900
+        """,
+    )
+    gpu_start_timeout_max = Float(
+        3600.0,
+        config=True,
+        help="""
+        The longest start timeout gpuspawner gives a spawn that waits for a
+        pool to scale up: ``start_timeout`` is raised to the pool's declared
+        scale-up ``minutes`` plus ``gpu_image_pull_seconds``, up to this. A
+        declared pool that needs longer is reported at hub start and by
+        ``gpuspawner doctor``.
+
+            c.GPUSpawner.gpu_start_timeout_max = 1800
+        """,
+    )
     gpu_allow_multiple_shares = Bool(
         False,
         config=True,
@@ -249,6 +273,14 @@ class GPUSpawnerSettings(Configurable):
         except ValueError as e:
             raise TraitError(str(e)) from None
         return proposal.value
+
+    @validate("gpu_image_pull_seconds", "gpu_start_timeout_max")
+    def _validate_wait_seconds(self, proposal):
+        value = proposal["value"]
+        name = proposal["trait"].name
+        if not value >= 0 or value != value or (name == "gpu_start_timeout_max" and value <= 0):
+            raise TraitError(f"{name} must be a number of seconds above 0, like 600, not {value!r}")
+        return value
 
     @validate("gpu_pool_rules")
     def _validate_pool_rules(self, proposal):

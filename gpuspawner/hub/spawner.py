@@ -46,7 +46,7 @@ from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offer
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub import logfilter
-from gpuspawner.hub import serverfit
+from gpuspawner.hub import serverfit, startwait
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import (
@@ -387,7 +387,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             cache = self.shared_capacity_cache()
             await cache.wait_synced(self.gpu_capacity_sync_timeout)
             # count where each profile's server fits (CPU, memory): a no-op unless the set changed
-            cache.track_requests(serverfit.all_requests(self.gpu_server_requests()))
+            cache.track_requests(self._tracked_requests())
+            startwait.warn_slow_pools(self)
             snapshot = cache.snapshot(max_age, renew=renew)
         except asyncio.CancelledError:
             raise
@@ -450,7 +451,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         requests = self.gpu_server_requests()
         config = fingerprint(self.gpu_profiles, self.gpu_pool_rules, self.gpu_admit_without_capacity,
                              self.gpu_max_per_server, self.cuda_policy, self.cuda_check,
-                             self.gpu_allow_multiple_shares, repr(requests))
+                             self.gpu_allow_multiple_shares, self._tracked_requests())
         # a snapshot's pools are one object until a count changes; its problem text (which
         # carries the figures' age when they are stale) is part of what the offers say
         source = snapshot.pools if snapshot is not None else None
@@ -465,9 +466,20 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             requests=requests,
         ))
 
+    _request_memo: Memo = Memo(size=4)
+    _tracked_memo: Memo = Memo(size=4)
+
+    def _tracked_requests(self) -> tuple[tuple[int, ...], ...]:
+        """Every distinct request of :meth:`gpu_server_requests`, sorted (what the cache counts)."""
+        requests = self.gpu_server_requests()
+        return self._tracked_memo.get(requests, None, lambda: tuple(sorted(serverfit.all_requests(requests))))
+
     def gpu_server_requests(self) -> dict[str, dict]:
-        """Per GPU profile, what each image's pod asks of its node besides GPUs (``hub.serverfit``)."""
-        return serverfit.requests_of(self.gpu_profile_specs(), serverfit.spawner_defaults(self))
+        """Per GPU profile, what each image's pod asks of its node besides GPUs (``hub.serverfit``);
+        worked out once per configuration in this hub process."""
+        defaults = serverfit.spawner_defaults(self)
+        return self._request_memo.get(self.gpu_profiles, fingerprint(defaults), lambda: serverfit.requests_of(
+            self.gpu_profile_specs(), defaults))
 
     def _user_view(self, static: list[dict[str, Any]],
                    offers: dict[str, ProfileOffer]) -> tuple[list[dict[str, Any]], UserOffers]:
@@ -854,6 +866,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 ", ".join(f"{t.key}={t.value or ''}:{t.effect}" for t in hard),
                 self._log_name,
             )
+        startwait.stretch_for_pool(self, pool, gpus)
         if selection.pool.checked:
             owner = f"{self.namespace}/{self.pod_name}"
             try:
@@ -929,6 +942,11 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         # CUDA warnings, computed in load_user_options
         self._cuda_notes = asyncio.get_running_loop().create_future()
         self._refused = False
+        # JupyterHub reads start_timeout as start() returns: a pool that must scale up gets its time now
+        try:
+            startwait.stretch_for_options(self, self.shared_capacity_cache().snapshot())
+        except Exception as e:  # no cache yet: load_user_options still stretches KubeSpawner's own wait
+            self.log.debug("start_timeout not adjusted before start: %s", e)
         return super().start()
 
     # KubeSpawner 7.1's reflector doubles its retry delay from 0.1 s and returns for good once it

@@ -120,3 +120,27 @@ def test_node_base_reads_allocatable_and_defaults_what_is_missing():
     assert node_base({"cpu": "3860m", "memory": "24Gi", "pods": "110", "ephemeral-storage": "100Gi"}) == (
         3860, 24 * GiB, 100 * GiB, 110)
     assert node_base({"cpu": "lots"}) == (0, 0, 1 << 62, 110)
+
+
+@pytest.mark.parametrize(
+    "rec",
+    [("gpu-node-0", 0, 0, 0), ("n", 94000, 1500 * GiB, 1 << 40), ("a-very-long-node-name-" * 3, 1, 1, 1)],
+    ids=["zeros", "big", "long-name"],
+)
+def test_held_pods_keep_a_record_exactly(rec):
+    from gpuspawner.capacity.heldpods import HeldPods
+
+    held = HeldPods()
+    held.put("ns/a", rec)
+    held.put("ns/b", ("other", 5, 6, 7))
+    assert held.get("ns/a") == rec and len(held) == 2
+    assert held.retain({"ns/b"}) == [rec]
+    assert (held.get("ns/a"), held.pop("ns/b"), len(held)) == (None, ("other", 5, 6, 7), 0)
+
+
+def test_a_relist_drops_the_pods_it_did_not_see_and_gives_their_room_back():
+    led = ledger(t4_node("t1", cpu="16", memory="64Gi"))
+    led.upsert_base_pod("x/busy", base_record(cpu_pod("busy", "t1", "12")))
+    assert fit(led, SERVER).nodes == 0
+    assert led.retain_pods(set()) == 1
+    assert fit(led, SERVER).nodes == 1
