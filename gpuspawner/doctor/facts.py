@@ -50,6 +50,11 @@ class HubFacts:
     # the hub's c.GPUSpawner.cuda_check: (ImageCuda, NodeCuda, policy) -> Verdict
     cuda_check: Callable[[ImageCuda, NodeCuda, str], Verdict] = decide
     source: str | None = None  # the config file; None: defaults (no --config)
+    # how long a spawn waits: Spawner.start_timeout, and what gpuspawner may raise it to for a pool
+    # that must scale up (gpu_image_pull_seconds, gpu_start_timeout_max)
+    start_timeout: float = 60.0
+    image_pull_seconds: float = 600.0
+    start_timeout_max: float = 3600.0
 
 
 def _tolerations(value: Any, where: str) -> list[Mapping[str, Any]]:
@@ -145,4 +150,14 @@ def hub_facts_from_values(
         cuda_policy=policy,
         cuda_check=cuda_check,
         source=source,
+        start_timeout=_seconds(values, "start_timeout", 60.0),
+        image_pull_seconds=_seconds(values, "gpu_image_pull_seconds", 600.0),
+        start_timeout_max=_seconds(values, "gpu_start_timeout_max", 3600.0),
     )
+
+
+def _seconds(values: Mapping[str, Any], name: str, default: float) -> float:
+    value = values.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a number of seconds, not {value!r}")
+    return float(value)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.names import model_name
 from gpuspawner.capacity.sharing import MIG, MPS, TIME_SLICING, mig_fraction
+from gpuspawner.spawn.scaleup import wait_words
 
 __all__ = ["CardWords", "card_words", "unit_of", "plural", "nodes_name"]
 
@@ -55,6 +56,8 @@ def _gib(mib: int | float) -> str:
 
 
 def _free_words(pool: PoolView, unit: str, free: int) -> str:
+    if pool.nodes == 0 and pool.scale_up is not None:
+        return wait_words(pool.scale_up.minutes)  # never "0 of 0 GPUs on 0 nodes"
     nodes = plural(pool.nodes, "node")
     if unit == "share":
         physical = pool.physical

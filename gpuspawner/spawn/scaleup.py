@@ -56,5 +56,5 @@ def slow_pools(declared: Iterable[Any], pull_seconds: float, most: float) -> lis
 
 def wait_words(minutes: float) -> str:
     """``no machine running now; one starts in about 7 minutes``: a pool with no node yet."""
-    n = max(1, round(minutes))
+    n = max(1, int(minutes + 0.5))  # as the page's script rounds (Math.round)
     return f"no machine running now; one starts in about {n} minute{'' if n == 1 else 's'}"

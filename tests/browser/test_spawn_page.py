@@ -64,6 +64,9 @@ def pool_card(page, pool_id: str):
 def free_text(pool: dict) -> str:
     """A card's free line for a pool of the API: in GPUs, or MIG slices (shared GPUs are worded in shares)."""
     nodes, total = pool["nodes"], pool["total"]
+    if nodes == 0 and pool["scale_up"]:
+        minutes = max(1, int(pool["scale_up"]["minutes"] + 0.5))
+        return f"no machine running now; one starts in about {minutes} minute{'' if minutes == 1 else 's'}"
     unit = "slice" if pool["sharing"] == "mig" else "GPU"
     return f"{pool['free']} of {total} {unit}{'' if total == 1 else 's'} on {nodes} node{'' if nodes == 1 else 's'}"
 
