@@ -47,6 +47,7 @@ from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub import logfilter
 from gpuspawner.hub import serverfit, startwait
+from gpuspawner.hub.formchoices import form_choices
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import (
@@ -525,7 +526,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             # rules themselves come from gpu_profiles and gpu_pool_rules, part of the offers' key
             who.groups,
             who.admin,
-            fingerprint(static, self.user_options or {}, repr(cull_rules), self.profile_form_template,
+            fingerprint(static, self.user_options or {}, self._form_choices, self._quota_key(static),
+                        repr(cull_rules), self.profile_form_template,
                         self.additional_profile_form_template_paths, sorted(self._admin_option_keys())),
         )
         offers = await self.gpu_offers(max_age)
@@ -589,12 +591,23 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             except OptionError as e:
                 self.log.info("Not pre-selecting saved user options on the spawn form: %s", e)
                 user_options = {}
+        if not user_options and self._form_choices:
+            # a refused request's choices: shown again as chosen, whatever made them refused (the
+            # form marks a pool that cannot be had; nothing of them is trusted beyond comparison)
+            user_options = dict(self._form_choices)
+        try:
+            quota = self.gpu_quota_view(profile_list)
+        except Exception as e:  # no user (a bare spawner in a script): no quota line
+            self.log.debug("No GPU quota on the spawn form: %s", e)
+            quota = None
         return render_form(
             self.additional_profile_form_template_paths,
             self.profile_form_template,
             profile_list=profile_list,
             user_options=user_options,
             gpu_offers=gpu_offers,
+            # (may hold, held by the user's other servers), or None: the count menu stays within it
+            gpu_quota=quota,
             # the idle rule per profile and pool (gpu_cull_rules)
             cull_rules=cull_rules if cull_rules is not None else self.cull_rules(),
             idle_rule=self.idle_rule,
@@ -688,6 +701,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         if selection.offer is not None:
             self._apply_gpu_selection(selection)
 
+    # the choices of the last refused request, for the spawn page (hub.formchoices)
+    _form_choices: dict[str, str] = {}
     # set when this start was refused before any Kubernetes object existed: the stop
     # JupyterHub then calls has nothing to delete (no API call, no log line)
     _refused = False
@@ -702,6 +717,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         if in_start:  # not for a query refused before JupyterHub stored anything
             self.gpu_held = 0
             self._refused = True
+            # the spawn page comes back with what the user chose (not stored as the next spawn's)
+            self._form_choices = form_choices(self.user_options)
             self._forget_refused_options()
         error = refusal(status, message, reason=reason)
         # the handlers' log, jupyterhub/user.py's (tornado's app_log) and tornado's own (gen_log)
@@ -771,12 +788,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     # spawner's state so a restarted hub still counts running servers.
     gpu_held: int | None = None
 
-    def _check_gpu_quota(self, gpus: int, profile_list) -> None:
-        """Raise AccessError (403) if ``gpus`` more would take this server's
-        user over their GPU quota. Synchronous on purpose (see the caller)."""
-        policy = self.gpu_quota_policy()
-        if not policy.enabled:
-            return
+    def _held_elsewhere(self, profile_list) -> list:
+        """The GPUs each of this user's other active servers holds (``quota.held_servers``)."""
         others = [
             OtherServer(
                 name=s.name,
@@ -787,12 +800,38 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             for s in self.user.spawners.values()
             if s is not self and s.active
         ]
-        held = held_servers(
+        return held_servers(
             others,
             gpu_profiles={spec.slug for spec in self.gpu_profile_specs()},
             default_profile=next((p.get("slug") for p in profile_list if p.get("default")), None),
         )
-        check_quota(principal_of(self.user), policy, held, gpus, server_name=self.name)
+
+    def _check_gpu_quota(self, gpus: int, profile_list) -> None:
+        """Raise AccessError (403) if ``gpus`` more would take this server's
+        user over their GPU quota. Synchronous on purpose (see the caller)."""
+        policy = self.gpu_quota_policy()
+        if not policy.enabled:
+            return
+        check_quota(principal_of(self.user), policy, self._held_elsewhere(profile_list), gpus, server_name=self.name)
+
+    def _quota_key(self, static) -> Any:
+        """What of the quota the form shows, for the form memo's key (users alike share a form)."""
+        try:
+            return self.gpu_quota_view(static)
+        except Exception:
+            return None
+
+    def gpu_quota_view(self, profile_list) -> tuple[int, int] | None:
+        """``(GPUs this user may hold, GPUs their other servers hold)`` for the spawn page; None when
+        no quota limits them."""
+        policy = self.gpu_quota_policy()
+        if not policy.enabled:
+            return None
+        limit = policy.limit_for(principal_of(self.user)).gpus
+        if limit is None:
+            return None
+        held = sum(h.gpus for h in self._held_elsewhere(profile_list) if h.name != self.name and h.gpus > 0)
+        return limit, held
 
     def get_state(self):
         state = super().get_state()

@@ -47,6 +47,7 @@ from typing import Any
 from gpuspawner.capacity.health import figures_age
 from gpuspawner.capacity.model import CapacitySnapshot, DriverGroup, FitCount, PoolView
 from gpuspawner.cuda.image import ImageCuda
+from gpuspawner.capacity.names import model_name
 from gpuspawner.capacity.noderes import request_words, shortfall_words
 from gpuspawner.spawn.cards import CardWords, card_words, nodes_name
 from gpuspawner.spawn.cudafit import GroupFit, PoolFit, ProfileImages, profile_images
@@ -315,11 +316,22 @@ class PoolOffer:
         return card_words(self.pool, self.fit_free)
 
     @property
+    def model(self) -> str:
+        """The GPU model, without any MIG slice (``NVIDIA A100 80GB``): what the page groups by."""
+        product = self.pool.dra.product_name if self.pool.dra is not None else self.pool.product
+        return model_name(product, self.pool.vendor) or "Other GPUs"
+
+    @property
+    def no_image_fits(self) -> bool:
+        """Whether the CUDA check refuses every image of the profile on this pool's drivers."""
+        return bool(self.cuda) and all(f.refused for f in self.cuda.values())
+
+    @property
     def follows_api(self) -> bool:
         """Whether the API's pool counts are this card's (no fit or sharing rule narrows them)."""
         narrowed = self.fit_free is not None and (
             self.fit_free != self.pool.free or self.fit_most != self.pool.max_free_per_node)
-        return not narrowed and self.limit_note is None and self.never is None
+        return not narrowed and self.limit_note is None and self.never is None and not self.no_image_fits
 
     @property
     def narrowed(self) -> bool:
@@ -401,6 +413,20 @@ class ProfileOffer:
         if all(a is b for a, b in zip(pools, self.pools)):
             return self
         return replace(self, pools=pools)
+
+    def groups(self) -> list[tuple[str, tuple[PoolOffer, ...]]]:
+        """The pools as the page shows them: grouped by GPU model, whole GPUs first, then MIG slices,
+        then shares; the groups with room before the others, and in a group the pools with room
+        first; otherwise the admin's order (``gpu_pool_rules``)."""
+        kinds = {"GPU": (0, ""), "slice": (1, ", MIG slices"), "share": (2, ", shared")}
+        found: dict[tuple[int, str], list[tuple[int, PoolOffer]]] = {}
+        for i, p in enumerate(self.pools):
+            rank, suffix = kinds[p.words.unit]
+            found.setdefault((rank, p.model + suffix), []).append((i, p))
+        ordered = sorted(found.items(), key=lambda kv: (kv[0][0], not any(p.available for _, p in kv[1]),
+                                                         kv[1][0][0]))
+        return [(title, tuple(p for _, p in sorted(members, key=lambda ip: (not ip[1].available, ip[0]))))
+                for (_, title), members in ordered]
 
     def default_pool(
         self, gpus: int = 1, accept: Callable[[PoolOffer], bool] | None = None
