@@ -8,8 +8,10 @@ request. If no spawner has started the cache yet, the first request starts it
 and answers ``"synced": false`` until the first list completes.
 
 Authentication is JupyterHub's: a token (``Authorization: token ...``) or the
-hub's login cookie. No scope is required, since pool sizes are no secret from
-someone who can spawn; anonymous requests get 403.
+hub's login cookie. The caller needs the custom scope ``custom:gpus:read``
+(:data:`SCOPE`), which the config snippet defines and grants to JupyterHub's
+``user`` role unless the admin defines that role (docs/access.md); anonymous
+requests and callers without it get 403.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import capacity_settings_class
 
 API_PATH = r"/api/gpus"
+#: The JupyterHub custom scope ``GET /hub/api/gpus`` needs (``c.JupyterHub.custom_scopes``)
+SCOPE = "custom:gpus:read"
+SCOPE_DEFINITION = {
+    "description": "Read the GPU pools, what is free in them and why a server may not fit (GET /hub/api/gpus).",
+}
 
 
 class GPUCapacityHandler(APIHandler):
@@ -65,6 +72,11 @@ class GPUCapacityHandler(APIHandler):
             raise web.HTTPError(
                 403, "sign in, or send an API token (header 'Authorization: token <token>'), to read GPU capacity"
             )
+        if SCOPE not in (self.expanded_scopes or ()):
+            raise web.HTTPError(
+                403, f"reading GPU capacity needs the scope {SCOPE}: JupyterHub's user role has it with "
+                "gpuspawner's config snippet; an admin grants it to other roles and services (docs/access.md)"
+            )
         settings = self.capacity_settings()
         specs = settings.gpu_profile_specs()
         requests = serverfit.requests_of(specs, serverfit.config_defaults(self.config))
@@ -92,3 +104,16 @@ class GPUCapacityHandler(APIHandler):
 
 # what the config snippet appends to c.JupyterHub.extra_handlers
 handlers = [(API_PATH, GPUCapacityHandler)]
+
+
+def grant_scope(c) -> None:
+    """Define :data:`SCOPE` in ``c.JupyterHub.custom_scopes`` and grant it to JupyterHub's ``user``
+    role, with that role's default ``self``, unless the config already defines a ``user`` role
+    (then the admin's role is left as it is: add the scope to it to keep the endpoint for users)."""
+    scopes = c.JupyterHub.custom_scopes if "custom_scopes" in c.JupyterHub else {}
+    c.JupyterHub.custom_scopes = {**scopes, SCOPE: SCOPE_DEFINITION}
+    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
+    if not any(isinstance(r, dict) and r.get("name") == "user" for r in roles):
+        roles.append({"name": "user", "description": "Standard user privileges, and reading GPU capacity",
+                      "scopes": ["self", SCOPE]})
+    c.JupyterHub.load_roles = roles

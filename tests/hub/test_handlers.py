@@ -117,7 +117,10 @@ def test_snippet_sets_spawner_and_registers_handler_only():
     handlers = c.JupyterHub.extra_handlers.get_value([])
     assert handlers == [(r"/api/gpus", GPUCapacityHandler)]
     assert set(c) == {"JupyterHub"}  # nothing site-specific
-    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers"}
+    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers", "custom_scopes", "load_roles"}
+    assert set(c.JupyterHub.custom_scopes) == {"custom:gpus:read"}
+    assert c.JupyterHub.load_roles == [{"name": "user", "description": "Standard user privileges, and reading GPU capacity",
+                                        "scopes": ["self", "custom:gpus:read"]}]
 
 
 async def test_capacity_for_a_plain_user_token(hub, install_cache):
@@ -251,3 +254,17 @@ async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configur
     assert rules[H100.id].startswith("This server is stopped after 30m ")
     assert rules[A100.id].startswith("This server is stopped after 60m ")
     assert all(list(p) == KEYS + ["idle_rule"] for p in body["pools"])  # a new key after the exact ones
+
+
+async def test_the_scope_can_be_taken_away_by_defining_the_user_role(install_cache):
+    c = Config()
+    c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self"]}]  # the admin's own, without the scope
+    exec(compile(SNIPPET.read_text(), str(SNIPPET), "exec"), {"c": c, "get_config": lambda: c})
+    assert c.JupyterHub.load_roles == [{"name": "user", "scopes": ["self"]}]  # left as the admin wrote it
+    install_cache(fake_cache(A100))
+    app, server, api, token = await serve_mock_hub(c)
+    try:
+        code, body = await get(api + "gpus", token)
+        assert code == 403 and "custom:gpus:read" in body["message"]
+    finally:
+        await close_mock_hub(app, server)

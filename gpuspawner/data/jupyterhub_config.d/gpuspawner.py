@@ -7,7 +7,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
 * ``c.JupyterHub.spawner_class = "gpu"`` (the ``jupyterhub.spawners`` entry
   point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
   settings, including ``profile_list``, keep working);
-* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``);
+* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``) and the custom scope it
+  needs, ``custom:gpus:read``, granted to JupyterHub's ``user`` role unless your config defines
+  that role itself (docs/access.md);
 * a full garbage collection and ``gc.freeze()`` once the imports are done: the
   ~280,000 objects of JupyterHub, KubeSpawner, kubernetes_asyncio and gpuspawner
   are moved out of reach of Python's cyclic garbage collector, whose full passes
@@ -33,6 +35,7 @@ separate service process could not share.)
 
 import gc as _gc
 
+from gpuspawner.hub.handlers import grant_scope as _gpuspawner_grant_scope
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
 
@@ -43,6 +46,7 @@ c = globals()["c"]
 
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
+_gpuspawner_grant_scope(c)
 _gpuspawner_log_filter()
 
 # after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
