@@ -141,7 +141,8 @@ class Ledger(Reserving):
 
     def pools(self) -> tuple[PoolView, ...]:
         """All known pools, sorted by id; rebuilt only for pools changed since the last call."""
-        if self._built == self.generation and not self._dirty:
+        if not self._dirty:  # nothing a pool shows changed: the same tuple (readers memoize on it)
+            self._built = self.generation
             return self._pools
         for pid in self._dirty:
             view = self._build(pid)
@@ -252,7 +253,8 @@ class Ledger(Reserving):
             self._hold(old[0], (*old[1:], 1), -1)
         self._base_pods.put(key, rec)
         self._hold(rec[0], (*rec[1:], 1), 1)
-        self.generation += 1
+        if self._dirty:  # a fit changed: a pool changed (most CPU pods' events change none)
+            self.generation += 1
         return True
 
     def _hold(self, node: str, base: tuple[int, ...], sign: int) -> None:
@@ -292,7 +294,7 @@ class Ledger(Reserving):
         base = self._base_pods.pop(key)
         if base is not None:
             self._hold(base[0], (*base[1:], 1), -1)
-            changed = True
+            changed = bool(self._dirty)
         if old is not None:
             self._unapply(old)
             changed = True
@@ -310,7 +312,7 @@ class Ledger(Reserving):
         held = self._base_pods.retain(keep)
         for node, *base in held:
             self._hold(node, (*base, 1), -1)
-        if held:
+        if held and self._dirty:
             self.generation += 1
         return len(gone) + len(held)
 

@@ -25,6 +25,7 @@ from traitlets.config import Config, Configurable
 
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
 from gpuspawner.hub import metrics
+from gpuspawner.hub.pagememo import fingerprint
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
@@ -387,8 +388,17 @@ class GPUSpawnerSettings(Configurable):
     def pool_rules(self) -> tuple[PoolRule, ...]:
         return tuple(PoolRule.from_config(r) for r in self.gpu_pool_rules)
 
+    _specs_memo: tuple[Any, str, tuple[GPUProfileSpec, ...]] | None = None
+
     def gpu_profile_specs(self) -> tuple[GPUProfileSpec, ...]:
-        return tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
+        """The GPU profiles, read once per configuration (every view and spawn asks for them)."""
+        text = fingerprint(self.gpu_profiles)
+        memo = self._specs_memo
+        if memo is not None and memo[0] is self.gpu_profiles and memo[1] == text:
+            return memo[2]
+        specs = tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
+        self._specs_memo = (self.gpu_profiles, text, specs)
+        return specs
 
     def access_rules(self) -> AccessRules:
         """The ``allowed_groups`` of ``gpu_profiles`` and ``gpu_pool_rules``."""
