@@ -360,9 +360,11 @@ def offer(*pools, max_gpus=None, problem=None):
     return NS(spec=NS(max_gpus=max_gpus), cap=max_gpus, pools=pools, problem=problem)
 
 
-def pool(pool_id, checked=True, labels=(("cloud.google.com/gke-nodepool", "g"),), node_views=()):
-    return NS(checked=checked, pool=NS(id=pool_id, defining_labels=labels, node_views=node_views,
-                                       pinnable=bool(labels or node_views)))
+def pool(pool_id, checked=True, labels=(("cloud.google.com/gke-nodepool", "g"),), node_views=(), follows_api=True):
+    # follows_api: no CPU/memory fit or sharing rule narrows its counts (PoolOffer.follows_api)
+    return NS(checked=checked, follows_api=follows_api,
+              pool=NS(id=pool_id, defining_labels=labels, node_views=node_views,
+                      pinnable=bool(labels or node_views), shared=False))
 
 
 @pytest.mark.parametrize(
@@ -373,6 +375,11 @@ def pool(pool_id, checked=True, labels=(("cloud.google.com/gke-nodepool", "g"),)
             {"gpu": offer(pool("a:b:nvidia.com/gpu"), max_gpus=4)},
             {"gpu": {"cap": 4, "live": ["a:b:nvidia.com/gpu"], "problem": False}},
             id="counted-pool-follows",
+        ),
+        pytest.param(
+            {"gpu": offer(pool("a:b:nvidia.com/gpu", follows_api=False), max_gpus=4)},
+            {"gpu": {"cap": 4, "live": [], "problem": False}},
+            id="narrowed-pool-keeps-its-rendered-counts",
         ),
         pytest.param(
             {"gpu": offer(pool("a:b:nvidia.com/gpu", checked=False), problem="capacity unknown")},

@@ -40,6 +40,17 @@ HOSTNAME = "kubernetes.io/hostname"
 DRIVER_FULL, DRIVER_MAJOR = DRIVER_LABELS  # GFD: nvidia.com/cuda.driver-version.full, nvidia.com/cuda.driver.major
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
 
+#: hub config (jupyterhub_config.py text) with the GPU profile of a big notebook server: 8 CPUs and 32G,
+#: more than the AKS T4 nodes of the fixture clusters hold (3.86 CPUs, 24Gi)
+BIG_GPU_PROFILE_CONFIG = """
+c.GPUSpawner.gpu_profiles = [{
+    "slug": "gpu", "display_name": "GPU server",
+    "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06",
+                             "cpu_limit": 8, "mem_limit": "32G"},
+    "cuda": "12.4", "max_gpus": 8,
+}]
+"""
+
 GFD_A100 = {
     "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
     "nvidia.com/gpu.memory": "81920",

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import BIG_GPU_PROFILE_CONFIG
+
 from .harness import DemoHub
 
 pytestmark = [pytest.mark.integration, pytest.mark.hub]
@@ -27,21 +29,10 @@ A100 = "a100:nvidia-a100-pcie-80gb:nvidia.com/gpu"
 TOO_SMALL = "T4 nodes have 3.9 CPUs and 24 GiB of memory; this server needs 8 and 32 GiB"
 
 
-# the demo's GPU profile, asking for 8 CPUs and 32G as a big notebook server does
-BIG_PROFILE = """
-c.GPUSpawner.gpu_profiles = [{
-    "slug": "gpu", "display_name": "GPU server",
-    "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06",
-                             "cpu_limit": 8, "mem_limit": "32G"},
-    "cuda": "12.4", "max_gpus": 8,
-}]
-"""
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     config = tmp_path_factory.mktemp("fit-e2e") / "big_profile.py"
-    config.write_text(BIG_PROFILE)
+    config.write_text(BIG_GPU_PROFILE_CONFIG)
     h = DemoHub(cluster_file=str(FIXTURE), extra_config=str(config)).start()
     try:
         yield h
