@@ -44,7 +44,7 @@ def open_page(browser, viewport, errors, theme: str = "light"):
     ctx = browser.new_context(viewport=viewport, color_scheme=theme)
     ctx.set_default_timeout(30_000)
     # JupyterHub's theme switch keeps the choice here (static/js/darkmode.js)
-    ctx.add_init_script(f"localStorage.setItem('jupyterhub-bs-theme', '{theme}')")
+    ctx.add_init_script(f"try {{ localStorage.setItem('jupyterhub-bs-theme', '{theme}'); }} catch (e) {{}}")
     page = ctx.new_page()
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     return ctx, page
@@ -156,7 +156,9 @@ def test_a_time_sliced_gpu_is_counted_in_shares(shared_hub, pages, viewport):
     expect(card.locator("[data-gs-free]")).to_have_text("3 of 4 shares of one T4, on 1 node")
     expect(card.locator("[data-gs-per-server]")).to_have_text("up to 1 share")
     expect(card).to_contain_text("no memory or fault isolation; the whole memory is shared")
-    expect(page.locator('fieldset[data-gs-profile="gpu"] .gs-group-title')).to_have_text(["NVIDIA T4, shared"])
+    # shares after whole GPUs (the demo's declared H100 pool)
+    expect(page.locator('fieldset[data-gs-profile="gpu"] .gs-group-title')).to_have_text(
+        ["NVIDIA H100 80GB", "NVIDIA T4, shared"])
 
 
 @browser_test
