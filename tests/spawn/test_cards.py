@@ -60,3 +60,24 @@ def test_one_share_of_a_time_sliced_gpu_per_server_unless_allowed(pool, allowed,
     spec = GPUProfileSpec.from_config({"slug": "gpu"})
     (offer,) = build_offers([spec], snapshot(pool), multiple_shares=allowed)["gpu"].pools
     assert (offer.max_gpus, offer.limit_note) == (most, note)
+
+
+FULL_A100 = pool_view("b100", "NVIDIA-A100-SXM4-80GB", nodes=1, total=8, free=0, per_node=0, memory_mib=81920)
+L4 = pool_view("l4", "NVIDIA-L4", nodes=1, total=4, free=4)
+
+
+@pytest.mark.parametrize(
+    "pools, expected",
+    [
+        # whole GPUs, then slices, then shares; the groups with room first; in a group, the pools with room first
+        ((T4_SLICED, MIG, FULL_A100, A100, L4),
+         [("NVIDIA A100 80GB", ["a100", "b100"]), ("NVIDIA L4", ["l4"]),
+          ("NVIDIA A100 80GB, MIG slices", ["dgx"]), ("NVIDIA T4, shared", ["t4"])]),
+        ((FULL_A100, L4), [("NVIDIA L4", ["l4"]), ("NVIDIA A100 80GB", ["b100"])]),
+    ],
+    ids=["kinds-and-room", "room-first"],
+)
+def test_the_page_groups_pools_by_model(pools, expected):
+    spec = GPUProfileSpec.from_config({"slug": "gpu"})
+    offer = build_offers([spec], snapshot(*pools))["gpu"]
+    assert [(title, [p.pool.node_group for p in members]) for title, members in offer.groups()] == expected
