@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // Clients are what the agent talks to the API server with.
@@ -140,15 +141,26 @@ func registerNode(ctx context.Context, kube kubernetes.Interface, obj Object, no
 		return err
 	}
 	status := node.Status
-	created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	current, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		created, err = kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		current, err = kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("%s: registering the node: %w", obj.Where, err)
 	}
-	created.Status = status
-	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// Controllers annotate and taint a new node at once: on a conflict the
+	// status is posted again on the node as it is now.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current.Status = status
+		_, err := kube.CoreV1().Nodes().UpdateStatus(ctx, current, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if fresh, getErr := kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); getErr == nil {
+				current = fresh
+			}
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("%s: posting the node's status: %w", obj.Where, err)
 	}
 	return nil
