@@ -5,6 +5,8 @@
 #   .venv/bin/gpuspawner-cluster  the test cluster's program (testcluster/): Kubernetes v1.37.2's
 #                     control plane and kubectl, built with Go >= 1.26 into a cache keyed by the hash of
 #                     testcluster/go.sum and its Go sources; .venv/bin/kubectl is a link to it
+#   Kueue             its controller manager (testcluster/kueue), built by scripts/kueue-build.sh into a cache
+#                     keyed by that module's go.sum
 #   /usr/bin/chromium Debian's Chromium for the browser tests (only with --browser; needs root or sudo)
 #   initdb/pg_ctl     Debian's PostgreSQL for the GPU-hour ledger's tests on PostgreSQL (needs root or
 #                     sudo; its system service is left stopped: the tests start a throwaway cluster)
@@ -97,6 +99,11 @@ else
 fi
 ln -sfn "$cluster_bin" .venv/bin/gpuspawner-cluster
 ln -sfn gpuspawner-cluster .venv/bin/kubectl
+# Kueue's controller manager, from its own module (testcluster/kueue/go.mod), for the queueing tests
+echo "==> Kueue's controller manager (testcluster/kueue, cached by its go.sum; the first build takes minutes)"
+echo "    $ scripts/kueue-build.sh"
+kueue_bin=$(bash scripts/kueue-build.sh)
+echo "    $kueue_bin"
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "==> installing Debian's chromium for the browser tests"
   apt_install chromium
