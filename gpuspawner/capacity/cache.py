@@ -923,9 +923,9 @@ class CapacityCache:
 
 
 async def _default_api(*, host: str | None = None, ssl_ca_cert: str | None = None,
-                       verify_ssl: bool | None = None) -> Any:
+                       verify_ssl: bool | None = None, config_file: str | None = None) -> Any:
     """The cache's own client: the in-cluster configuration (the pod's ServiceAccount), else the
-    kubeconfig (``$KUBECONFIG``, ``~/.kube/config``), with KubeSpawner's ``k8s_api_host``,
+    kubeconfig (``config_file``, else ``$KUBECONFIG``, ``~/.kube/config``), with KubeSpawner's ``k8s_api_host``,
     ``k8s_api_ssl_ca_cert`` and ``k8s_api_verify_server`` when the hub sets them.
 
     Never the client's process-wide default configuration: a hub config that builds a
@@ -942,7 +942,8 @@ async def _default_api(*, host: str | None = None, ssl_ca_cert: str | None = Non
         await asyncio.to_thread(kube_config.load_incluster_config, client_configuration=conf)
     except kube_config.ConfigException as in_cluster:
         try:
-            await kube_config.load_kube_config(client_configuration=conf, persist_config=False)
+            await kube_config.load_kube_config(config_file=config_file, client_configuration=conf,
+                                               persist_config=False)
         except (kube_config.ConfigException, OSError) as e:
             raise RuntimeError(
                 f"no Kubernetes configuration: not in a cluster ({in_cluster}) and no usable kubeconfig ({e})"
