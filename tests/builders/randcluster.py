@@ -168,7 +168,8 @@ def profiles(rng: random.Random) -> list[Profile]:
     out = []
     for i in range(3):
         eph = rng.choice((None, None, "50Gi"))
-        out.append(Profile(f"p{i}", rng.choice((0.5, 1, 2, 4, 8, 16, 30)), rng.choice(("1G", "4G", "16G", "100G")), eph))
+        out.append(Profile(f"p{i}", rng.choice((0.5, 1, 1, 2, 2, 4, 8, 16, 30)),
+                           rng.choice(("1G", "4G", "4G", "16G", "100G")), eph))
     return out
 
 

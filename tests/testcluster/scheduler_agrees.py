@@ -278,12 +278,13 @@ async def run_cluster(h: Harness, seed: int, cases: int, index: int) -> list[Out
             snapshot = cache.snapshot()
             offers = build_offers(specs, snapshot, multiple_shares=True, requests=requests)
             profile = rng.choice(profiles)
-            pools = [p for p in offers[profile.slug].pools]
+            # a pool with no node to pin a pod to is never spawned on (nothing to ask the scheduler)
+            pools = [p for p in offers[profile.slug].pools if p.pool.pinnable]
             if not pools:
                 break
             offer = rng.choice(pools)
             # around the model's answer, where a wrong count shows
-            gpus = max(1, rng.choice((1, 2, offer.now, offer.now, offer.now + 1, rng.randint(1, 8))))
+            gpus = max(1, rng.choice((1, 1, 2, offer.now, offer.now, offer.now + 1, rng.randint(1, 8))))
             model = offer.reason is None and offer.now >= gpus
             pod, template = server_pod(f"s{index}-{i}", profile, offer.pool, gpus)
             verdict, detail = await h.decide(pod, template)
