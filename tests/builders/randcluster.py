@@ -66,15 +66,29 @@ def _node(name: str, alloc: dict[str, str], labels: dict[str, str], taints: list
             "spec": spec, "status": {"capacity": dict(alloc), "allocatable": dict(alloc)}}
 
 
-def _pod(name: str, node: str, cpu_m: int, mem_mi: int, extra: dict[str, str] | None = None) -> dict:
-    req = {"cpu": f"{cpu_m}m", "memory": f"{mem_mi}Mi"}
+def _pod(name: str, node: str, cpu_m: int, mem_mi: int, extra: dict[str, str] | None = None,
+         shape: str = "plain") -> dict:
+    """A pod of another namespace bound to ``node`` that requests ``cpu_m`` and ``mem_mi`` in all, as
+    kube-scheduler sums a pod (PodRequests): one container, or (``shape``) split between an app
+    container and a sidecar, or with a regular init container whose peak is what counts."""
     limits = dict(extra or {})
-    res: dict[str, Any] = {"requests": {**req, **limits}}
-    if limits:
-        res["limits"] = limits
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": OTHER_NS},
-            "spec": {"nodeName": node, "automountServiceAccountToken": False,
-                     "containers": [{"name": "c", "image": "busybox", "resources": res}]}}
+
+    def container(cname: str, cpu: int, mem: int, gpus: bool = False, **more: Any) -> dict:
+        res: dict[str, Any] = {"requests": {"cpu": f"{cpu}m", "memory": f"{mem}Mi", **(limits if gpus else {})}}
+        if gpus and limits:
+            res["limits"] = limits
+        return {"name": cname, "image": "busybox", "resources": res, **more}
+
+    spec: dict[str, Any] = {"nodeName": node, "automountServiceAccountToken": False}
+    if shape == "sidecar":  # app + sidecar (an init container that keeps running) are summed
+        spec["initContainers"] = [container("proxy", cpu_m // 4, mem_mi // 4, restartPolicy="Always")]
+        spec["containers"] = [container("c", cpu_m - cpu_m // 4, mem_mi - mem_mi // 4, True)]
+    elif shape == "init":  # a regular init container's peak counts when above the app's
+        spec["initContainers"] = [container("setup", cpu_m, mem_mi)]
+        spec["containers"] = [container("c", cpu_m // 3, mem_mi // 3, True)]
+    else:
+        spec["containers"] = [container("c", cpu_m, mem_mi, True)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": OTHER_NS}, "spec": spec}
 
 
 def _claim(name: str, node: str, devices: list[str]) -> dict:
@@ -155,7 +169,8 @@ def cluster(seed: int, prefix: str = "n") -> Cluster:
                 if take:
                     extra[res] = str(take)
                     gpus[res] = n - take
-            c.pods.append(_pod(f"{name}-p{j}", name, use_cpu, use_mem, extra))
+            shape = rng.choices(("plain", "sidecar", "init"), (6, 2, 2))[0]
+            c.pods.append(_pod(f"{name}-p{j}", name, use_cpu, use_mem, extra, shape))
             pods_left -= 1
         if devices and rng.random() < 0.6:
             taken = devices[: rng.randint(1, len(devices))]

@@ -282,7 +282,9 @@ async def run_cluster(h: Harness, seed: int, cases: int, index: int) -> list[Out
             pools = [p for p in offers[profile.slug].pools if p.pool.pinnable]
             if not pools:
                 break
-            offer = rng.choice(pools)
+            # half the cases on a pool the model says has room, so both answers are tried often
+            roomy = [p for p in pools if p.now > 0]
+            offer = rng.choice(roomy if roomy and rng.random() < 0.5 else pools)
             # around the model's answer, where a wrong count shows
             gpus = max(1, rng.choice((1, 1, 2, offer.now, offer.now, offer.now + 1, rng.randint(1, 8))))
             model = offer.reason is None and offer.now >= gpus
