@@ -54,6 +54,18 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("gpu_quota*",),
     ),
     (
+        "Server pods",
+        "The sweep that deletes server pods no server of the hub owns, so no GPU stays held by "
+        "nobody (docs/faults.md, \"Stalled watches, spawns and cancels\").",
+        ("gpu_orphan_*",),
+    ),
+    (
+        "GPU-hour budgets",
+        "The GPU-hour ledger's weights, the budgets enforced when a GPU server starts, and whether a "
+        "spent budget stops running servers (docs/usage.md).",
+        ("gpu_hour_*",),
+    ),
+    (
         "CUDA compatibility",
         "Whether an image's CUDA runs on a pool's NVIDIA driver, and the opt-in check on the node "
         "(docs/configuration.md section 10; docs/cuda-compatibility.md).",

@@ -5,6 +5,8 @@
 #   kubectl           Debian's kubernetes-client, when no kubectl is on PATH (for the kubectl tests and
 #                     the demo's hints; needs root or sudo)
 #   /usr/bin/chromium Debian's Chromium for the browser tests (only with --browser; needs root or sudo)
+#   initdb/pg_ctl     Debian's PostgreSQL for the GPU-hour ledger's tests on PostgreSQL (needs root or
+#                     sudo; its system service is left stopped: the tests start a throwaway cluster)
 #   /usr/bin/prometheus Debian's Prometheus for the culler's end-to-end tests (only with --prometheus;
 #                     needs root or sudo; its system service is left stopped: the tests start their own)
 # Safe to run again: each step is skipped when already done.
@@ -79,6 +81,14 @@ if [ "$want_prometheus" = 1 ] && ! command -v prometheus >/dev/null 2>&1; then
   # the package enables a system service on :9090; the tests run their own Prometheus
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+fi
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "==> installing Debian's postgresql for the GPU-hour ledger's tests on PostgreSQL"
+  apt_install postgresql
+  # the package may start a cluster as a system service; the tests run their own
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now postgresql >/dev/null 2>&1 || true
   fi
 fi
 echo "==> environment ready"

@@ -41,3 +41,38 @@ def install_cache(monkeypatch):
         return cache
 
     return install
+
+
+@pytest.fixture(autouse=True)
+def _gpuspawner_logger_restored():
+    """A test whose hub routed ``gpuspawner.*`` through its logger (``hub.hublog.adopt``) leaves
+    the next test the logger as it found it (propagating to the root, where caplog listens)."""
+    import logging
+
+    package = logging.getLogger("gpuspawner")
+    saved = (package.handlers[:], package.level, package.propagate)
+    yield
+    package.handlers[:], package.level, package.propagate = saved
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL cluster for the session (``builders.postgres.Postgres``), from Debian's
+    ``postgresql`` package (scripts/setup.sh installs it); skipped where it is not installed."""
+    from tests.builders.postgres import Postgres
+
+    pg = Postgres()
+    if not pg.available:
+        pytest.skip("PostgreSQL's initdb/pg_ctl are not installed (scripts/setup.sh installs Debian's postgresql)")
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh database URL, SQLite and PostgreSQL (one database per test)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
+    pg = request.getfixturevalue("postgres")
+    return pg.create_database(f"t{abs(hash(request.node.nodeid)) % 10**12}")

@@ -43,6 +43,10 @@ SECTION_TRAITS = {"GPUSpawner": TRAITS, "KubeSpawner": TRAITS, "GPUSpawnerSettin
                   "GPUCapacitySettings": CAPACITY_TRAITS}
 
 
+# what the config snippet registers: GET /hub/api/gpus and the GPU-hour ledger's two endpoints
+ENDPOINTS = ["/api/gpus", r"/api/users/([^/]+)/gpu-usage", "/api/gpu-usage"]
+
+
 def load_example() -> Config:
     return PyFileConfigLoader(EXAMPLE.name, path=str(DOCS)).load_config()
 
@@ -61,11 +65,11 @@ def make_spawner(no_kube_client):
 # --- the example config ------------------------------------------------------------------
 
 
-def test_example_selects_gpuspawner_and_registers_the_endpoint():
+def test_example_selects_gpuspawner_and_registers_the_endpoints():
     config = load_example()
     assert config.JupyterHub.spawner_class == "gpu"
     handlers = config.JupyterHub.extra_handlers.get_value([])
-    assert [path for path, *_ in handlers] == ["/api/gpus"]
+    assert [path for path, *_ in handlers] == ENDPOINTS
 
 
 @pytest.mark.parametrize("section", sorted(SECTION_TRAITS))
@@ -143,7 +147,7 @@ def _chart_like_config(tmp_path: Path, config_d: dict[str, str], extra_config: d
 def test_example_works_from_the_charts_jupyterhub_config_d(tmp_path, make_spawner):
     config = _chart_like_config(tmp_path, {"50-gpuspawner-site.py": EXAMPLE.read_text(encoding="utf-8")}, {})
     assert config.JupyterHub.spawner_class == "gpu"
-    assert [path for path, *_ in config.JupyterHub.extra_handlers.get_value([])] == ["/api/gpus"]
+    assert [path for path, *_ in config.JupyterHub.extra_handlers.get_value([])] == ENDPOINTS
     # appended to what the chart had put there, not replacing it
     assert isinstance(config.JupyterHub.services, list)
     assert config.GPUSpawner.gpu_profiles == load_example().GPUSpawner.gpu_profiles

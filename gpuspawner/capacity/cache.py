@@ -21,11 +21,13 @@ by two informers with client-go reflector semantics
   AWS Architecture Blog "Exponential Backoff and Jitter"); a watch that stays
   open but silent longer than ``stall_timeout`` (``CapacityConfig.stall_timeout``,
   90 s by default), or a request that gets no answer for that long, is treated
-  as stuck and restarted: the API server's watch cache sends a bookmark about
+  as stuck and restarted after a fresh list: the API server's watch cache sends a bookmark about
   once a minute (``k8s.io/apiserver/pkg/storage/cacher``, ``bookmarkFrequency``
-  = 1 min), so longer silence is abnormal.  Figures older than that bound are
-  **stale**: the snapshot says so (``healthy`` False, ``error`` why) and a
-  spawn is not admitted on them;
+  = 1 min), so longer silence is abnormal.  Figures whose watch delivered
+  nothing (no event, no bookmark) for longer than that bound are **stale**: the
+  snapshot says so (``healthy`` False, ``error`` why) and a spawn is not admitted
+  on them; a stalled informer is trusted again only after a fresh list and a
+  watch that delivers (a list alone proves nothing about the watch);
 * **re-check on demand** (:meth:`CapacityCache.recheck`): when the scheduler
   contradicts the counts (a pod admitted on them waits with ``Insufficient``
   GPUs), both informers re-list at once, at most once per ``recheck_interval``;
@@ -84,6 +86,10 @@ class _Stuck(Exception):
     pass
 
 
+class _Relist(Exception):
+    """A watch delivered after a stall without a fresh list since: list before trusting it."""
+
+
 class _HttpError(Exception):
     def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
@@ -137,6 +143,13 @@ class _Informer:
         self.forbidden = False
         self.last_contact: float | None = None
         self.listed_at: float | None = None  # when the last complete list began (recheck)
+        # the watch clock: when the watch last delivered (an event or a bookmark), or the first
+        # list ended; a later list moves it only after request failures (an outage, not a stall)
+        self.quiet_since: float | None = None
+        self.stalled = False  # latched: silent past the window; a fresh list, then a delivery, clears it
+        self._relisted = False  # a list has completed since the silence began
+        self._list_ended: float | None = None
+        self._failing = False  # the last request failed (connection, HTTP error): silence explained
         self.failures = 0  # consecutive
         self.error: str | None = None
         self.lists = 0
@@ -153,17 +166,70 @@ class _Informer:
 
     def _ok(self) -> None:
         if self.failures or self.error:
-            log.info("capacity %s informer recovered", self.kind)
+            if not self.stalled:  # a stalled informer recovers when its watch delivers (_delivered)
+                log.info("capacity %s informer recovered", self.kind)
+            self.cache._answered()
         self.failures = 0
         self.error = None
         self.forbidden = False
 
+    # -- the watch clock (stall detection) -------------------------------------
+
+    def silence(self, now: float) -> float:
+        """Seconds since the watch last delivered (or the figures were first listed)."""
+        return max(0.0, now - (self.quiet_since if self.quiet_since is not None else self.cache._started))
+
+    def note_silence(self, now: float) -> bool:
+        """Latch a stall when the watch has been silent past the window with no request failing
+        (a failure explains the silence and is reported as such); True while stalled."""
+        if not self.stalled and self.synced and not self._failing and self.silence(now) > self.cache._stale_after:
+            self._stall(f"the watch delivered nothing (no event, no bookmark) for more than "
+                        f"{self.cache._stale_after:g} s")
+        return self.stalled
+
+    def _stall(self, why: str, *, relist: bool = False) -> None:
+        """Latch the stall. A list that ended after the last delivery (a re-check's, while the
+        watch was already silent) is the fresh list a recovery needs, unless ``relist`` asks for
+        another (a watch found stuck is restarted after a list of its own)."""
+        if not self.stalled:
+            log.warning("capacity %s: %s; its figures are not trusted until it is listed afresh and a watch "
+                        "delivers again", self.kind, why)
+        self.stalled = True
+        self._relisted = (not relist and self._list_ended is not None and self.quiet_since is not None
+                          and self._list_ended > self.quiet_since)
+
+    def trusted(self, now: float) -> bool:
+        """Not stalled, and heard from within the window."""
+        return not self.note_silence(now) and self.silence(now) <= self.cache._stale_after
+
+    def _listed(self, now: float) -> None:
+        """A complete list: the clock starts (first list) or restarts after failures; after a
+        stall it only counts as the fresh list a recovery needs."""
+        self.note_silence(now)
+        self._list_ended = now
+        if self.stalled:
+            self._relisted = True
+        elif self.quiet_since is None or self._failing:
+            self.quiet_since = now
+        self._failing = False
+
+    def _delivered(self) -> None:
+        now = self.cache._clock()
+        self.note_silence(now)
+        if self.stalled:
+            if not self._relisted:
+                raise _Relist(f"the hub's watch of {self.kind} delivers again after a stall")
+            self.stalled = self._relisted = False
+            log.info("capacity %s: listed afresh and its watch delivers again; its figures are trusted", self.kind)
+        self.quiet_since = now
+        self._failing = False
+
     def health(self) -> dict[str, Any]:
         now = self.cache._clock()
-        since = self.last_contact if self.last_contact is not None else self.cache._started
         return {
             "synced": self.synced,
-            "age_seconds": round(now - since, 3),
+            "age_seconds": round(self.silence(now), 3),
+            "stalled": self.note_silence(now),
             "resource_version": self.resource_version,
             "consecutive_failures": self.failures,
             "error": self.error,
@@ -183,6 +249,13 @@ class _Informer:
         while True:
             wait: float | None = None  # a Retry-After from the server
             try:
+                now = self.cache._clock()
+                if not need_list and self.synced and (
+                    (self.note_silence(now) and not self._relisted)  # a stall: a fresh list first
+                    or (not self.stalled and self.silence(now) > self.cache._stale_after)  # back after a long outage
+                ):
+                    self.relists += 1
+                    need_list = True
                 if need_list:
                     await self._list()
                     need_list = False
@@ -207,7 +280,12 @@ class _Informer:
                 self.relists += 1
                 need_list = True
                 continue
+            except _Relist as e:
+                log.info("capacity %s: %s; re-listing first", self.kind, e)
+                need_list = True
+                continue
             except _Forbidden as e:
+                self._failing = True
                 self.forbidden = True
                 self.error = self._rules_message([self.kind]) + f" (API server: {e})"
                 if self.failures == 0:
@@ -216,8 +294,10 @@ class _Informer:
                 self.stuck += 1
                 self.watch_restarts += 1
                 self.error = str(e)
-                log.warning("capacity %s: %s; restarting the watch", self.kind, e)
+                self._stall(str(e), relist=True)
+                log.warning("capacity %s: %s; re-listing and restarting the watch", self.kind, e)
             except Exception as e:  # network errors, 5xx, bad JSON: back off and retry
+                self._failing = True
                 self.error = words.describe_failure(e, timeout=self.cache._request_timeout)
                 wait = getattr(e, "retry_after", None)
                 log.warning(
@@ -233,7 +313,7 @@ class _Informer:
             delay = self.cache._backoff(self.failures)
             if wait is not None:  # the server said when to come back; never beyond the cap
                 delay = min(max(delay, wait), self.cache._backoff_cap)
-            await self.cache._sleep(delay)
+            await self.cache._back_off(delay)
 
     async def _call(self, **params: Any) -> Any:
         api = await self._api()
@@ -269,6 +349,7 @@ class _Informer:
             log.info("capacity %s re-list dropped %d vanished objects", self.kind, removed)
         self.resource_version = rv
         self.listed_at = began_list
+        self._listed(cache._clock())
         self._ok()
         if not self.synced:
             self.synced = True
@@ -328,6 +409,8 @@ class _Informer:
             await _raise_for_status(resp)
             self.watches += 1
             self._contact()
+            if self.failures:
+                cache._answered()  # the server answers again: the others retry now too
             # the server answers again; the failure count (and so the backoff)
             # is only reset once the stream proves itself with an event
             self.error = None
@@ -365,6 +448,9 @@ class _Informer:
     def _event(self, ev: dict) -> None:
         kind = ev.get("type")
         obj = ev.get("object") or {}
+        # any event, an ERROR (410 Gone) too, shows the watch alive; raises _Relist after a stall
+        # without a fresh list
+        self._delivered()
         if kind == "ERROR":
             code = obj.get("code")
             msg = obj.get("message") or obj.get("reason") or "watch error"
@@ -471,7 +557,7 @@ class CapacityCache:
             raise ValueError("page_size, watch_timeout, stall_timeout and the backoff times must be positive")
         self.config = config
         self._api_factory = api_factory
-        self._owns_api = api_factory is not None
+        self._owns_api = True  # its own client (``_default_api``) or the factory's: closed on stop
         self._api: Any = None
         self._api_lock = asyncio.Lock()
         self._clock = clock
@@ -498,7 +584,7 @@ class CapacityCache:
             config,
             lambda kind, method: _Informer(self, kind, method, self._get_resource_api, dra_missing_rules_message),
             self._get_resource_api,
-            sleep,
+            self._back_off,
             self._backoff,
             on_change=self._changed_health,
             rediscover_after=dra_rediscover_after,
@@ -512,6 +598,7 @@ class CapacityCache:
         self._held: tuple[float, tuple, dict, int] | None = None  # snapshot(max_age): (when, pools, by id, generation)
         self._gc_freeze = gc_freeze
         self._page_lock = asyncio.Lock()  # list pages are applied one at a time (_Informer._apply_page)
+        self._back = asyncio.Event()  # set (and replaced) when the API server answers after failures
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -615,16 +702,22 @@ class CapacityCache:
             return failing
         if not self.synced:
             return words.syncing_message()
+        stalled = self._stalled()
+        if stalled:
+            return words.stalled_message(stalled, self._stale_after)
         age = self._age() if age is None else age
         if age > self._stale_after:
             return words.silent_message(self._stale_after)
         return None
 
     def _age(self) -> float:
+        """Seconds since the quietest watch last delivered (the figures' age)."""
         now = self._clock()
-        contacts = [i.last_contact for i in self._informers.values()]
-        oldest = min((c if c is not None else self._started) for c in contacts)
-        return max(0.0, now - oldest)
+        return max(i.silence(now) for i in self._informers.values())
+
+    def _stalled(self) -> list[str]:
+        now = self._clock()
+        return [k for k, i in self._informers.items() if i.note_silence(now)]
 
     def _healthy(self, age: float) -> bool:
         return self._error(age) is None
@@ -706,10 +799,7 @@ class CapacityCache:
         if not self._dra.synced:
             return False
         now = self._clock()
-        return all(
-            not i.error and not i.forbidden and i.last_contact is not None and now - i.last_contact <= self._stale_after
-            for i in self._dra.informers.values()
-        )
+        return all(not i.error and not i.forbidden and i.trusted(now) for i in self._dra.informers.values())
 
     def reserve(self, owner: str, pool_id: str, count: int) -> None:
         """Count ``count`` GPUs of ``pool_id`` for the pod ``owner`` ("<namespace>/<name>") at once."""
@@ -779,6 +869,24 @@ class CapacityCache:
 
     # -- timing ----------------------------------------------------------------
 
+    def _answered(self) -> None:
+        """An informer got an answer after failures: the API server is back, so every informer
+        (and DRA discovery) waiting out a backoff retries now rather than up to ``backoff_cap``
+        later (otherwise the last of five informers comes back many seconds after the first)."""
+        back, self._back = self._back, asyncio.Event()
+        back.set()
+
+    async def _back_off(self, delay: float) -> None:
+        """Sleep ``delay`` (the injected ``sleep``), cut short when the API server answers again."""
+        back = self._back
+        nap = asyncio.ensure_future(self._sleep(delay))
+        woken = asyncio.ensure_future(back.wait())
+        try:
+            await asyncio.wait({nap, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (nap, woken):
+                t.cancel()
+
     def _backoff(self, failures: int) -> float:
         """Full jitter: uniform in [0, min(cap, base * 2**(failures-1)))."""
         ceiling = min(self._backoff_cap, self._backoff_base * (2 ** min(failures - 1, 30)))
@@ -798,16 +906,35 @@ class CapacityCache:
         )
 
 
-async def _default_api() -> Any:
-    """KubeSpawner's client: in-cluster config, KUBECONFIG, and its ``k8s_api_host``.
+async def _default_api(*, host: str | None = None, ssl_ca_cert: str | None = None,
+                       verify_ssl: bool | None = None) -> Any:
+    """The cache's own client: the in-cluster configuration (the pod's ServiceAccount), else the
+    kubeconfig (``$KUBECONFIG``, ``~/.kube/config``), with KubeSpawner's ``k8s_api_host``,
+    ``k8s_api_ssl_ca_cert`` and ``k8s_api_verify_server`` when the hub sets them.
 
-    ``load_config`` is only called when no spawner has loaded the global
-    configuration yet (a second call would undo KubeSpawner's host override);
-    it blocks on file I/O, so it runs in a thread.
+    Never the client's process-wide default configuration: a hub config that builds a
+    ``kubernetes_asyncio`` model object while it loads (Zero to JupyterHub's builds a
+    ``V1Container``) installs a blank one there, with no host.  And never KubeSpawner's shared
+    client, which would keep whatever configuration it was first made with.  Reading the
+    in-cluster files blocks on file I/O, so it runs in a thread.
     """
-    from kubernetes_asyncio.client import Configuration
-    from kubespawner.clients import load_config, shared_client
+    from kubernetes_asyncio import config as kube_config
+    from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 
-    if getattr(Configuration, "_default", None) is None:
-        await asyncio.to_thread(load_config)
-    return shared_client("CoreV1Api")
+    conf = Configuration()
+    try:
+        await asyncio.to_thread(kube_config.load_incluster_config, client_configuration=conf)
+    except kube_config.ConfigException as in_cluster:
+        try:
+            await kube_config.load_kube_config(client_configuration=conf, persist_config=False)
+        except (kube_config.ConfigException, OSError) as e:
+            raise RuntimeError(
+                f"no Kubernetes configuration: not in a cluster ({in_cluster}) and no usable kubeconfig ({e})"
+            ) from None
+    if host:
+        conf.host = host
+    if ssl_ca_cert:
+        conf.ssl_ca_cert = ssl_ca_cert
+    if verify_ssl is not None:
+        conf.verify_ssl = verify_ssl
+    return CoreV1Api(ApiClient(configuration=conf))

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from gpuspawner.kube.apierrors import REASONS, ApiStatus, explain
 
-__all__ = ["KINDS", "describe_failure", "combine", "age_words", "figures_age", "silent_message", "syncing_message"]
+__all__ = ["KINDS", "describe_failure", "combine", "age_words", "figures_age", "silent_message", "stalled_message", "syncing_message"]
 
 #: what the informers read, in the words a message uses
 KINDS = {"nodes": "nodes", "pods": "pods"}
@@ -108,6 +108,17 @@ def silent_message(bound: float) -> str:
     return (
         f"the hub has heard nothing from the Kubernetes API server for more than {bound:g} s "
         "(its watch on the cluster may be stuck; it is being restarted)"
+    )
+
+
+def stalled_message(kinds: list[str], bound: float) -> str:
+    """A watch delivered nothing (no event, no bookmark) for longer than ``bound`` seconds: its
+    figures are not trusted until it is listed afresh and a watch delivers again (a list that
+    answers proves nothing about the watch)."""
+    names = " and ".join(KINDS.get(k, k) for k in kinds)
+    return (
+        f"the hub's watch of the cluster's {names} delivered nothing for more than {bound:g} s "
+        "(no event, no bookmark); the figures are not trusted until it is read afresh and the watch delivers again"
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpuspawner.capacity.model import Taint, pool_id
 from gpuspawner.capacity.quantity import QuantityError, parse_count
+from gpuspawner.capacity.warnonce import warn_once
 
 
 
@@ -362,7 +363,10 @@ def _gpu_allocatable(name: str, allocatable: Mapping[str, Any], config: NodeRule
         try:
             n = parse_count(raw)
         except QuantityError as e:
-            log.warning("node %s: ignoring allocatable %s: %s", name, resource, e)
+            # once per node, resource and value: the node's every status update repeats it
+            warn_once(log, ("allocatable", name, resource, str(raw)),
+                      "node %s is left out of the %s pool: its allocatable %s is not a count (%s)",
+                      name, resource, resource, e)
             continue
         if n > 0:
             found.append((resource, n))
@@ -408,13 +412,18 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
     status = obj.get("status") or {}
     allocatable = status.get("allocatable") or {}
     if not isinstance(allocatable, dict):
+        warn_once(log, ("allocatable-shape", name), "node %s is left out of the GPU pools: its status.allocatable "
+                  "is not a map of resources (%s)", name, type(allocatable).__name__)
         return None
     found = _gpu_allocatable(name, allocatable, config)
     if not found:
         return None
     labels = meta.get("labels") or {}
-    if not isinstance(labels, dict):
-        labels = {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        warn_once(log, ("labels", name), "node %s: its labels are not a map of texts; it is counted as a GPU node "
+                  "without labels (no product, driver or node group)", name)
+        labels = {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)} \
+            if isinstance(labels, dict) else {}
     spec = obj.get("spec") or {}
     group_label, group = node_group(labels, config.node_group_labels)
     driver, cuda, cc = driver_versions(labels)

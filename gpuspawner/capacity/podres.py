@@ -25,6 +25,7 @@ import logging
 from typing import Any, Callable, Mapping, NamedTuple
 
 from gpuspawner.capacity.quantity import QuantityError, parse_count
+from gpuspawner.capacity.warnonce import warn_once
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ def container_requests(container: Mapping[str, Any], is_gpu: Callable[[str], boo
             try:
                 out[resource] = parse_count(raw, round_up=True)
             except QuantityError as e:
-                log.warning("container %s: ignoring %s: %s", container.get("name"), resource, e)
+                warn_once(log, ("container", container.get("name"), resource, str(raw)),
+                          "container %s: its %s %r is not counted: %s", container.get("name"), resource, raw, e)
     return out
 
 

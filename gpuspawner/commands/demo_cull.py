@@ -30,8 +30,9 @@ __all__ = ["CULLER_SCOPES", "IDLE_TIMEOUT", "DemoCulling", "PodDiscovery", "cull
            "start_prometheus", "stop_prometheus"]
 
 IDLE_TIMEOUT = "30m"
-#: docs/culling.md's role, without read:users:groups (the demo exempts no group)
-CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]
+#: docs/culling.md's role, without read:users:groups (the demo exempts no group), with the GPU-hour
+#: ledger's scope (the demo's hub defines it: jupyterhub_config.d/gpuspawner.py)
+CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers", "custom:gpu-usage:read"]
 EXPORTER_NAMESPACE, EXPORTER_SELECTOR = "gpu-operator", "app=nvidia-dcgm-exporter"
 
 

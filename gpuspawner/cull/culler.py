@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from gpuspawner.cull.activity import PodActivity, SeriesWindow, SourceError, device_of, pod_activity, pod_of, show
+from gpuspawner.cull.budget import budget_users, spent
 from gpuspawner.cull.hub import HubClient, HubError
 from gpuspawner.cull.kube import KubeError
 from gpuspawner.cull.metrics import CullMetrics
@@ -59,6 +60,7 @@ class Culler:
     dry_run: bool = False
     concurrency: int = 10
     clock: Callable[[], datetime] = utcnow
+    budgets: bool = True  # stop servers whose GPU-hour budget the hub says is spent (gpu_hour_stop_when_spent)
 
     async def _activity(self, servers: list[Server], now: datetime
                         ) -> tuple[dict[float, dict | str], bool, int]:
@@ -118,6 +120,22 @@ class Culler:
         log.debug("stop %s: hub answered %d", d.server.label, status)
         return True
 
+    async def _spent(self, decisions: list[Decision], now: datetime) -> list[Decision]:
+        """The decisions, with a stop for each GPU server whose user's GPU-hour budget is spent (the hub
+        says so only with ``gpu_hour_stop_when_spent``). A hub that cannot answer keeps the servers."""
+        if not self.budgets:
+            return decisions
+        usages = {}
+        for user in budget_users(d.server for d in decisions):
+            try:
+                usages[user] = await self.hub.gpu_usage(user)
+            except HubError as e:
+                log.warning("GPU-hour budgets not checked (servers are not stopped for them): %s", e)
+                if "HTTP 401" in str(e) or "HTTP 403" in str(e):
+                    self.budgets = False  # the token lacks custom:gpu-usage:read: not asked again
+                return decisions
+        return [spent(d.server, usages.get(d.server.user), now) or d for d in decisions]
+
     def _log(self, d: Decision) -> None:
         s = d.server
         what = {Action.CULL: "would cull" if self.dry_run else "cull", Action.KEEP: "keep", Action.SKIP: "skip"}
@@ -146,7 +164,7 @@ class Culler:
                 self.metrics.record_pass(False, [], now.timestamp())
             return False
         activity, read_ok, unusable = await self._activity(servers, now)
-        decisions = [self._decide(s, activity, now) for s in servers]
+        decisions = await self._spent([self._decide(s, activity, now) for s in servers], now)
         for d in decisions:
             self._log(d)
         stops = [d for d in decisions if d.action is Action.CULL]

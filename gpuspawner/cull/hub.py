@@ -8,6 +8,8 @@
   ``last_activity``, ``started``, ``user_options``), optionally
   ``read:users:groups`` (exempt groups) and ``admin:server_state`` (the
   spawner's state: the pod's name and namespace).
+* ``GET {api}/users/{name}/gpu-usage`` (gpuspawner's GPU-hour ledger): ``custom:gpu-usage:read``,
+  needed only when the hub stops servers whose GPU-hour budget is spent.
 * ``DELETE {api}/users/{name}/server`` (the default server) or
   ``DELETE {api}/users/{name}/servers/{server}`` (a named one, kept for the user
   to start again): ``delete:servers``.  204: stopped; 202: stopping (the hub
@@ -88,6 +90,22 @@ class HubClient:
             nxt = page.get("next") if isinstance(page, dict) else None
             url, params = (nxt.get("url"), {}) if isinstance(nxt, dict) and nxt.get("url") else (None, {})
         return users
+
+    async def gpu_usage(self, user: str) -> dict[str, Any] | None:
+        """The user's GPU-hours and running GPU servers (None: no such user, or an answer that is not JSON)."""
+        import json
+
+        url = f"{self.api_url}/users/{quote(user, safe='')}/gpu-usage"
+        status, body = await self._request("GET", url)
+        if status == 404:
+            return None
+        if status != 200:
+            raise HubError(f"GET {url}: HTTP {status} {body[:200].decode('utf-8', 'replace')}")
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
 
     def server_url(self, user: str, server: str) -> str:
         base = f"{self.api_url}/users/{quote(user, safe='')}"

@@ -23,6 +23,7 @@ from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
 from gpuspawner.hub.settings import GPUSpawnerSettings
+from gpuspawner.hub import hublog
 from gpuspawner.hub.spawner import capacity_settings_class
 from gpuspawner.queue.pools import pool_queue
 
@@ -48,6 +49,7 @@ class GPUCapacityHandler(APIHandler):
         return settings
 
     def capacity_snapshot(self, settings: GPUSpawnerSettings) -> CapacitySnapshot:
+        hublog.adopt(self.log)  # the capacity cache's lines in the hub's log, with time and level
         try:
             return settings.shared_capacity_cache().snapshot()
         except Exception as e:

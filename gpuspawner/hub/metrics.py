@@ -17,7 +17,8 @@ Two kinds of metrics:
   pool, outcome (``started``, ``refused``, ``failed``) and a *bounded* reason
   label (a request's own text never becomes a label value), and
   ``gpuspawner_gpu_wait_seconds``, the time from pod creation to
-  ``PodScheduled`` per pool.
+  ``PodScheduled`` per pool; ``gpuspawner_orphan_pods_deleted_total``, server pods that no
+  server of the hub owned, deleted by the reaper (``hub.reaper``).
 
 :func:`install` is idempotent per registry: a second hub in the same process,
 or a re-imported module, gets (or replaces) the one collector instead of
@@ -61,6 +62,7 @@ REFUSAL_REASONS = frozenset(
         "cuda_mismatch",  # the image's CUDA needs a newer driver than the pool has
         "quota",  # a per-user or per-group GPU quota
         "not_allowed",  # the user may not use this profile or pool
+        "budget",  # the user's GPU-hour budget cannot cover the minimum (gpu_hour_budgets)
         OTHER,
     }
 )
@@ -102,6 +104,29 @@ class GPUMetrics(Collector):
             ["pool"],
             namespace=PREFIX,
             buckets=GPU_WAIT_BUCKETS,
+            registry=None,
+        )
+        self._orphans = Counter(
+            "orphan_pods_deleted",
+            "Pods of the hub's servers deleted because no server of the hub owned them (left by a cancelled "
+            "spawn or a stop that did not delete them)",
+            namespace=PREFIX,
+            registry=None,
+        )
+        # the GPU-hour ledger (docs/usage.md): closed holdings' weighted GPU-hours, budget refusals
+        self._gpu_hours = Counter(
+            "gpu_hours",
+            "Weighted GPU-hours of GPU servers that stopped, by pool and by each JupyterHub group of their user "
+            "(group empty: in none)",
+            ["pool", "group"],
+            namespace=PREFIX,
+            registry=None,
+        )
+        self._budget_refusals = Counter(
+            "budget_refusals",
+            "GPU server launches refused because the user's GPU-hour budget could not cover the minimum",
+            ["pool"],
+            namespace=PREFIX,
             registry=None,
         )
         self._snapshot = snapshot
@@ -160,6 +185,21 @@ class GPUMetrics(Collector):
         reason = self._bounded("error" if reason is None else reason, FAILURE_REASONS, FAILED)
         self._spawns.labels(_pool_label(pool), FAILED, reason).inc()
 
+    def orphan_pod_deleted(self) -> None:
+        """The reaper deleted a server pod that no server of the hub owned."""
+        self._orphans.inc()
+
+    def gpu_hours_used(self, pool: str | None, groups: Iterable[str], hours: float) -> None:
+        """Count a stopped server's weighted GPU-hours once per group of its user ("" for none)."""
+        if not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours <= 0:
+            return
+        for group in list(groups) or [""]:
+            self._gpu_hours.labels(_pool_label(pool), _pool_label(group)).inc(hours)
+
+    def budget_refused(self, pool: str | None) -> None:
+        """A launch refused for its GPU-hour budget (also ``spawns_total{outcome="refused",reason="budget"}``)."""
+        self._budget_refusals.labels(_pool_label(pool)).inc()
+
     def observe_gpu_wait(self, pool: str | None, seconds: float) -> None:
         """Record how long a pod waited for its GPUs (see :func:`pending.gpu_wait_seconds`)."""
         number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
@@ -214,6 +254,8 @@ class GPUMetrics(Collector):
         yield from self._capacity_families().values()
         yield from self._spawns.describe()
         yield from self._gpu_wait.describe()
+        yield from self._gpu_hours.describe()
+        yield from self._budget_refusals.describe()
 
     def _read_snapshot(self) -> CapacitySnapshot | None:
         source = self._snapshot
@@ -247,6 +289,9 @@ class GPUMetrics(Collector):
         yield from fams.values()
         yield from self._spawns.collect()
         yield from self._gpu_wait.collect()
+        yield from self._orphans.collect()
+        yield from self._gpu_hours.collect()
+        yield from self._budget_refusals.collect()
 
 
 # The collector lives on the registry object itself, so a re-imported copy of

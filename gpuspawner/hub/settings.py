@@ -16,16 +16,20 @@ name (``c.GPUCapacitySettings.<knob>``) still applies (:data:`LEGACY_SECTION`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from typing import Any
 
 from traitlets import Bool, Dict, Float, List, TraitError, Unicode, Union, validate
-from traitlets.config import Config, Configurable
+from traitlets.config import Config
 
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
-from gpuspawner.hub import metrics
+from gpuspawner.hub import hublog, metrics
+from gpuspawner.hub.prepull import GPUPrepullSettings
+from gpuspawner.hub.usagesettings import GPUHourSettings
 from gpuspawner.spawn.access import AccessRules
+from gpuspawner.capacity import cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool, check_names
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
@@ -59,12 +63,15 @@ def _names_or_default(help: str) -> List:
 
 # the CapacityConfig field each list-of-names trait becomes
 _CAPACITY_FIELDS = {"gpu_node_group_labels": "node_group_labels", "gpu_dra_drivers": "dra_drivers"}
+# KubeSpawner's settings of its API client -> the capacity cache's client's keyword arguments
+_KUBE_API = {"k8s_api_host": "host", "k8s_api_ssl_ca_cert": "ssl_ca_cert", "k8s_api_verify_ssl": "verify_ssl"}
+
 
 #: the class's former name: ``c.GPUCapacitySettings.<knob>`` in a config keeps working
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(KueueSettings, Configurable):
+class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;
@@ -342,11 +349,23 @@ class GPUSpawnerSettings(KueueSettings, Configurable):
         :func:`gpuspawner.hub.spawner.capacity_settings_class` picks it."""
         names = set(GPUSpawnerSettings.class_trait_names(config=True))
         merged = Config()
+        kube_api: dict[str, Any] = {}
         for name in spawner_class.section_names():
             if config is not None and name in config:
                 section = config[name]
                 merged.merge(Config({k: v for k, v in section.items() if k in names}))
-        return GPUSpawnerSettings(config=Config({"GPUSpawnerSettings": merged}))
+                kube_api.update({k: v for k, v in section.items() if k in _KUBE_API})
+        settings = GPUSpawnerSettings(config=Config({"GPUSpawnerSettings": merged}))
+        settings.__dict__["_kube_api_config"] = kube_api
+        return settings
+
+    def kube_api_overrides(self) -> dict[str, Any]:
+        """KubeSpawner's ``k8s_api_host``, ``k8s_api_ssl_ca_cert`` and ``k8s_api_verify_ssl`` where
+        the hub sets them, as keyword arguments of the capacity cache's own client."""
+        given = self.__dict__.get("_kube_api_config")  # settings read from the hub's config
+        if given is None:  # a spawner: its own traits
+            given = {k: getattr(self, k) for k in _KUBE_API if hasattr(self, k)}
+        return {_KUBE_API[k]: v for k, v in given.items() if v is not None and v != ""}
 
     def pool_rules(self) -> tuple[PoolRule, ...]:
         return tuple(PoolRule.from_config(r) for r in self.gpu_pool_rules)
@@ -385,6 +404,13 @@ class GPUSpawnerSettings(KueueSettings, Configurable):
 
         The first call also points ``/hub/metrics``' capacity series at it,
         whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
-        cache = CapacityCache.shared(self.capacity_config(), gc_freeze=self.gpu_capacity_gc_freeze)
+        log_ = getattr(self, "log", None)  # a spawner's: the hub's logger (a settings object has none)
+        if log_ is not None:
+            hublog.adopt(log_)
+        overrides = self.kube_api_overrides()
+        # the cache's own client, never KubeSpawner's shared one nor the client's default configuration
+        factory = functools.partial(cache_module._default_api, **overrides) if overrides else None
+        cache = CapacityCache.shared(self.capacity_config(), api_factory=factory,
+                                     gc_freeze=self.gpu_capacity_gc_freeze)
         _serve_capacity_metrics(cache)
         return cache

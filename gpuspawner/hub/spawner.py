@@ -43,10 +43,12 @@ from gpuspawner.spawn import cudafit
 from gpuspawner.hub import dra as dra_glue
 from gpuspawner.hub import queue as queue_glue
 from gpuspawner.hub import metrics
+from gpuspawner.hub import usage as gpu_hours
+from gpuspawner.hub import usagepage
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
-from gpuspawner.hub import logfilter
+from gpuspawner.hub import leftpod, logfilter, reaper
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import (
@@ -74,6 +76,7 @@ from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_s
 from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
 from gpuspawner.hub.pagememo import Memo, fingerprint
+from gpuspawner.hub.reaper import OrphanPodSettings
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import render_form, template_dirs
 from gpuspawner.kube.apierrors import rules_text
@@ -112,9 +115,10 @@ class GPUSpawnInfo:
     resource: str
     gpus: int
     checked: bool = True  # admitted on counted capacity (not gpu_admit_without_capacity)
+    product: str | None = None  # the pool's GPU product (the GPU-hour ledger's weights)
 
 
-class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
+class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
     """KubeSpawner with GPU profiles whose pools come from live capacity."""
 
     gpu_tolerated_taint_keys = List(
@@ -516,7 +520,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 task = asyncio.ensure_future(self._renew_page(max_age, key, static, cull_rules))
                 self._page_renewals.add(task)
                 task.add_done_callback(self._page_renewals.discard)
-        return html
+        return usagepage.spawn_banner(self, offers) + html  # the user's own GPU-hours, above the shared form
 
     # the page renewal under way on this hub's loop (at most one: _render_gpu_options_form)
     _page_renewals: set[asyncio.Task] = set()
@@ -639,6 +643,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             )
             if selection.gpus:
                 self._check_gpu_quota(selection.gpus, profile_list)
+                self._check_gpu_budget(selection)
         except AccessError as e:
             # a valid selection means the quota check refused it
             reason = "quota" if selection is not None else "not_allowed"
@@ -834,6 +839,16 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
     def kueue_view(self):
         return super().kueue_view(self.namespace)
 
+    def _check_gpu_budget(self, selection: Selection) -> None:
+        """Refuse (403) a launch that the user's GPU-hour budget cannot cover for
+        ``gpu_hour_minimum_minutes`` (``hub.usage``). Synchronous, like the quota check."""
+        pool = selection.pool.pool
+        verdict = gpu_hours.check_launch(self, pool, selection.gpus)
+        if verdict is not None and not verdict.allowed:
+            self.gpu_metrics().spawn_refused(pool.id, "budget")
+            self.gpu_metrics().budget_refused(pool.id)
+            raise self._refuse(403, verdict.message(), reason=gpu_hours.REFUSAL_REASON)
+
     def get_state(self):
         state = super().get_state()
         if self.gpu_held is not None:
@@ -917,7 +932,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
                 self._gpu_reservation = (cache, owner)
         self._gpu_spawn = GPUSpawnInfo(
             pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
-            checked=selection.pool.checked,
+            checked=selection.pool.checked, product=pool.product,
         )
         queue_glue.apply_selection(self, selection.profile, pool.id, pool.resource)
         self.log.info(
@@ -982,6 +997,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         self._cuda_notes = asyncio.get_running_loop().create_future()
         self._refused = False
         queue_glue.extend_start_timeout(self)  # a queued server's wait does not count (hub/queue.py)
+        reaper.ensure_running(self)
         return super().start()
 
     # KubeSpawner 7.1's reflector doubles its retry delay from 0.1 s and returns for good once it
@@ -1038,6 +1054,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
         else:
             if self._gpu_spawn is not None:
                 self.gpu_metrics().spawn_started(self._gpu_spawn.pool_id)
+                await gpu_hours.record_start(self, self._gpu_spawn)  # the GPU-hour ledger
             return url
         finally:
             queue_glue.restore_start_timeout(self)
@@ -1187,15 +1204,35 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             yield event
 
     _gpu_dra_template: str | None = None  # "<namespace>/<name>" of this server's claim template
+    _gpu_ledger_checked = False  # its first poll has made sure a running GPU server has its holding
+
+    # set when a pod create request is sent, until a stop has had it deleted
+    _pod_requested = False
+
+    async def _make_create_pod_request(self, pod, request_timeout):
+        self._pod_requested = True
+        return await super()._make_create_pod_request(pod, request_timeout)
 
     async def poll(self):
         """KubeSpawner's poll, except after a refused start: nothing runs, and nothing needs a
-        Kubernetes call to say so (JupyterHub polls before cleaning up a failed start)."""
+        Kubernetes call to say so (JupyterHub polls before cleaning up a failed start). A pod
+        this spawner asked for that the pod reflector has not seen (its watch lags or stalls)
+        is asked of the API server: while it exists the server counts as running, so
+        JupyterHub calls ``stop`` (a cancelled spawn, a failed one) and the pod is deleted."""
         if self._refused:
             return 0
+        reaper.ensure_running(self)
         status = await super().poll()
+        if self._pod_requested:
+            status = await leftpod.poll_status(self, status)
         if status is not None:
             queue_glue.note_stopped(self)  # Kueue preempted or evicted it: the spawn page says why
+            # JupyterHub calls no stop() for a server found stopped: close its GPU-hour holding here
+            gpu_hours.record_stop(self, gpu_hours.pod_end_now(self._reflected_pod()), reason="pod-gone")
+        elif not self._gpu_ledger_checked and not self._gpu_starting:
+            self._gpu_ledger_checked = True  # once per spawner: a server running since before this hub
+            await gpu_hours.adopt(self)
+        gpu_hours.schedule_sweep(self)  # the GPU-hour ledger: close holdings whose pods ended
         return status
 
     async def stop(self, now=False):
@@ -1204,7 +1241,11 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings):
             # refused in load_user_options, before KubeSpawner created anything
             self._refused = False
             return None
+        reaper.ensure_running(self)
+        ended = gpu_hours.pod_end_now(self._reflected_pod())  # a pod that ended before the stop
         result = await super().stop(now=now)
+        self._pod_requested = False
+        gpu_hours.record_stop(self, ended)  # the GPU-hour ledger: closed once the pod is gone
         if self._gpu_dra_template is not None:
             await dra_glue.remove_unused_templates(self)
         return result

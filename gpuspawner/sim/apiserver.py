@@ -698,6 +698,14 @@ class ApiServer:
                                                seconds=None if seconds is None else float(seconds),
                                                count=None if count is None else int(count))
                 return web.json_response(self.faults.to_json())
+            elif path == "/_sim/bookmarks" and method == "POST":
+                interval = float(body["interval"])
+                if not interval > 0:
+                    raise ValueError("interval must be a positive number of seconds")
+                self.bookmark_interval = interval
+                for w in self._watches:
+                    w.set_bookmark_interval(interval)
+                return web.json_response({"interval": interval})
             elif path == "/_sim/state" and method == "GET":
                 return web.json_response({"resourceVersion": self.store.resource_version,
                                           "oldestResourceVersion": self.store.oldest_resource_version,

@@ -56,7 +56,7 @@ class SimCluster:
                  message_style: MessageStyle = MessageStyle(), restart_backoff: tuple[float, float] = (10.0, 300.0),
                  serve_http: bool = True, store: Store | None = None, pod_subnet: str | None = None,
                  dcgm_exporter: bool = False, dcgm_interval: float = 1.0, keep_timestamps: bool = False,
-                 tls: bool = False):
+                 tls: bool = False, simulate_nodes: bool = True):
         if cluster_file is not None and manifests is not None:
             raise ValueError("give either cluster_file or manifests, not both")
         if dcgm_exporter and (stand_in or not run_pods):
@@ -70,6 +70,11 @@ class SimCluster:
         self.message_style = message_style
         self.restart_backoff = restart_backoff
         self.serve_http = serve_http
+        # False: no kubelet and no node leases; another program stands in for the nodes over the
+        # HTTP API (testcluster.nodeagent)
+        self.simulate_nodes = simulate_nodes
+        if dcgm_exporter and not simulate_nodes:
+            raise ValueError("the DCGM exporter pods run on the simulated nodes: dcgm_exporter needs simulate_nodes")
         self.tls = tls  # serve HTTPS with a self-signed CA, which the kubeconfig carries (tls.py)
         self.pod_subnet = pod_subnet
         # keep the file's creationTimestamp and status times (a snapshot replays with its ages)
@@ -133,17 +138,19 @@ class SimCluster:
             await self.volume_protection.start()
             self.provisioner = HostPathProvisioner(self.store)
             await self.provisioner.start()
-            self.node_leases = NodeLeases(self.store)
-            await self.node_leases.start()
+            if self.simulate_nodes:
+                self.node_leases = NodeLeases(self.store)
+                await self.node_leases.start()
             self.claim_controller = ResourceClaimController(self.store)
             await self.claim_controller.start()
-            # the kubelet first: loaded pods take their devices before anything new is bound
-            self.kubelet = Kubelet(self.store, ledger=self.ledger, run_pods=self.run_pods, stand_in=self.stand_in,
-                                   api_url=self.url, restart_backoff=self.restart_backoff,
-                                   pod_subnet=self.pod_subnet)
-            await self.kubelet.start()
-            if self.apiserver is not None:
-                self.apiserver.kubelet = self.kubelet  # pods/log, pods/exec, pods/attach
+            if self.simulate_nodes:
+                # the kubelet first: loaded pods take their devices before anything new is bound
+                self.kubelet = Kubelet(self.store, ledger=self.ledger, run_pods=self.run_pods,
+                                       stand_in=self.stand_in, api_url=self.url,
+                                       restart_backoff=self.restart_backoff, pod_subnet=self.pod_subnet)
+                await self.kubelet.start()
+                if self.apiserver is not None:
+                    self.apiserver.kubelet = self.kubelet  # pods/log, pods/exec, pods/attach
             self.scheduler = Scheduler(self.store, style=self.message_style)
             await self.scheduler.start()
             if self.dcgm_exporter:

@@ -158,6 +158,20 @@ class Dcgm:
         override = parse_activity(((pod.get("metadata") or {}).get("annotations") or {}).get(ACTIVITY_ANNOTATION))
         return override if override is not None else self.meter.activity.get(key, 0.0)
 
+    # -- what a node has and who holds it (a node agent adds DRA devices: testcluster.nodeagent) --
+
+    def gpus(self, node: Mapping[str, Any]) -> list[Gpu]:
+        """The node's GPUs as DCGM enumerates them."""
+        return node_gpus(node)
+
+    def holder(self, node: str, device: str) -> str | None:
+        """The key of the pod holding ``device`` of ``node``, if any."""
+        return self.ledger.holder(node, device)
+
+    def holders_of(self, key: str, pod: Mapping[str, Any]) -> dict[str, str]:
+        """device id -> the container of the pod ``key`` that holds it."""
+        return _holders(pod, self.ledger.allocation(key) or {})
+
     def _held_keys(self, node: str) -> set[str]:
         keys = set()
         for resource, ids in self.ledger.node_devices(node).items():
@@ -172,12 +186,12 @@ class Dcgm:
         for key in self._held_keys(name):
             pod = self._pod(key)
             if pod is not None:
-                pods[key] = (pod, _holders(pod, self.ledger.allocation(key) or {}))
+                pods[key] = (pod, self.holders_of(key, pod))
 
         def entity(ids: Iterable[str], memory: int, whole_gpu: bool) -> dict[str, Any]:
             holders, activity = [], 0.0
             for i in ids:
-                key = self.ledger.holder(name, i)
+                key = self.holder(name, i)
                 if key in pods:
                     pod, containers = pods[key]
                     meta = pod["metadata"]
@@ -186,7 +200,7 @@ class Dcgm:
                     activity = max(activity, self._activity(key, pod))
             return {"fields": _fields(activity, memory, bool(holders), whole_gpu), "holders": holders}
         gpus = []
-        for g in node_gpus(node):
+        for g in self.gpus(node):
             doc = self._gpu_doc(g)
             if g.instances:
                 doc["instances"] = [dict(entity([mi.uuid], mi.memory_mib, False), gpuInstanceId=mi.gpu_instance_id,
@@ -281,17 +295,22 @@ class Dcgm:
 
     # -- the host engine ----------------------------------------------------------
 
-    async def start(self) -> str:
-        """Serve the host engine, create the exporter namespace, start the loop; returns host:port."""
+    def node_obj(self, name: str) -> dict | None:
+        try:
+            return self.store.get("nodes", name)
+        except Exception as e:
+            if getattr(e, "code", None) == 404:
+                return None
+            raise
+
+    async def serve(self) -> str:
+        """Serve the host engine; returns host:port."""
         from aiohttp import web
 
         async def devices(request: web.Request) -> web.Response:
-            try:
-                node = self.store.get("nodes", request.match_info["node"])
-            except Exception as e:
-                if getattr(e, "code", None) == 404:
-                    return web.json_response({"error": f"no node {request.match_info['node']}"}, status=404)
-                raise
+            node = self.node_obj(request.match_info["node"])
+            if node is None:
+                return web.json_response({"error": f"no node {request.match_info['node']}"}, status=404)
             return web.json_response(self.node_report(node))
         app = web.Application()
         app.router.add_get("/v1/nodes/{node}/devices", devices)
@@ -299,6 +318,11 @@ class Dcgm:
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, 0).start()
         self.address = f"{self.host}:{self._runner.addresses[0][1]}"
+        return self.address
+
+    async def start(self) -> str:
+        """Serve the host engine, create the exporter namespace, start the loop; returns host:port."""
+        await self.serve()
         try:
             self.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         except Exception as e:

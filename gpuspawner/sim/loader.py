@@ -433,7 +433,7 @@ def apply(store, manifests: Manifests, *, keep_timestamps: bool = False) -> None
             merged = dict(created.get("status") or {})
             merged.update(status)
             if merged.get("phase") == "Running":
-                _fill_running(created, merged)
+                fill_running(created, merged)
             store.replace("pods", created["metadata"]["name"], {"metadata": {}, "status": merged},
                           namespace=created["metadata"]["namespace"], subresource="status")
 
@@ -450,7 +450,7 @@ def _load_error(where: str, e: ApiError) -> LoadError:
     return LoadError(where, first["field"], text)
 
 
-def _fill_running(pod: dict, status: dict) -> None:
+def fill_running(pod: dict, status: dict) -> None:
     """A Running pod written by hand without the status a kubelet keeps: give it
     ready containers and conditions, as ``kubectl get pods -o yaml`` would show."""
     stamp = pod["metadata"].get("creationTimestamp")

@@ -142,6 +142,7 @@ class Watcher:
         """Send bookmarks every ``seconds`` from now (the store's interval by default)."""
         self.bookmark_interval = seconds
         self._next_bookmark = time.monotonic() + seconds
+        self._wakeup.set()  # a watcher waiting for the old interval's bookmark waits for the new one
 
     def set_timeout(self, seconds: float) -> None:
         """Note the deadline of a ``timeoutSeconds`` watch (for the last bookmark)."""

@@ -15,8 +15,9 @@ deleted).  Checked, every few seconds and at the end:
 * ``GET /hub/api/gpus`` says ``"healthy": false`` with a plain-language ``error``;
 * a GPU spawn is refused with a 503 that says capacity is unknown (the default
   ``gpu_admit_without_capacity = False``), and creates no pod;
-* once the server is back, ``GET /hub/api/gpus`` is healthy again, its counts equal a recount of
-  the cluster from scratch (``recount.py``), and a GPU server starts.
+* once the server is back, ``GET /hub/api/gpus`` is healthy again, its DRA pools are back within
+  5 s of that, its counts equal a recount of the cluster from scratch (``recount.py``), and a GPU
+  server starts.
 
 Exit status 0 when all held, 1 otherwise.
 """
@@ -42,6 +43,7 @@ from tests.e2e.harness import DemoHub, wait_for  # noqa: E402
 
 USER = "outage-user"
 PAGE_LIMIT_S = 1.0
+DRA_LAG_LIMIT_S = 5.0  # the DRA pools may come back this much later than the device-plugin pools
 # every verb the hub's clients use, except delete, which this script uses to change the cluster
 FAILING_VERBS = ("get", "list", "watch", "create", "update", "patch")
 
@@ -53,11 +55,14 @@ class Report(scenario.Report):
     slowest_page_s: float = 0.0
     refusals: int = 0
     recovery_s: float = 0.0
+    dra_pools: int = 0
+    dra_recovery_s: float = 0.0
 
     def summary(self) -> str:
+        dra = f", its {self.dra_pools} DRA pools {self.dra_recovery_s:.1f} s after" if self.dra_pools else ""
         return (f"{self.outage_s:.0f} s outage: {self.polls} polls, slowest spawn page {self.slowest_page_s * 1000:.0f} ms, "
                 f"{self.refusals} GPU spawns refused with 503, live again {self.recovery_s:.1f} s after the server came "
-                "back: " + self.outcome("all checks held"))
+                f"back{dra}: " + self.outcome("all checks held"))
 
 
 def _sim(hub: DemoHub, session: requests.Session, method: str, path: str, **body) -> dict:
@@ -72,6 +77,10 @@ def _go_away(hub: DemoHub, session: requests.Session, seconds: float) -> None:
     for verb in FAILING_VERBS:
         _sim(hub, session, "POST", "faults/fail", count=10**9, code=503, verb=verb)
     _sim(hub, session, "POST", "faults/close-watches")
+
+
+def _dra_pools(hub: DemoHub) -> set[str]:
+    return {p["id"] for p in hub.gpus()["pools"] if p.get("allocation") == "dra"}
 
 
 def _a_gpu_pod_of_another_team(hub: DemoHub) -> dict | None:
@@ -124,6 +133,8 @@ def run(hub: DemoHub, outage: float = 300.0, poll: float = 5.0) -> Report:
     page = hub.login(USER)
     pool = _gpu_pool(hub)
     victim = _a_gpu_pod_of_another_team(hub)
+    dra_before = _dra_pools(hub)
+    report.dra_pools = len(dra_before)
     k8s = requests.Session()  # a connection kept open: the hooks stay reachable while new ones are refused
     _sim(hub, k8s, "GET", "state")
     began = time.monotonic()
@@ -145,6 +156,12 @@ def run(hub: DemoHub, outage: float = 300.0, poll: float = 5.0) -> Report:
     back = time.monotonic()
     wait_for(lambda: hub.gpus().get("healthy") is True, 120, "GET /hub/api/gpus to be healthy again")
     report.recovery_s = time.monotonic() - back
+    if dra_before:  # DRA pools come back as fast as the device-plugin ones (their informers too)
+        wait_for(lambda: dra_before <= _dra_pools(hub), 120, "the DRA pools to be back")
+        report.dra_recovery_s = time.monotonic() - back
+        if report.dra_recovery_s > report.recovery_s + DRA_LAG_LIMIT_S:
+            report.problems.append(f"the DRA pools came back {report.dra_recovery_s - report.recovery_s:.1f} s after "
+                                   "the device-plugin pools")
     if hub.pods("jupyterhub", labelSelector=f"hub.jupyter.org/username={USER}"):
         report.problems.append("a pod was created for a spawn refused during the outage")
     expected = recount(hub.kube("/api/v1/nodes")["items"], hub.pods(), CapacityConfig())

@@ -157,13 +157,20 @@ def pod(
 
 def server_pod(name: str, pool: str | None = None, *, namespace: str = "jhub", created: str | None = "2026-11-22T01:00:00Z",
                phase: str = "Pending", node: str | None = None, priority: int | None = None, uid: str | None = None,
-               deleting: bool = False, conditions: Iterable[dict] = (), **status: Any) -> dict:
+               deleting: bool = False, conditions: Iterable[dict] = (), user: str | None = None,
+               server_name: str = "", **status: Any) -> dict:
     """A GPU server's pod as KubeSpawner's pod reflector holds it: the pool it was pinned to in
     its ``gpuspawner.io/pool`` annotation, its scheduling state in ``status`` (extra keyword
-    arguments: ``reason``, ``message``, ``containerStatuses`` ...)."""
+    arguments: ``reason``, ``message``, ``containerStatuses`` ...); with ``user``, KubeSpawner's
+    annotations naming the user and (``server_name``, when not the default server) the server."""
+    annotations = {"gpuspawner.io/pool": pool} if pool else {}
+    if user is not None:
+        annotations["hub.jupyter.org/username"] = user
+        if server_name:
+            annotations["hub.jupyter.org/servername"] = server_name
     p: dict[str, Any] = {
         "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}", "creationTimestamp": created,
-                     "annotations": {"gpuspawner.io/pool": pool} if pool else {}},
+                     "annotations": annotations},
         "spec": {},
         "status": {"phase": phase, "conditions": list(conditions), **status},
     }

@@ -194,6 +194,26 @@ async def test_failures_back_off_exponentially_with_full_jitter_capped(make_cach
     assert (h["consecutive_failures"], h["error"], h["healthy"]) == (0, None, True)
 
 
+async def test_an_informer_answered_after_failures_wakes_the_others_from_their_backoff(make_cache):
+    """The API server is back: the first informer that gets an answer cuts every other informer's backoff
+    short, so they all come back together (DRA's three and the node and pod informers alike), not up to
+    the 30 s cap apart.  Here the first backoff ends at once and every later one would never end."""
+    naps = []
+
+    async def sleep(delay):
+        naps.append(delay)
+        if len(naps) > 1:
+            await asyncio.Event().wait()  # a backoff that never ends by itself
+
+    api = ScriptedApi(
+        list_node=[status(500, "InternalError"), listing(NODE_LIST)],
+        list_pod_for_all_namespaces=[status(500, "InternalError"), listing(POD_LIST)],
+    )
+    cache = make_cache(api, sleep=sleep)
+    assert await cache.wait_synced(5)  # the second informer was woken by the first one's answer
+    assert len(naps) == 2
+
+
 async def test_failure_is_visible_in_health_while_it_lasts(make_cache):
     api = ScriptedApi(list_node=[status(500, message="etcdserver: request timed out")])
     cache = make_cache(api, sleep=asyncio.Event().wait)  # stays in its first backoff
@@ -249,16 +269,19 @@ async def test_relist_only_after_410(make_cache, how):
     assert cache.health["relists"] == 1
 
 
-async def test_stuck_watch_is_restarted_from_the_last_resource_version(make_cache):
+async def test_stuck_watch_is_restarted_after_a_fresh_list(make_cache):
+    """A watch that went silent may have missed anything: the informer lists afresh and watches
+    from that list's resourceVersion (a resume from the old one would trust the stalled stream)."""
     api = ScriptedApi(
-        list_node=[listing(NODE_LIST, rv="100"), watching(silent=True)],
+        list_node=[listing(NODE_LIST, rv="100"), watching(silent=True), listing(NODE_LIST, rv="170")],
         list_pod_for_all_namespaces=[listing(POD_LIST)],
     )
     cache = make_cache(api, stall_timeout=0.2)
     await wait_for(lambda: len(api.watch_calls("list_node")) == 2, what="watch restart")
-    assert api.watch_calls("list_node")[1]["resource_version"] == "100"
-    assert len(api.list_calls("list_node")) == 1
+    assert len(api.list_calls("list_node")) == 2
+    assert api.watch_calls("list_node")[1]["resource_version"] == "170"
     assert cache.health["informers"]["nodes"]["stuck_watches"] == 1
+    assert cache.health["informers"]["nodes"]["stalled"] is True  # until that watch delivers
 
 
 async def test_forbidden_says_which_cluster_role_rules_are_missing(make_cache):
@@ -526,7 +549,7 @@ async def test_sim_stuck_watch_is_restarted(sim):
     sim.store.patch("nodes", "n2", json.dumps({"spec": {"unschedulable": True}}).encode(),
                     "application/merge-patch+json")
     await wait_for(lambda: free(cache) == (1, 5), what="watch working again")
-    assert sim.counters.count("list", "nodes") == 1
+    assert sim.counters.count("list", "nodes") == 2  # a stuck watch is followed by a fresh list
 
 
 @pytest.mark.integration
@@ -536,7 +559,8 @@ async def test_sim_silent_watch_stream_is_restarted(sim):
     assert await cache.wait_synced(10)
     await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="silence detected")
     await wait_for(lambda: sim.counters.count("watch", "nodes") >= 2, what="watch restarted")
-    assert sim.counters.count("list", "nodes") == 1
+    assert sim.counters.count("list", "nodes") >= 2  # after a fresh list
+    assert not cache.snapshot().healthy  # lists answer, but no watch has delivered since
     sim.store.create("pods", pod("b", 2, "n2"))
     await wait_for(lambda: free(cache) == (2, 11), what="events still flow")
 
@@ -554,3 +578,47 @@ async def test_http_403_names_the_missing_cluster_role_rules(sim):
     assert "nodes: list, watch" in err and "pods: list, watch" in err
     assert "cannot list resource" in cache.health["informers"]["nodes"]["error"]
     assert not cache.snapshot().synced
+
+
+# --- its own client: never the library's default configuration --------------------------------------------
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://cluster.example:6443", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: secret-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+@pytest.mark.parametrize("overrides, host", [
+    ({}, "https://cluster.example:6443"),
+    ({"host": "https://proxy.example:8443"}, "https://proxy.example:8443"),  # KubeSpawner's k8s_api_host
+], ids=["kubeconfig", "k8s_api_host"])
+async def test_the_default_client_reads_its_own_configuration(tmp_path, monkeypatch, overrides, host):
+    """A hub config that built a kubernetes_asyncio model object left a blank default configuration
+    (no host) behind, as Zero to JupyterHub's does: the cache's client is configured from the kubeconfig
+    (out of a cluster) all the same, and the library's default is left as it was."""
+    from kubernetes_asyncio import config as kube_config
+    from kubernetes_asyncio.client import Configuration, V1Container
+
+    from gpuspawner.capacity.cache import _default_api
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.setattr(kube_config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(Configuration, "_default", None)
+    V1Container(name="block-cloud-metadata")
+    blank = Configuration._default
+    assert blank is not None and blank.host == ""
+    api = await _default_api(**overrides)
+    try:
+        conf = api.api_client.configuration
+        assert conf.host == host
+        assert conf.api_key.get("BearerToken") == "Bearer secret-token"  # the kubeconfig's credentials
+        assert Configuration._default is blank and blank.host == ""  # the library's default untouched
+    finally:
+        await api.api_client.close()

@@ -258,6 +258,33 @@ async def test_sim_dra_forbidden_leaves_device_plugin_pools(dra_sim):
     assert "resourceslices" in cache.health["dra"]["error"]
 
 
+@pytest.mark.integration
+async def test_sim_stalled_dra_watches_take_dra_pools_off_until_one_delivers(dra_sim):
+    """DRA watches stalled while their lists answer: the DRA pools go off within the window, stay off
+    through re-lists, and come back only once the DRA watches deliver again; the device-plugin pools stay."""
+    import asyncio
+
+    window = 1.0
+    cache = dra_sim.make_cache(stall_timeout=window)
+    assert await cache.wait_synced(10)
+    assert dra_counts(cache) == (2, 6, 6)
+    for kind in ("resourceslices", "resourceclaims", "deviceclasses"):
+        dra_sim.faults.stall(3600, verb="watch", resource=kind)
+    dra_sim.faults.close_watches()
+    await wait_for(lambda: dra_counts(cache) is None, timeout=window + 3, what="DRA pools off within the window")
+    lists = dra_sim.counters.count("list", "resourceslices")
+    seen = []
+    for _ in range(40):  # two windows of re-lists (each stuck DRA watch is re-listed), the pools stay off
+        await asyncio.sleep(0.05)
+        seen.append(dra_counts(cache))
+    assert dra_sim.counters.count("list", "resourceslices") > lists
+    assert seen == [None] * len(seen)
+    assert cache.snapshot().pool(PLUGIN_A100) is not None  # the device-plugin path is not touched
+    dra_sim.faults.clear()
+    await wait_for(lambda: dra_counts(cache) == (2, 6, 6), timeout=10, what="DRA pools back after a delivery")
+    assert not any(i["stalled"] for i in cache.health["dra"]["informers"].values())
+
+
 async def test_a_failing_dra_watch_takes_dra_pools_off_until_it_works_again(make_cache):
     import asyncio
 

@@ -105,11 +105,34 @@ async def test_a_watch_silent_past_the_bound_makes_the_figures_stale(caches):
     clock[0] += 2  # 91 s of silence: stale, and said so
     snap = cache.snapshot()
     assert snap.healthy is False
-    assert snap.error == health.silent_message(90.0)
+    assert snap.error == health.stalled_message(["nodes", "pods"], 90.0)
     body = snap.to_json()
-    assert body["healthy"] is False and body["error"].startswith("the hub has heard nothing from the Kubernetes API")
+    assert body["healthy"] is False and body["error"].startswith("the hub's watch of the cluster's nodes and pods")
     assert body["age_seconds"] == pytest.approx(91.0)
     assert capacity_problem(snap).endswith("; the last figures are 91 s old")
+
+
+async def test_a_410_on_a_quiet_watch_is_no_stall(caches):
+    """The API server answering a watch with 410 Gone speaks on it: the re-list that follows and its new
+    watch (whose first bookmark comes a minute after its start) get a full window, so a quiet informer
+    is not taken for stalled after a 410."""
+    clock = [1000.0]
+    gone = json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}})
+    first, second = _Parked(), _Parked()
+    pods_watch = _Parked()
+    api = ScriptedApi(list_node=[listing(NODE_LIST), first, listing(NODE_LIST, rv="300"), second],
+                      list_pod_for_all_namespaces=[listing(POD_LIST), pods_watch])
+    cache = caches(api, clock=lambda: clock[0])
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: cache.health["informers"]["pods"]["watches"] == 1, what="both watches open")
+    clock[0] += 80
+    pods_watch.send(b'{"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "200"}}}\n')
+    first.send((gone + "\n").encode())
+    await wait_for(lambda: cache.health["informers"]["nodes"]["watches"] == 2, what="re-listed and watching again")
+    clock[0] += 85  # 165 s since the nodes' first list, 85 s since the 410: within the window
+    snap = cache.snapshot()
+    assert (snap.healthy, snap.error) == (True, None)
+    assert cache.health["informers"]["nodes"]["stalled"] is False
 
 
 @pytest.mark.integration
@@ -137,6 +160,60 @@ async def test_a_watch_request_that_is_never_answered_is_stale_then_restarted():
         assert "Kubernetes API server" in cache.snapshot().error
         await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="restarted")
         await wait_for(lambda: cache.snapshot().healthy, timeout=10, what="live again")
+    finally:
+        await cache.stop()
+        await server.stop()
+
+
+@pytest.mark.integration
+async def test_stalled_watches_with_lists_answering_are_never_trusted_until_a_watch_delivers():
+    """Every watch request hangs while lists still answer (the hostile tester's stall): the pools turn
+    unhealthy within the window, re-lists (the spawns' re-checks) do not make them healthy again, a
+    spawn would get the 503 of an outage; once watches answer, health comes back only after a fresh
+    list and a watch that delivered."""
+    from gpuspawner.sim.apiserver import ApiServer
+    from gpuspawner.sim.store import Store
+
+    store = Store()
+    store.create("namespaces", {"metadata": {"name": "jhub"}})
+    for obj in (a100("n1"), a100("n2")):
+        store.create("nodes", obj)
+    server = ApiServer(store, bookmark_interval=0.2)
+    url = await server.start()
+    window = 1.0
+    cache = CapacityCache(CapacityConfig(stall_timeout=window, dra_drivers=()), api_factory=sim_api(url),
+                          backoff_base=0.01, backoff_cap=0.05, recheck_interval=0.0)
+    cache.start()
+    loop = asyncio.get_running_loop()
+    try:
+        assert await cache.wait_synced(10)
+        await wait_for(lambda: server.open_watches == 2, what="both watches")
+        await wait_for(lambda: cache.snapshot().healthy, what="healthy")
+        server.faults.stall(3600, verb="watch")  # every watch request hangs; lists answer
+        server.faults.close_watches()
+        began = loop.time()
+        await wait_for(lambda: cache.snapshot().age_seconds > window, timeout=window + 2, what="a window of silence")
+        assert loop.time() - began <= window + 1.0
+        assert not cache.snapshot().healthy
+        # the spawns' re-checks re-list for three windows: the lists answer, and still nothing is trusted
+        lists = server.counters.count("list")
+        healthy_seen = []
+        end = loop.time() + 3 * window
+        while loop.time() < end:
+            cache.recheck()
+            await asyncio.sleep(0.05)
+            healthy_seen.append(cache.snapshot().healthy)
+        assert server.counters.count("list") >= lists + 4  # re-listed, answered ...
+        assert not any(healthy_seen)  # ... and never trusted for that
+        problem = capacity_problem(cache.snapshot())
+        assert problem.startswith("GPU capacity is unknown: the hub's watch of the cluster's")  # the 503's words
+        assert cache.health["informers"]["nodes"].get("stalled") is True
+        # the watches answer again: a fresh list, then a delivering watch (a bookmark), then healthy
+        server.faults.clear()
+        lists = server.counters.count("list")
+        await wait_for(lambda: cache.snapshot().healthy, timeout=10, what="healthy after a delivering watch")
+        assert server.counters.count("list") > lists
+        assert not any(i.get("stalled") for i in cache.health["informers"].values())
     finally:
         await cache.stop()
         await server.stop()
@@ -311,7 +388,7 @@ async def test_api_server_unreachable_for_five_minutes_then_back():
         expected = recount(store.list("nodes")["items"], store.list("pods")["items"], CapacityConfig())
         await wait_for(lambda: not differences(expected, counted(cache.snapshot())), timeout=10,
                        what="the counts of a fresh recount")
-        assert cache.health["relists"] >= 1  # the history moved on: 410, then a re-list
+        assert cache.health["relists"] >= 1  # away longer than the window (and the history moved on): a re-list
     finally:
         await cache.stop()
         if again is not None:

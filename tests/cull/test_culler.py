@@ -25,8 +25,16 @@ POOL = "gpu-a100:nvidia-a100-sxm4-40gb:nvidia.com/gpu"
 
 
 class Hub:
-    def __init__(self, users, fail: str | None = None):
+    def __init__(self, users, fail: str | None = None, usage: dict | None = None):
         self.users, self.fail, self.stopped = users, fail, []
+        self.usage, self.usage_asked = usage or {}, []
+
+    async def gpu_usage(self, user):
+        """``GET /hub/api/users/{name}/gpu-usage``: the user's answer, None (404) for users it lacks."""
+        self.usage_asked.append(user)
+        if self.fail == "usage":
+            raise HubError(f"GET /users/{user}/gpu-usage: HTTP 403 ... the token lacks a scope")
+        return self.usage.get(user)
 
     async def ready_users(self):
         if self.fail == "list":
@@ -62,7 +70,7 @@ def setup(alice_gpus=2, **kw):
 
     async def list_pods():
         return pods
-    hub = Hub(users, kw.pop("fail", None))
+    hub = Hub(users, kw.pop("fail", None), kw.pop("usage", None))
     source = kw.pop("source", Source({"jupyter-alice": [0.0, 0.001], "jupyter-bob": [0.5]}))
     metrics = CullMetrics()
     culler = Culler(hub, source, kw.pop("rules", CullRules(idle_timeout=3600)), list_server_pods=list_pods,
@@ -205,3 +213,31 @@ async def test_a_pass_that_hits_the_unexpected_fails_instead_of_raising(caplog):
     assert hub.stopped == []
     assert any("pass failed, the rest of it skipped" in r.getMessage() and "KeyError" in r.getMessage()
                for r in caplog.records)
+def usage(stops_at, remaining=0.5):
+    return {"gpu_hours": 20 - remaining, "window": "30d", "budget": 20.0, "remaining": remaining, "retry_at": None,
+            "servers": [{"name": "", "pool": POOL, "gpus": 1, "stops_at": stops_at}]}
+
+
+@pytest.mark.parametrize("answer, stopped", [
+    (usage("2026-11-23T11:59:00Z"), [("alice", ""), ("bob", "")]),
+    (usage("2026-11-23T12:30:00Z", remaining=0.0), [("alice", ""), ("bob", "")]),
+    (usage("2026-11-23T12:30:00Z"), [("alice", "")]),
+    (usage(None, remaining=0.0), [("alice", "")]),
+], ids=["stops-at-passed", "nothing-remaining-by-the-hubs-clock", "not-yet", "stopping-off"])
+async def test_a_spent_budget_stops_a_busy_gpu_server(answer, stopped):
+    # bob's GPU is busy (kept for idleness); his budget decides
+    culler, hub, _, metrics = setup(usage={"bob": answer})
+    assert await culler.run_pass() is True
+    assert hub.stopped == stopped
+    assert hub.usage_asked == ["alice", "bob"]  # the users with ready GPU servers, not carol (CPU only)
+    if ("bob", "") in stopped:
+        assert counted(metrics)[("gpuspawner_culled_servers_total", (("pool", POOL), ("reason", "budget")))] == 1
+
+
+async def test_without_the_scope_budgets_are_not_checked_again(caplog):
+    culler, hub, _, _ = setup(fail="usage")
+    with caplog.at_level(logging.WARNING, "gpuspawner.cull"):
+        await culler.run_pass()
+        await culler.run_pass()
+    assert hub.usage_asked == ["alice"]  # asked once, then no more
+    assert "GPU-hour budgets not checked" in caplog.text

@@ -161,6 +161,11 @@ class CullHub(DemoHub):
         self.sim: subprocess.Popen | None = None
 
     def start(self) -> "CullHub":
+        self.start_cluster()
+        return self.start_hub()
+
+    def start_cluster(self) -> None:
+        """The simulated cluster, in its own process (it outlives hub restarts)."""
         self._sim_log = open(self.dir / "sim.log", "wb")
         self.sim = subprocess.Popen(
             [sys.executable, "-m", "gpuspawner", "sim", "--dcgm-exporter", "--port", str(self.k8s_port),
@@ -170,10 +175,18 @@ class CullHub(DemoHub):
                  90, "the five DCGM exporter pods to run")
         requests.post(f"{self.k8s_url}/api/v1/namespaces", timeout=10,
                       json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jupyterhub"}})
+
+    #: more of the hub's config, after the culler's (a subclass's site settings), and the culler's scopes
+    site_config = ""
+    culler_scopes = CULLER_ROLE_SCOPES
+
+    def start_hub(self) -> "CullHub":
+        """The hub (the demo's config, the culler's service and :attr:`site_config`), over the cluster; its
+        database and cookie secret stay in :attr:`dir`, so a hub started again finds them."""
         extra = self.dir / "extra_config.py"
-        extra.write_text(EXTRA_CONFIG.format(token=self.culler_token, scopes=CULLER_ROLE_SCOPES))
+        extra.write_text(EXTRA_CONFIG.format(token=self.culler_token, scopes=self.culler_scopes) + self.site_config)
         env = demo_config_env(self.dir, self.port, self.token, extra, self.kubeconfig)
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG)], cwd=self.dir,
                                      env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -183,14 +196,24 @@ class CullHub(DemoHub):
             raise AssertionError(f"the hub did not start:\n{self.log()}") from None
         return self
 
-    def stop(self) -> None:
+    def stop_hub(self, crash: bool = False) -> None:
+        """Stop the hub alone: as an admin would (SIGTERM: it stops its servers first), or as a crash
+        would (``crash``: SIGKILL to the hub's process group; the servers' pods run on)."""
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # the hub stops its servers while the cluster still runs
+            if crash:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def stop(self) -> None:
+        self.stop_hub()  # the hub stops its servers while the cluster still runs
         if self.sim and self.sim.poll() is None:
             self.sim.send_signal(signal.SIGINT)
             try:

@@ -23,6 +23,7 @@ import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import ScaleUp
 from gpuspawner.hub.handlers import GPUCapacityHandler
+from gpuspawner.hub.usagehandlers import handlers as usage_handlers
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner
@@ -115,10 +116,11 @@ def test_snippet_sets_spawner_and_registers_handler_only():
     c = load_snippet()
     assert c.JupyterHub.spawner_class == "gpu"
     handlers = c.JupyterHub.extra_handlers.get_value([])
-    assert handlers == [(r"/api/gpus", GPUCapacityHandler)]
+    assert handlers == [(r"/api/gpus", GPUCapacityHandler), *usage_handlers]
     assert set(c) == {"JupyterHub"}  # nothing site-specific
-    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers", "template_paths"}
-    assert c.JupyterHub.template_paths.get_value([]) == [hub_template_dir()]  # the home page's Kueue notice
+    # the GPU-hour endpoints' scope, the home page (Kueue's notice, GPU-hours) and its variable
+    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers", "custom_scopes", "template_paths", "template_vars"}
+    assert c.JupyterHub.template_paths.get_value([]) == [hub_template_dir()]
 
 
 async def test_capacity_for_a_plain_user_token(hub, install_cache):

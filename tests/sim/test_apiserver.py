@@ -225,6 +225,24 @@ async def test_http_bookmarks():
         await srv.stop()
 
 
+async def test_the_bookmark_interval_is_set_over_http(server):
+    """``POST /_sim/bookmarks``: an open watch (60 s by default) bookmarks at the new pace at once."""
+    async with aiohttp.ClientSession() as s:
+        async with s.get(server.url + "/api/v1/pods", params={
+                "watch": "1", "allowWatchBookmarks": "true",
+                "resourceVersion": str(server.store.resource_version)}) as watch:
+            for _ in range(1000):
+                if server.open_watches == 1:
+                    break
+                await asyncio.sleep(0.01)
+            async with s.post(server.url + "/_sim/bookmarks", json={"interval": 0.1}) as r:
+                assert r.status == 200 and (await r.json()) == {"interval": 0.1}
+            line = await asyncio.wait_for(watch.content.readline(), 10)
+        assert json.loads(line)["type"] == "BOOKMARK"
+        async with s.post(server.url + "/_sim/bookmarks", json={"interval": 0}) as r:
+            assert r.status == 400 and "interval must be a positive number of seconds" in (await r.json())["error"]
+
+
 async def test_a_bookmark_comes_two_seconds_before_the_timeout(server):
     # cache_watcher.go nextBookmarkTime: (a) 2 s before the deadline, (b) about every minute
     rv = str(server.store.resource_version)

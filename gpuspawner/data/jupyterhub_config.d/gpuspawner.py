@@ -8,8 +8,11 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
   settings, including ``profile_list``, keep working);
 * ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``);
-* a home page that says why Kueue stopped a user's server, when it did (docs/kueue.md;
-  its directory goes first in ``c.JupyterHub.template_paths``; a list you set replaces it);
+* a home page that says why Kueue stopped a user's server, when it did (docs/kueue.md), and the
+  user's GPU-hours (docs/usage.md); its directory goes first in ``c.JupyterHub.template_paths``
+  (a list you set replaces it), with its variable in ``c.JupyterHub.template_vars``;
+* ``GET /hub/api/users/{name}/gpu-usage`` and ``GET /hub/api/gpu-usage`` (GPU-hours from the ledger,
+  ``gpuspawner.hub.usagehandlers``) and the custom scope ``custom:gpu-usage:read`` that guards them;
 * a full garbage collection and ``gc.freeze()`` once the imports are done: the
   ~280,000 objects of JupyterHub, KubeSpawner, kubernetes_asyncio and gpuspawner
   are moved out of reach of Python's cyclic garbage collector, whose full passes
@@ -25,7 +28,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   with one line per problem on stderr (the setting, the value, what to write instead).
 * a size limit (64 KiB) on the bodies of the spawn and server endpoints, applied before the
   body is read, and the option rules applied before JupyterHub saves a request's options
-  (``gpuspawner.hub.guard``).
+  (``gpuspawner.hub.guard``);
+* with ``c.GPUSpawner.gpu_prepull``, once the hub has started, the task that keeps one
+  pre-pull DaemonSet per GPU pool (``gpuspawner.hub.prepull``, docs/prepull.md).
 
 Site settings go in your own config, e.g.::
 
@@ -46,6 +51,11 @@ from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.templates import hub_template_dir as _gpuspawner_hub_templates
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
+from gpuspawner.hub.prepull import start_with_hub as _gpuspawner_prepull
+from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as _gpuspawner_usage_scopes
+from gpuspawner.hub.usagehandlers import handlers as _gpuspawner_usage_handlers
+from gpuspawner.hub.usagepage import HOME_VAR as _gpuspawner_home_var
+from gpuspawner.hub.usagepage import home_gpu_hours as _gpuspawner_home_gpu_hours
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's
@@ -60,9 +70,13 @@ if isinstance(c.JupyterHub.template_paths, list):
     c.JupyterHub.template_paths.append(_gpuspawner_hub_templates())
 else:
     c.JupyterHub.template_paths.prepend([_gpuspawner_hub_templates()])
+c.JupyterHub.extra_handlers.extend(_gpuspawner_usage_handlers)
+c.JupyterHub.custom_scopes.update(_gpuspawner_usage_scopes)
+c.JupyterHub.template_vars.update({_gpuspawner_home_var: _gpuspawner_home_gpu_hours})
 _gpuspawner_log_filter()
 _gpuspawner_check_config()
 _gpuspawner_guard()
+_gpuspawner_prepull()  # with c.GPUSpawner.gpu_prepull: warm GPU images per pool (docs/prepull.md)
 
 # after the imports above (this file's own pulls in JupyterHub, KubeSpawner and kubernetes_asyncio):
 # collect once, so that no garbage is kept, then freeze what is left (Python docs, gc.freeze)

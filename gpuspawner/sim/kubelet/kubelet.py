@@ -30,7 +30,7 @@ from .. import podresources as rules
 from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
 from ..dra import kubeletenv as dra_env
 from ..errors import bad_request
-from . import logs, streams
+from . import logs, streams, volumes
 from . import runtime as rt
 from .network import IPAllocator, pod_subnet_allocator
 from .standin import start_stand_in
@@ -226,6 +226,31 @@ class Kubelet:
     async def serve_attach(self, request: Any, pod: dict, container: str, opts: dict[str, bool]) -> Any:
         """``pods/attach`` once the API server has checked the request (``streams.serve_attach``)."""
         return await streams.serve_attach(request, self, pod, container, opts)
+
+    # -- fed from outside: a node agent's informers over HTTP (testcluster.nodeagent) ----
+
+    def set_nodes(self, items: list[dict]) -> None:
+        """The nodes this kubelet runs pods for, with their allocatable (declared to the ledger)."""
+        self._node_list(items)
+
+    def node_event(self, kind: str, node: dict) -> None:
+        self._node_event(kind, node)
+
+    def pod_event(self, kind: str, pod: dict) -> None:
+        self._pod_event(kind, pod)
+
+    def keep_loaded(self, pods: list[dict]) -> None:
+        """Pods loaded already bound: they keep their state, never run, and take their devices."""
+        self._started = True
+        self._load_static(pods)
+
+    def service_account_token(self, pod: dict, sa: dict, node: str, audience: str | None, expiration: int) -> str:
+        """The token a projected ``serviceAccountToken`` volume source holds."""
+        return volumes.service_account_token(pod, sa, node, audience, expiration)
+
+    def runs_processes(self, pod: dict) -> bool:
+        """Whether the pod's containers run as processes (else Running with nothing behind them)."""
+        return self.run_pods
 
     # -- cache and dispatch -----------------------------------------------------------
 

@@ -279,8 +279,10 @@ class PodVolumes:
     """Sets up a pod's volumes (``set_up``), keeps API-data volumes current (``refresh``)."""
 
     def __init__(self, pod: Mapping[str, Any], base_dir: str, get: Getter, *, node: str,
-                 node_allocatable: Mapping[str, Any], disk_dir: str):
+                 node_allocatable: Mapping[str, Any], disk_dir: str,
+                 token: Callable[..., str] = service_account_token):
         self.pod = pod
+        self.token = token  # (pod, service account, node, audience, expiration) -> the token
         self.base = base_dir
         self.get = get
         self.node = node
@@ -378,7 +380,7 @@ class PodVolumes:
         sa = self.get("serviceaccounts", sa_name)
         if sa is None:
             raise VolumeError(f'failed to fetch token: serviceaccounts "{sa_name}" not found')
-        token = service_account_token(self.pod, sa, self.node, tp.get("audience"),
+        token = self.token(self.pod, sa, self.node, tp.get("audience"),
                                       int(tp.get("expirationSeconds") or 3600))
         return {str(tp.get("path", "token")): (token.encode(), mode)}
 

@@ -103,7 +103,7 @@ class PodWorker:
         self.stand_in = kubelet.stand_in or (meta.get("annotations") or {}).get(STAND_IN_ANNOTATION) == "true"
         self.volumes = vol.PodVolumes(pod, str(self.dir / "volumes"), kubelet.get_object_for(self.ns),
                                       node=self.node, node_allocatable=kubelet.allocatable(self.node),
-                                      disk_dir=kubelet.disks_dir)
+                                      disk_dir=kubelet.disks_dir, token=kubelet.service_account_token)
         self.task: asyncio.Task | None = None
         self._tasks: list[asyncio.Task] = []  # sidecar supervisors, volume refresh, probe kills
         self._transitions = Transitions(now_rfc3339)
@@ -206,7 +206,7 @@ class PodWorker:
 
     def _unmountable(self) -> dict[str, str]:
         """Without mount namespaces no volume can appear at its mountPath: each mounted one fails."""
-        if self.k.isolation != "processes" or self.stand_in or not self.k.run_pods:
+        if self.k.isolation != "processes" or self.stand_in or not self.k.runs_processes(self.pod):
             return {}
         out = {}
         for c in self.containers:
@@ -397,7 +397,7 @@ class PodWorker:
 
     async def _start(self, c: Container) -> bool:
         self._pull_events(c)
-        runs = not self.stand_in and self.k.run_pods
+        runs = not self.stand_in and self.k.runs_processes(self.pod)
         try:
             env = self._env(c)
             argv = self._argv(c, env)
@@ -425,7 +425,7 @@ class PodWorker:
 
     async def _start_stand_in(self, c: Container) -> bool:
         if not self.stand_in:
-            return True  # run_pods=False: Running without anything behind it
+            return True  # no process for this pod: Running without anything behind it
         try:
             c.stand_in = await self.k.start_stand_in(self, c)
         except OSError as e:
@@ -562,7 +562,7 @@ class PodWorker:
             for e in list(c.execs):
                 e.kill()
         else:
-            # no process (stand-in or run_pods=False): runs until stopped
+            # no process (stand-in or no process for this pod): runs until stopped
             await c.stopped.wait()
             code = 0 if c.stand_in is None and not self.stand_in else 143
         out.close()
