@@ -12,7 +12,7 @@ import asyncio
 
 from tests.testcluster import scheduler_agrees
 
-CASES = 160
+CASES = 200
 SEED = 20261127
 
 
