@@ -258,15 +258,19 @@ def naive_recount(cache: CapacityCache, n: int) -> float:
     """p50 seconds of rebuilding the ledger from every record (what an O(cluster) view would cost)."""
     ledger = cache._ledger
     nodes = [ledger._nodes[k] for k in ledger.node_names()]
-    pods = [ledger._pods[k] for k in ledger.pod_keys()]
+    pods = list(ledger._pods.values())
+    held = [(str(h), rec) for h, rec in ledger._base_pods.records()]  # pods without GPUs: their requests
     times = []
     for _ in range(n):
         t = time.perf_counter()
         led = Ledger(cache.config.declared_pools)
+        led.track(ledger._reqs)
         for rec in nodes:
             led.upsert_node(rec)
         for rec in pods:
             led.upsert_pod(rec)
+        for key, rec in held:
+            led.upsert_base_pod(key, rec)
         led.pools()
         times.append(time.perf_counter() - t)
     return pct(times, 0.5)

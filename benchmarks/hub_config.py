@@ -60,7 +60,12 @@ c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.load_groups = {"ml": {"users": ["bench"]}}
 c.JupyterHub.services = [{"name": "bench-admin", "api_token": env["HUBBENCH_TOKEN"]}]
-c.JupyterHub.load_roles = [{"name": "admin", "services": ["bench-admin"]}]
+# appended to the snippet's roles (users' custom:gpus:read); the admin role has no custom scope, so the
+# GPU hub grants it to the benchmark's token (the static hub defines no such scope)
+c.JupyterHub.load_roles.append({"name": "admin", "services": ["bench-admin"]})
+if mode == "gpu":
+    c.JupyterHub.load_roles.append(
+        {"name": "gpu-capacity-reader", "scopes": ["custom:gpus:read"], "services": ["bench-admin"]})
 
 # --- the pods: the same for both spawners ---------------------------------------------------
 c.KubeSpawner.namespace = "jupyterhub"

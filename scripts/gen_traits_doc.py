@@ -38,7 +38,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "What the spawn page offers: the GPU profiles, how discovered pools are shown, the most GPUs "
         "one server may ask for, and which node taints a GPU server may tolerate "
         "(docs/configuration.md sections 2 and 3).",
-        ("gpu_profiles", "gpu_pool_rules", "gpu_max_per_server", "gpu_tolerated_taint_keys"),
+        ("gpu_profiles", "gpu_pool_rules", "gpu_max_per_server", "gpu_allow_multiple_shares", "gpu_tolerated_taint_keys"),
     ),
     (
         "GPU capacity",

@@ -51,7 +51,7 @@ import logging
 import random
 import time
 import weakref
-from typing import Any, Awaitable, Callable, ClassVar
+from typing import Any, Awaitable, Callable, ClassVar, Iterable
 
 from gpuspawner.capacity import gcpolicy
 from gpuspawner.capacity import health as words
@@ -61,7 +61,7 @@ from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.listjson import ITEM, iter_list
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import CapacitySnapshot
-from gpuspawner.capacity.podres import pod_key, pod_record
+from gpuspawner.capacity.podres import base_record, pod_key, pod_record
 from gpuspawner.kube.apierrors import dra_missing_rules_message, missing_rules_message, status_of
 
 log = logging.getLogger(__name__)
@@ -491,8 +491,14 @@ class _Informer:
         if prec is None:
             key = pod_key(obj)
             if key is not None:
-                cache._ledger.remove_pod(key)
+                # a pod without GPUs still holds CPU, memory and a pod slot on its node
+                base = base_record(obj)
+                if base is None:
+                    cache._ledger.remove_pod(key)
+                else:
+                    cache._ledger.upsert_base_pod(key, base)
                 cache._dra.pod_changed(key, obj)
+                return key if base is not None else None  # a re-list keeps the pods it saw
             return None
         cache._ledger.upsert_pod(prec)
         return prec.key
@@ -776,6 +782,15 @@ class CapacityCache:
             pools_by_id=by_id,
         )
 
+    def track_requests(self, requests: Iterable[tuple[int, ...]]) -> bool:
+        """Count from now on, per pool, where servers asking these of a node (CPU millicores, memory
+        and ephemeral storage bytes, pods) fit (``Ledger.track``); a change drops the counts a page
+        holds, so the next view shows them."""
+        changed = self._ledger.track(requests)
+        if changed:
+            self._held = None
+        return changed
+
     def held_age(self) -> float | None:
         """Seconds since the counts ``snapshot(max_age)`` serves were taken (None: none held yet)."""
         return None if self._held is None else self._clock() - self._held[0]
@@ -801,15 +816,16 @@ class CapacityCache:
         now = self._clock()
         return all(not i.error and not i.forbidden and i.trusted(now) for i in self._dra.informers.values())
 
-    def reserve(self, owner: str, pool_id: str, count: int) -> None:
-        """Count ``count`` GPUs of ``pool_id`` for the pod ``owner`` ("<namespace>/<name>") at once."""
+    def reserve(self, owner: str, pool_id: str, count: int, request: tuple[int, ...] | None = None) -> None:
+        """Count ``count`` GPUs of ``pool_id`` for the pod ``owner`` ("<namespace>/<name>") at once
+        (and ``request``, its CPU, memory, ephemeral storage and pod slot, on the same node)."""
         if not isinstance(owner, str) or "/" not in owner:
             raise ValueError(f"reservation owner must be '<namespace>/<pod name>', got {owner!r}")
         expires = self._clock() + self.config.reservation_ttl
         if self._dra.ledger.has_pool(pool_id):
             self._dra.ledger.reserve(owner, pool_id, count, expires)
         else:
-            self._ledger.reserve(owner, pool_id, count, expires)
+            self._ledger.reserve(owner, pool_id, count, expires, request)
 
     def release(self, owner: str) -> None:
         self._ledger.release(owner)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from gpuspawner.capacity.labels import node_group, node_is_ready, node_taints
 from gpuspawner.capacity.model import Taint
 from gpuspawner.capacity.quantity import QuantityError, parse_count, parse_quantity
+from gpuspawner.capacity.sharing import class_sharing
 
 __all__ = [
     "DevKey",
@@ -117,6 +118,8 @@ class ClassRecord(NamedTuple):
     driver: str | None
     equalities: tuple[tuple[str, str], ...]  # (qualified attribute, value)
     extended_resource_name: str | None
+    # the sharing strategy its ``spec.config`` sets for its driver's devices (sharing.class_sharing)
+    sharing: str | None = None
 
     @property
     def readable(self) -> bool:
@@ -409,7 +412,8 @@ def class_record(obj: Mapping[str, Any]) -> ClassRecord | None:
     if not readable or len(drivers) != 1:
         return ClassRecord(name, None, (), ext)
     equalities = tuple(sorted({(k, v) for k, v in terms if k != "driver"}))
-    return ClassRecord(name, drivers.pop(), equalities, ext)
+    driver = drivers.pop()
+    return ClassRecord(name, driver, equalities, ext, class_sharing(spec.get("config"), driver))
 
 
 def class_matches(cls: ClassRecord, driver: str, device: DraDevice) -> bool:

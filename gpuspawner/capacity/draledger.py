@@ -46,6 +46,7 @@ from gpuspawner.capacity.dra import (
     choose_class,
 )
 from gpuspawner.capacity.model import DraFacts, NodeView, PoolView, Taint, pool_id
+from gpuspawner.capacity.sharing import MIG, NONE
 from gpuspawner.capacity.tally import NodeTally, Reserving, bump, check_count, lowest, pool_taints, sorted_taints
 
 __all__ = ["DraLedger", "DraReservation", "product_label"]
@@ -358,7 +359,8 @@ class DraLedger(Reserving):
         pid = pool_id(node.group, product, cls.name)
         pool = self._pools.get(pid)
         if pool is None:
-            facts = DraFacts(m.key.driver, cls.name, m.device.product, m.device.profile, m.device.device_type)
+            facts = DraFacts(m.key.driver, cls.name, m.device.product, m.device.profile, m.device.device_type,
+                             cls.sharing)
             pool = self._pools[pid] = _Pool(facts, product, node.group_label, node.group)
         devs = pool.devs.get(m.node)
         if devs is None:
@@ -443,4 +445,7 @@ def _view(pid: str, pool: _Pool) -> PoolView:
         taints=sorted_taints(pool.taints),
         node_views=tuple(pool.nodes.views),
         dra=pool.facts,
+        # a claim takes a whole device (or MIG slice); a class's sharing config sets how the
+        # processes of its pod share it, never several claims on one device
+        sharing=MIG if pool.facts.profile else (pool.facts.sharing or NONE),
     )

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpuspawner.capacity.model import Taint, pool_id
+from gpuspawner.capacity.noderes import node_base
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 from gpuspawner.capacity.warnonce import warn_once
+from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
 
 
 
@@ -302,6 +304,8 @@ class NodeGpu(NamedTuple):
     # its product is not read from. A required node affinity pins a pod to the pool with
     # ``In`` on the defining labels and ``DoesNotExist`` on these, never with node names.
     absent_labels: tuple[str, ...] = ()
+    # how the node's GPUs of this resource are shared (time-slicing, MPS, MIG; sharing.node_sharing)
+    sharing: Sharing = NOT_SHARED
 
 
 class NodeRecord(NamedTuple):
@@ -317,6 +321,8 @@ class NodeRecord(NamedTuple):
     taints: tuple[Taint, ...]
     # the labels a NodeView carries: what pins a pod to this node or driver
     labels: tuple[tuple[str, str], ...]
+    # allocatable CPU (millicores), memory, ephemeral storage (bytes) and pods (noderes.node_base)
+    base: tuple[int, ...] = ()
 
     @property
     def contributes(self) -> bool:
@@ -393,6 +399,7 @@ def _node_gpus(found: list[tuple[str, int]], labels: Mapping[str, Any], group_la
                 pool_id=_pool_id(group, facts.product, resource),
                 defining_labels=tuple(defining),
                 absent_labels=group_absent + facts.absent,
+                sharing=_shared(node_sharing(resource, labels, n)),
             ))
         )
     return _shared(tuple(gpus))
@@ -439,4 +446,5 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
         compute_capability=cc,
         taints=node_taints(spec),
         labels=tuple((k, labels[k]) for k in _VIEW_LABELS if isinstance(labels.get(k), str)),
+        base=_shared(node_base(allocatable, name)),
     )

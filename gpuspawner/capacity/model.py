@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
 
+from gpuspawner.capacity.names import pool_display_name
+from gpuspawner.capacity.sharing import MIG, NONE, mig_profile_of
+
 #: The node labels that name a node's NVIDIA driver and that a required node affinity can
 #: steer by (GPU Feature Discovery, NVIDIA/k8s-device-plugin
 #: ``docs/gpu-feature-discovery/README.md``; the project's reference notes, section 4.1): the full version, written since GFD v0.15.0, and the deprecated major version,
@@ -62,6 +65,20 @@ class NodeView(NamedTuple):
     cuda_version: str | None  # "12.2": the newest CUDA the driver supports
     compute_capability: str | None  # "8.0"
     labels: tuple[tuple[str, str], ...] = ()
+    # bit i set: the pool's i-th tracked server request (PoolView.requests) fits beside what the
+    # node's pods request now (``fits``) / within its allocatable at all (``holds``)
+    fits: int = 0
+    holds: int = 0
+
+
+class FitCount(NamedTuple):
+    """A pool (or driver group) for one server request: the nodes it fits on now, the GPUs free on
+    them, the most free on one of them, and the nodes big enough for it at all."""
+
+    nodes: int
+    free: int
+    max_free_per_node: int
+    holding: int
 
 
 #: How a pool's GPUs reach a pod (``PoolView.allocation``, exact in ``GET /hub/api/gpus``).
@@ -84,6 +101,7 @@ class DraFacts:
     product_name: str | None
     profile: str | None = None
     device_type: str | None = None
+    sharing: str | None = None  # the DeviceClass's sharing strategy (time-slicing, mps), if it sets one
 
 
 class Pin(NamedTuple):
@@ -117,6 +135,8 @@ class DriverGroup(NamedTuple):
     free: int
     max_free_per_node: int
     max_allocatable: int
+    # one FitCount per tracked server request (PoolView.requests), empty when none is tracked
+    fits: tuple[FitCount, ...] = ()
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -135,17 +155,27 @@ def group_order(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple("" if v is None else v for v in key)
 
 
-def driver_groups(views: Iterable[NodeView]) -> tuple[DriverGroup, ...]:
-    """The groups of ``views``, counted from scratch (the ledger keeps the same incrementally)."""
-    acc: dict[tuple[Any, ...], list[int]] = {}
+def driver_groups(views: Iterable[NodeView], requests: int = 0) -> tuple[DriverGroup, ...]:
+    """The groups of ``views``, counted from scratch (the ledger keeps the same incrementally), with
+    a :class:`FitCount` for each of ``requests`` tracked server requests (``NodeView.fits``)."""
+    acc: dict[tuple[Any, ...], list[Any]] = {}
     for v in views:
-        a = acc.setdefault(driver_key(v), [0, 0, 0, 0, 0])
+        a = acc.setdefault(driver_key(v), [0, 0, 0, 0, 0, [[0, 0, 0, 0] for _ in range(requests)]])
         a[0] += 1
         a[1] += v.allocatable
         a[2] += v.free
         a[3] = max(a[3], v.free)
         a[4] = max(a[4], v.allocatable)
-    return tuple(DriverGroup(*k, *acc[k]) for k in sorted(acc, key=group_order))
+        for i, f in enumerate(a[5]):
+            if v.fits >> i & 1:
+                f[0] += 1
+                f[1] += v.free
+                f[2] = max(f[2], v.free)
+            if v.holds >> i & 1:
+                f[3] += 1
+    return tuple(
+        DriverGroup(*k, *acc[k][:5], tuple(FitCount(*f) for f in acc[k][5])) for k in sorted(acc, key=group_order)
+    )
 
 
 @dataclass(frozen=True)
@@ -176,6 +206,64 @@ class PoolView:
     # the ways its nodes are pinned by labels (one for a uniform pool); empty: by
     # ``defining_labels`` alone (declared pools, views made by hand)
     pins: tuple[Pin, ...] = ()
+    # how its devices are shared (capacity.sharing: "none", "time-slicing", "mps", "mig") and how
+    # many pods share one device (1: not shared); ``total`` and ``free`` count shares
+    sharing: str = NONE
+    replicas: int = 1
+    # the server requests (CPU millicores, memory, ephemeral storage bytes, pods) whose fit the
+    # ledger counts per driver group (DriverGroup.fits, same order); the largest allocatable of
+    # its contributing nodes per dimension (None: unknown)
+    requests: tuple[tuple[int, ...], ...] = ()
+    largest: tuple[int, ...] | None = None
+
+    def fit_for(self, request: tuple[int, ...] | None,
+                groups: tuple[DriverGroup, ...] | None = None) -> FitCount | None:
+        """The pool (or its ``groups``) for a server asking ``request`` of its node: summed over
+        the driver groups, never the nodes. None when the request is not tracked (DRA pools, views
+        made by hand): the caller counts without it."""
+        if request is None:
+            return None
+        try:
+            i = self.requests.index(request)
+        except ValueError:
+            return None
+        nodes = free = most = holding = 0
+        counted = False
+        for g in self.driver_groups if groups is None else groups:
+            if i < len(g.fits):
+                counted = True
+                f = g.fits[i]
+                nodes += f.nodes
+                free += f.free
+                most = max(most, f.max_free_per_node)
+                holding += f.holding
+        if not counted and (groups or self.driver_groups):
+            return None
+        return FitCount(nodes, free, most, holding)
+
+    @property
+    def mig_profile(self) -> str | None:
+        """The MIG profile of a pool of MIG slices (``1g.10gb``), else None."""
+        if self.dra is not None:
+            return self.dra.profile
+        return mig_profile_of(self.resource, self.product)
+
+    @property
+    def display_name(self) -> str:
+        """The pool's default name, the same for the same hardware however it is published
+        (``NVIDIA A100 80GB``, ``NVIDIA A100 80GB MIG 1g.10gb``; ``capacity.names``)."""
+        product = self.dra.product_name if self.dra is not None else self.product
+        return pool_display_name(product, self.vendor, self.mig_profile)
+
+    @property
+    def shared(self) -> bool:
+        """Whether several servers use one device (time-slicing or MPS)."""
+        return self.replicas > 1
+
+    @property
+    def physical(self) -> int:
+        """The devices behind ``total`` (GPUs, or MIG slices): shares divided by ``replicas``."""
+        return self.total // self.replicas if self.replicas > 1 else self.total
 
     @property
     def vendor(self) -> str | None:
@@ -201,7 +289,7 @@ class PoolView:
         so reading them costs nothing per request. A view made by hand (or by
         ``dataclasses.replace``) counts them from its nodes on first use.
         """
-        return driver_groups(self.node_views)
+        return driver_groups(self.node_views, len(self.requests))
 
     @property
     def max_allocatable(self) -> int:
@@ -235,6 +323,9 @@ class PoolView:
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_version,
             "scale_up": self.scale_up.to_json() if self.scale_up else None,
+            "display_name": self.display_name,
+            "sharing": self.sharing if self.sharing != NONE or self.mig_profile is None else MIG,
+            "replicas": self.replicas,
         }
 
 

@@ -24,12 +24,14 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping, NamedTuple
 
+from gpuspawner.capacity.noderes import base_of
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 from gpuspawner.capacity.warnonce import warn_once
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PodRecord", "pod_key", "container_requests", "pod_usage", "pod_counts", "pod_record"]
+__all__ = ["PodRecord", "pod_key", "container_requests", "pod_usage", "pod_base", "pod_counts", "pod_record",
+           "base_record"]
 
 _TERMINAL = ("Succeeded", "Failed")
 
@@ -43,6 +45,8 @@ class PodRecord(NamedTuple):
     key: str  # "<namespace>/<name>"
     node: str | None  # spec.nodeName: bound to a node
     usage: tuple[tuple[str, int], ...]  # (resource, count), sorted, positive
+    # CPU (millicores), memory and ephemeral storage (bytes) it requests (pod_base)
+    base: tuple[int, int, int] = (0, 0, 0)
 
 
 def pod_key(obj: Mapping[str, Any]) -> str | None:
@@ -84,18 +88,28 @@ def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
             into[k] = v
 
 
-def pod_usage(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, int]:
-    """The GPU resources the scheduler reserves for a pod spec (zeros dropped)."""
+def _base_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    """CPU, memory and ephemeral storage of one container (requests, else limits), as ints."""
+    res = container.get("resources") or {}
+    merged: dict[str, Any] = {}
+    for source in (res.get("limits"), res.get("requests")):  # requests win: written last
+        if isinstance(source, dict):
+            merged.update(source)
+    cpu, memory, ephemeral = base_of(merged)
+    return {"cpu": cpu, "memory": memory, "ephemeral-storage": ephemeral}
+
+
+def _pod_totals(spec: Mapping[str, Any], read: Callable[[Mapping[str, Any]], dict[str, int]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for c in spec.get("containers") or ():
         if isinstance(c, dict):
-            _add(total, container_requests(c, is_gpu))
+            _add(total, read(c))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for c in spec.get("initContainers") or ():
         if not isinstance(c, dict):
             continue
-        req = container_requests(c, is_gpu)
+        req = read(c)
         if c.get("restartPolicy") == "Always":
             # a sidecar keeps running next to the app containers
             _add(total, req)
@@ -108,8 +122,20 @@ def pod_usage(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[st
     _max(total, init_peak)
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
-        _add(total, container_requests({"resources": {"requests": overhead}}, is_gpu))
+        _add(total, read({"resources": {"requests": overhead}}))
     return {k: v for k, v in total.items() if v > 0}
+
+
+def pod_usage(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> dict[str, int]:
+    """The GPU resources the scheduler reserves for a pod spec (zeros dropped)."""
+    return _pod_totals(spec, lambda c: container_requests(c, is_gpu))
+
+
+def pod_base(spec: Mapping[str, Any]) -> tuple[int, int, int]:
+    """CPU (millicores), memory and ephemeral storage (bytes) the scheduler reserves for a pod spec,
+    by the same rule as GPUs (NodeResourcesFit)."""
+    total = _pod_totals(spec, _base_requests)
+    return (total.get("cpu", 0), total.get("memory", 0), total.get("ephemeral-storage", 0))
 
 
 def pod_counts(obj: Mapping[str, Any]) -> bool:
@@ -143,4 +169,17 @@ def pod_record(obj: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> PodReco
     if not usage:
         return None
     node = spec.get("nodeName") or None
-    return PodRecord(key=key, node=node, usage=tuple(sorted(usage.items())))
+    return PodRecord(key=key, node=node, usage=tuple(sorted(usage.items())), base=pod_base(spec))
+
+
+def base_record(obj: Mapping[str, Any]) -> tuple[str, int, int, int] | None:
+    """``(node, cpu, memory, ephemeral storage)`` of a pod without GPUs that holds room on its node
+    (bound, not Succeeded/Failed); None otherwise. A plain tuple of atoms: a hub watching 150,000
+    pods keeps one small record per bound pod, which the cyclic garbage collector does not track."""
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, dict) or not pod_counts(obj):
+        return None
+    node = spec.get("nodeName")
+    if not isinstance(node, str):
+        return None
+    return (node, *pod_base(spec))

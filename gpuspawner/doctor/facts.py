@@ -53,6 +53,11 @@ class HubFacts:
     source: str | None = None  # the config file; None: defaults (no --config)
     kueue_queues: tuple[QueueRule, ...] = ()  # c.GPUSpawner.gpu_kueue_queues
     namespace: str | None = None  # c.KubeSpawner.namespace, when the config sets it
+    # how long a spawn waits: Spawner.start_timeout, and what gpuspawner may raise it to for a pool
+    # that must scale up (gpu_image_pull_seconds, gpu_start_timeout_max)
+    start_timeout: float = 60.0
+    image_pull_seconds: float = 600.0
+    start_timeout_max: float = 3600.0
 
 
 def _tolerations(value: Any, where: str) -> list[Mapping[str, Any]]:
@@ -150,4 +155,14 @@ def hub_facts_from_values(
         source=source,
         kueue_queues=parse_rules(values.get("gpu_kueue_queues") or (), "c.GPUSpawner.gpu_kueue_queues"),
         namespace=values.get("namespace") if isinstance(values.get("namespace"), str) and values.get("namespace") else None,
+        start_timeout=_seconds(values, "start_timeout", 60.0),
+        image_pull_seconds=_seconds(values, "gpu_image_pull_seconds", 600.0),
+        start_timeout_max=_seconds(values, "gpu_start_timeout_max", 3600.0),
     )
+
+
+def _seconds(values: Mapping[str, Any], name: str, default: float) -> float:
+    value = values.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a number of seconds, not {value!r}")
+    return float(value)

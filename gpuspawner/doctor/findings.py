@@ -52,6 +52,7 @@ FINDING_IDS = (
     "image-driver-partial",
     "cuda-check-error",
     "pod-pending-on-gpu",
+    "scale-up-too-slow",
     "profile-checks-skipped",
     "checks-skipped",
     "cull-no-gpu-metrics",

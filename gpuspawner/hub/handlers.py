@@ -8,26 +8,36 @@ request. If no spawner has started the cache yet, the first request starts it
 and answers ``"synced": false`` until the first list completes.
 
 Authentication is JupyterHub's: a token (``Authorization: token ...``) or the
-hub's login cookie. No scope is required, since pool sizes are no secret from
-someone who can spawn; anonymous requests get 403.
+hub's login cookie. The caller needs the custom scope ``custom:gpus:read``
+(:data:`SCOPE`), which the config snippet defines and grants to JupyterHub's
+``user`` role unless the admin defines that role (docs/access.md); anonymous
+requests and callers without it get 403.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
+from traitlets.config import LazyConfigValue
 
 from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
+from gpuspawner.hub import serverfit
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub import hublog
 from gpuspawner.hub.spawner import capacity_settings_class
 from gpuspawner.queue.pools import pool_queue
 
 API_PATH = r"/api/gpus"
+#: The JupyterHub custom scope ``GET /hub/api/gpus`` needs (``c.JupyterHub.custom_scopes``)
+SCOPE = "custom:gpus:read"
+SCOPE_DEFINITION = {
+    "description": "Read the GPU pools, what is free in them and why a server may not fit (GET /hub/api/gpus).",
+}
 
 
 class GPUCapacityHandler(APIHandler):
@@ -48,10 +58,13 @@ class GPUCapacityHandler(APIHandler):
         GPUCapacityHandler._settings_memo = (self.config, spawner_class, settings)
         return settings
 
-    def capacity_snapshot(self, settings: GPUSpawnerSettings) -> CapacitySnapshot:
+    def capacity_snapshot(self, settings: GPUSpawnerSettings, requests=None) -> CapacitySnapshot:
         hublog.adopt(self.log)  # the capacity cache's lines in the hub's log, with time and level
         try:
-            return settings.shared_capacity_cache().snapshot()
+            cache = settings.shared_capacity_cache()
+            if requests:  # count where each profile's server fits, as the spawn page does
+                cache.track_requests(serverfit.all_requests(requests))
+            return cache.snapshot()
         except Exception as e:
             self.log.error("GET /hub/api/gpus: the GPU capacity cache could not start: %s: %s", type(e).__name__, e)
             return CapacitySnapshot(
@@ -64,9 +77,18 @@ class GPUCapacityHandler(APIHandler):
             raise web.HTTPError(
                 403, "sign in, or send an API token (header 'Authorization: token <token>'), to read GPU capacity"
             )
+        if SCOPE not in (self.expanded_scopes or ()):
+            raise web.HTTPError(
+                403, f"reading GPU capacity needs the scope {SCOPE}: JupyterHub's user role has it with "
+                "gpuspawner's config snippet; an admin grants it to other roles and services (docs/access.md)"
+            )
         settings = self.capacity_settings()
-        snapshot = self.capacity_snapshot(settings)
-        visible = tuple(pool for pool, _name in present_pools(snapshot.pools, settings.pool_rules()))
+        specs = settings.gpu_profile_specs()
+        requests = serverfit.requests_of(specs, serverfit.config_defaults(self.config))
+        snapshot = self.capacity_snapshot(settings, requests)
+        presented = present_pools(snapshot.pools, settings.pool_rules())
+        names = {pool.id: name for pool, name in presented}
+        visible = tuple(pool for pool, _name in presented)
         # a user sees the pools they may use (allowed_groups); admins see all
         visible = visible_pools(
             visible, settings.access_rules(), principal_of(self.current_user), settings.gpu_profile_specs()
@@ -74,10 +96,14 @@ class GPUCapacityHandler(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         body = snapshot.to_json(visible)
-        queues, view = settings.queue_rules(), settings.kueue_view()
-        counts = view.queue_counts if view is not None else (lambda queue: None)
+        queues, kueue = settings.queue_rules(), settings.kueue_view()
+        counts = kueue.queue_counts if kueue is not None else (lambda queue: None)
         for pool in body["pools"]:  # gpu_kueue_queues: each pool's Kueue LocalQueue and its figures, or null
             pool["queue"] = pool_queue(queues, pool["id"], counts)
+        for pool_view, pool in zip(visible, body["pools"]):
+            pool["display_name"] = names.get(pool["id"], pool["display_name"])  # an admin's name wins
+            # per GPU profile: true, or why the pool's nodes can never hold its server (CPU, memory)
+            pool["fits_profiles"] = serverfit.fits_profiles(pool_view, specs, requests)
         rules = settings.cull_rules()
         if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
             for pool in body["pools"]:
@@ -87,3 +113,18 @@ class GPUCapacityHandler(APIHandler):
 
 # what the config snippet appends to c.JupyterHub.extra_handlers
 handlers = [(API_PATH, GPUCapacityHandler)]
+
+
+def grant_scope(c) -> None:
+    """Define :data:`SCOPE` in ``c.JupyterHub.custom_scopes`` and grant it to JupyterHub's ``user``
+    role, with that role's default ``self``, unless the config already defines a ``user`` role
+    (then the admin's role is left as it is: add the scope to it to keep the endpoint for users)."""
+    # .update/.append work on what the config holds, a dict or list the admin set or traitlets'
+    # lazy value (other snippets extend them the same way)
+    c.JupyterHub.custom_scopes.update({SCOPE: SCOPE_DEFINITION})
+    roles = c.JupyterHub.load_roles
+    # (get_value on a copy: traitlets keeps the first value it computes, later appends would be lost)
+    given = copy.deepcopy(roles).get_value([]) if isinstance(roles, LazyConfigValue) else roles
+    if not any(isinstance(r, dict) and r.get("name") == "user" for r in given):
+        roles.append({"name": "user", "description": "Standard user privileges, and reading GPU capacity",
+                      "scopes": ["self", SCOPE]})

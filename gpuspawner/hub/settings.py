@@ -28,6 +28,8 @@ from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, r
 from gpuspawner.hub import hublog, metrics
 from gpuspawner.hub.prepull import GPUPrepullSettings
 from gpuspawner.hub.usagesettings import GPUHourSettings
+from gpuspawner.hub import metrics
+from gpuspawner.hub.pagememo import fingerprint
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity import cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
@@ -184,6 +186,44 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
             c.GPUSpawner.gpu_capacity_stall_timeout = 90
         """,
     )
+    gpu_image_pull_seconds = Float(
+        600.0,
+        config=True,
+        help="""
+        Seconds an image pull may take on a new node, counted into the start
+        timeout of a spawn that waits for a pool to scale up (with the pool's
+        declared ``minutes``). CUDA notebook images are often 12-20 GB.
+
+            c.GPUSpawner.gpu_image_pull_seconds = 900
+        """,
+    )
+    gpu_start_timeout_max = Float(
+        3600.0,
+        config=True,
+        help="""
+        The longest start timeout gpuspawner gives a spawn that waits for a
+        pool to scale up: ``start_timeout`` is raised to the pool's declared
+        scale-up ``minutes`` plus ``gpu_image_pull_seconds``, up to this. A
+        declared pool that needs longer is reported at hub start and by
+        ``gpuspawner doctor``.
+
+            c.GPUSpawner.gpu_start_timeout_max = 1800
+        """,
+    )
+    gpu_allow_multiple_shares = Bool(
+        False,
+        config=True,
+        help="""
+        Whether one server may take more than one share of a time-sliced GPU
+        (nodes whose device plugin advertises each GPU several times,
+        ``nvidia.com/gpu.sharing-strategy: time-slicing``). Off by default:
+        every share sees the whole GPU and its whole memory, so a second share
+        adds no memory and little speed while keeping others off the GPU. MPS
+        shares (each a slice of memory) and MIG slices are not bounded by it.
+
+            c.GPUSpawner.gpu_allow_multiple_shares = True
+        """,
+    )
     gpu_pool_rules = List(
         Dict(),
         config=True,
@@ -249,6 +289,14 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
         except ValueError as e:
             raise TraitError(str(e)) from None
         return proposal.value
+
+    @validate("gpu_image_pull_seconds", "gpu_start_timeout_max")
+    def _validate_wait_seconds(self, proposal):
+        value = proposal["value"]
+        name = proposal["trait"].name
+        if not value >= 0 or value != value or (name == "gpu_start_timeout_max" and value <= 0):
+            raise TraitError(f"{name} must be a number of seconds above 0, like 600, not {value!r}")
+        return value
 
     @validate("gpu_pool_rules")
     def _validate_pool_rules(self, proposal):
@@ -370,8 +418,17 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
     def pool_rules(self) -> tuple[PoolRule, ...]:
         return tuple(PoolRule.from_config(r) for r in self.gpu_pool_rules)
 
+    _specs_memo: tuple[Any, str, tuple[GPUProfileSpec, ...]] | None = None
+
     def gpu_profile_specs(self) -> tuple[GPUProfileSpec, ...]:
-        return tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
+        """The GPU profiles, read once per configuration (every view and spawn asks for them)."""
+        text = fingerprint(self.gpu_profiles)
+        memo = self._specs_memo
+        if memo is not None and memo[0] is self.gpu_profiles and memo[1] == text:
+            return memo[2]
+        specs = tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
+        self._specs_memo = (self.gpu_profiles, text, specs)
+        return specs
 
     def access_rules(self) -> AccessRules:
         """The ``allowed_groups`` of ``gpu_profiles`` and ``gpu_pool_rules``."""

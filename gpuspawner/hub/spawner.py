@@ -49,6 +49,8 @@ from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offer
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub import leftpod, logfilter, reaper
+from gpuspawner.hub import serverfit, startwait
+from gpuspawner.hub.formchoices import form_choices
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import (
@@ -116,6 +118,7 @@ class GPUSpawnInfo:
     gpus: int
     checked: bool = True  # admitted on counted capacity (not gpu_admit_without_capacity)
     product: str | None = None  # the pool's GPU product (the GPU-hour ledger's weights)
+    request: tuple[int, ...] | None = None  # CPU, memory, disk, pods the pod asks (serverreq)
 
 
 class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
@@ -389,6 +392,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         try:
             cache = self.shared_capacity_cache()
             await cache.wait_synced(self.gpu_capacity_sync_timeout)
+            # count where each profile's server fits (CPU, memory): a no-op unless the set changed
+            cache.track_requests(self._tracked_requests())
+            startwait.warn_slow_pools(self)
             snapshot = cache.snapshot(max_age, renew=renew)
         except asyncio.CancelledError:
             raise
@@ -448,8 +454,10 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         if not self.gpu_profiles:
             return {}
         snapshot = await self.capacity_snapshot(max_age, renew)
+        requests = self.gpu_server_requests()
         config = fingerprint(self.gpu_profiles, self.gpu_pool_rules, self.gpu_admit_without_capacity,
-                             self.gpu_max_per_server, self.cuda_policy, self.cuda_check, self.gpu_kueue_queues)
+                             self.gpu_max_per_server, self.cuda_policy, self.cuda_check, self.gpu_kueue_queues,
+                             self.gpu_allow_multiple_shares, self._tracked_requests())
         # a snapshot's pools are one object until a count changes; its problem text (which
         # carries the figures' age when they are stale) is part of what the offers say
         source = snapshot.pools if snapshot is not None else None
@@ -461,7 +469,24 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             admit_without_capacity=self.gpu_admit_without_capacity,
             fit=self._cuda_fit,
             count_limit=self.gpu_max_per_server,
+            multiple_shares=self.gpu_allow_multiple_shares,
+            requests=requests,
         ), self.queue_rules()))
+
+    _request_memo: Memo = Memo(size=4)
+    _tracked_memo: Memo = Memo(size=4)
+
+    def _tracked_requests(self) -> tuple[tuple[int, ...], ...]:
+        """Every distinct request of :meth:`gpu_server_requests`, sorted (what the cache counts)."""
+        requests = self.gpu_server_requests()
+        return self._tracked_memo.get(requests, None, lambda: tuple(sorted(serverfit.all_requests(requests))))
+
+    def gpu_server_requests(self) -> dict[str, dict]:
+        """Per GPU profile, what each image's pod asks of its node besides GPUs (``hub.serverfit``);
+        worked out once per configuration in this hub process."""
+        defaults = serverfit.spawner_defaults(self)
+        return self._request_memo.get(self.gpu_profiles, fingerprint(defaults), lambda: serverfit.requests_of(
+            self.gpu_profile_specs(), defaults))
 
     def _user_view(self, static: list[dict[str, Any]],
                    offers: dict[str, ProfileOffer]) -> tuple[list[dict[str, Any]], UserOffers]:
@@ -507,7 +532,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             # rules themselves come from gpu_profiles and gpu_pool_rules, part of the offers' key
             who.groups,
             who.admin,
-            fingerprint(static, self.user_options or {}, repr(cull_rules), self.profile_form_template,
+            fingerprint(static, self.user_options or {}, self._form_choices, self._quota_key(static),
+                        repr(cull_rules), self.profile_form_template,
                         self.additional_profile_form_template_paths, sorted(self._admin_option_keys())),
         )
         offers = await self.gpu_offers(max_age)
@@ -571,12 +597,23 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             except OptionError as e:
                 self.log.info("Not pre-selecting saved user options on the spawn form: %s", e)
                 user_options = {}
+        if not user_options and self._form_choices:
+            # a refused request's choices: shown again as chosen, whatever made them refused (the
+            # form marks a pool that cannot be had; nothing of them is trusted beyond comparison)
+            user_options = dict(self._form_choices)
+        try:
+            quota = self.gpu_quota_view(profile_list)
+        except Exception as e:  # no user (a bare spawner in a script): no quota line
+            self.log.debug("No GPU quota on the spawn form: %s", e)
+            quota = None
         return render_form(
             self.additional_profile_form_template_paths,
             self.profile_form_template,
             profile_list=profile_list,
             user_options=user_options,
             gpu_offers=gpu_offers,
+            # (may hold, held by the user's other servers), or None: the count menu stays within it
+            gpu_quota=quota,
             # the idle rule per profile and pool (gpu_cull_rules)
             cull_rules=cull_rules if cull_rules is not None else self.cull_rules(),
             idle_rule=self.idle_rule,
@@ -675,6 +712,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         if selection.offer is not None:
             self._apply_gpu_selection(selection)
 
+    # the choices of the last refused request, for the spawn page (hub.formchoices)
+    _form_choices: dict[str, str] = {}
     # set when this start was refused before any Kubernetes object existed: the stop
     # JupyterHub then calls has nothing to delete (no API call, no log line)
     _refused = False
@@ -690,6 +729,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         if in_start:  # not for a query refused before JupyterHub stored anything
             self.gpu_held = 0
             self._refused = True
+            # the spawn page comes back with what the user chose (not stored as the next spawn's)
+            self._form_choices = form_choices(self.user_options)
             self._forget_refused_options()
         error = refusal(status, message, reason=reason)
         # the handlers' log, jupyterhub/user.py's (tornado's app_log) and tornado's own (gen_log)
@@ -809,12 +850,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
     # spawner's state so a restarted hub still counts running servers.
     gpu_held: int | None = None
 
-    def _check_gpu_quota(self, gpus: int, profile_list) -> None:
-        """Raise AccessError (403) if ``gpus`` more would take this server's
-        user over their GPU quota. Synchronous on purpose (see the caller)."""
-        policy = self.gpu_quota_policy()
-        if not policy.enabled:
-            return
+    def _held_elsewhere(self, profile_list) -> list:
+        """The GPUs each of this user's other active servers holds (``quota.held_servers``)."""
         others = [
             OtherServer(
                 name=s.name,
@@ -825,12 +862,38 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             for s in self.user.spawners.values()
             if s is not self and s.active
         ]
-        held = held_servers(
+        return held_servers(
             others,
             gpu_profiles={spec.slug for spec in self.gpu_profile_specs()},
             default_profile=next((p.get("slug") for p in profile_list if p.get("default")), None),
         )
-        check_quota(principal_of(self.user), policy, held, gpus, server_name=self.name)
+
+    def _check_gpu_quota(self, gpus: int, profile_list) -> None:
+        """Raise AccessError (403) if ``gpus`` more would take this server's
+        user over their GPU quota. Synchronous on purpose (see the caller)."""
+        policy = self.gpu_quota_policy()
+        if not policy.enabled:
+            return
+        check_quota(principal_of(self.user), policy, self._held_elsewhere(profile_list), gpus, server_name=self.name)
+
+    def _quota_key(self, static) -> Any:
+        """What of the quota the form shows, for the form memo's key (users alike share a form)."""
+        try:
+            return self.gpu_quota_view(static)
+        except Exception:
+            return None
+
+    def gpu_quota_view(self, profile_list) -> tuple[int, int] | None:
+        """``(GPUs this user may hold, GPUs their other servers hold)`` for the spawn page; None when
+        no quota limits them."""
+        policy = self.gpu_quota_policy()
+        if not policy.enabled:
+            return None
+        limit = policy.limit_for(principal_of(self.user)).gpus
+        if limit is None:
+            return None
+        held = sum(h.gpus for h in self._held_elsewhere(profile_list) if h.name != self.name and h.gpus > 0)
+        return limit, held
 
     _gpu_queued: queue_glue.QueuedSpawn | None = None  # this spawn's place in a Kueue queue
     _queue_base_timeout: float | None = None
@@ -921,11 +984,12 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
                 ", ".join(f"{t.key}={t.value or ''}:{t.effect}" for t in hard),
                 self._log_name,
             )
+        startwait.stretch_for_pool(self, pool, gpus)
         if selection.pool.checked:
             owner = f"{self.namespace}/{self.pod_name}"
             try:
                 cache = self.shared_capacity_cache()
-                cache.reserve(owner, pool.id, gpus)
+                cache.reserve(owner, pool.id, gpus, selection.pool.request)
             except Exception as e:
                 self.log.error("Could not reserve %d GPUs in %s for %s: %s", gpus, pool.id, owner, e)
             else:
@@ -933,6 +997,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         self._gpu_spawn = GPUSpawnInfo(
             pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
             checked=selection.pool.checked, product=pool.product,
+            request=selection.pool.request or serverfit.server_request_now(self),
         )
         queue_glue.apply_selection(self, selection.profile, pool.id, pool.resource)
         self.log.info(
@@ -991,13 +1056,24 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             except Exception as e:
                 self.log.error("Could not release GPUs reserved for %s: %s", owner, e)
 
+    _admin_start_timeout: float | None = None
+
     def start(self):
         # a fresh future per spawn: progress() waits on it for this spawn's
         # CUDA warnings, computed in load_user_options
         self._cuda_notes = asyncio.get_running_loop().create_future()
         self._refused = False
+        # each spawn starts from the admin's start_timeout: a queue's wait or a scale-up raised it for one spawn only
+        if self._admin_start_timeout is None:
+            self._admin_start_timeout = self.start_timeout
+        self.start_timeout = self._admin_start_timeout
         queue_glue.extend_start_timeout(self)  # a queued server's wait does not count (hub/queue.py)
         reaper.ensure_running(self)
+        # JupyterHub reads start_timeout as start() returns: a pool that must scale up gets its time now
+        try:
+            startwait.stretch_for_options(self, self.shared_capacity_cache().snapshot())
+        except Exception as e:  # no cache yet: load_user_options still stretches KubeSpawner's own wait
+            self.log.debug("start_timeout not adjusted before start: %s", e)
         return super().start()
 
     # KubeSpawner 7.1's reflector doubles its retry delay from 0.1 s and returns for good once it
@@ -1114,6 +1190,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             tolerated_taint_keys=self.gpu_tolerated_taint_keys,
             pool_name=info.pool_name,
             resource=info.resource,
+            request=info.request,
         )
 
     def _check_gpu_pod(self, pod: Mapping[str, Any]) -> None:

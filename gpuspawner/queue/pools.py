@@ -24,7 +24,7 @@ def _queueable(offer: PoolOffer, cap: int | None) -> PoolOffer:
         biggest = min(biggest, cap)
     if not offer.checked or offer.available or biggest <= 0 or not pool.pinnable:
         return offer
-    return replace(offer, max_gpus=biggest, now=0, scale_up_minutes=None, reason=None)
+    return replace(offer, max_gpus=biggest, now=0, scale_up_minutes=None, reason=None, queued=True)
 
 
 def queue_offers(offers: Mapping[str, ProfileOffer], rules: Iterable[QueueRule]) -> dict[str, ProfileOffer]:

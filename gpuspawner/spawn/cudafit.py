@@ -384,7 +384,7 @@ _ORDER = {"ok": 0, "warn": 1, "skip": 2, "fail": 3}
 def _vendor_fit(image: ImageCuda, pool: PoolView, policy: str) -> PoolFit:
     # CUDA runs on NVIDIA GPUs only; the rules (and any admin cuda_check) speak of NVIDIA drivers
     vendor = "AMD" if pool.vendor == "amd" else "non-NVIDIA"
-    what = f"{vendor} GPUs ({pool.product})" if pool.product else f"{vendor} GPUs"
+    what = f"{vendor} GPUs ({pool.display_name})" if pool.product else f"{vendor} GPUs"
     v = Verdict(
         "fail" if vendor == "AMD" else "skip",
         "gpu-vendor",

@@ -411,7 +411,7 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
         where = " on the nodes whose driver fits this image" if chosen.narrowed else ""
         raise OptionError(
             f"choose between 1 and {chosen.max_gpus} GPUs in pool {chosen.pool.id!r}{where} "
-            f"(asked for {show(gpus)}); {_pools_hint(offer)}",
+            f"(asked for {show(gpus)}){'; ' + chosen.limit_note if chosen.limit_note else ''}; {_pools_hint(offer)}",
             reason=TOO_MANY_GPUS,
         )
     fit = chosen.fit(image_key)

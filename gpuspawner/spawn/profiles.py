@@ -45,8 +45,11 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from gpuspawner.capacity.health import figures_age
-from gpuspawner.capacity.model import CapacitySnapshot, PoolView
+from gpuspawner.capacity.model import CapacitySnapshot, DriverGroup, FitCount, PoolView
 from gpuspawner.cuda.image import ImageCuda
+from gpuspawner.capacity.names import model_name
+from gpuspawner.capacity.noderes import request_words, shortfall_words
+from gpuspawner.spawn.cards import CardWords, card_words, nodes_name
 from gpuspawner.spawn.cudafit import GroupFit, PoolFit, ProfileImages, profile_images
 
 GPU_POOL_OPTION = "gpu_pool"
@@ -227,13 +230,9 @@ class PoolRule:
 
 
 def default_pool_name(pool: PoolView) -> str:
-    """``NVIDIA-A100-SXM4-80GB (gpu-a100)``; MIG and shared resources are named."""
-    name = pool.product or "unknown GPU"
-    if pool.resource not in ("nvidia.com/gpu", "amd.com/gpu"):
-        name = f"{name}, {pool.resource}"
-    if pool.node_group:
-        name = f"{name} ({pool.node_group})"
-    return name
+    """The pool's friendly model name (``NVIDIA A100 80GB``, ``NVIDIA A100 80GB MIG 1g.10gb``),
+    the same whichever driver publishes the hardware (``PoolView.display_name``)."""
+    return pool.display_name
 
 
 def present_pools(
@@ -296,9 +295,46 @@ class PoolOffer:
     # set by for_image when the image's CUDA steers the pod off some nodes: the
     # free GPUs on the nodes it may still land on (``max_gpus``/``now`` count those only)
     cuda_free: int | None = None
+    # why one server may not have more than ``max_gpus`` here, when a sharing rule bounds it
+    limit_note: str | None = None
+    # image key -> what the server's pod asks of its node (CPU, memory, ephemeral storage, pods;
+    # serverreq.profile_requests); ``request``: the one these counts are for (None: not counted)
+    requests: Mapping[str | None, tuple[int, ...]] = field(default_factory=dict)
+    request: tuple[int, ...] | None = None
+    # the free GPUs on the nodes where that request fits now (None: not counted); ``never``: why
+    # no node of the pool can ever hold it (its nodes are too small), in words
+    fit_free: int | None = None
+    fit_most: int | None = None
+    never: str | None = None
+    # a full pool opened to a Kueue queue (queue.pools): Kueue admits it, the counts are not a bound
+    queued: bool = False
 
     def fit(self, image_key: str | None) -> PoolFit | None:
         return self.cuda.get(image_key) if image_key is not None else None
+
+    @property
+    def words(self) -> CardWords:
+        """What the pool's card says of it (``cards.card_words``), its free count that of the nodes
+        with room for the server."""
+        return card_words(self.pool, self.fit_free)
+
+    @property
+    def model(self) -> str:
+        """The GPU model, without any MIG slice (``NVIDIA A100 80GB``): what the page groups by."""
+        product = self.pool.dra.product_name if self.pool.dra is not None else self.pool.product
+        return model_name(product, self.pool.vendor) or "Other GPUs"
+
+    @property
+    def no_image_fits(self) -> bool:
+        """Whether the CUDA check refuses every image of the profile on this pool's drivers."""
+        return bool(self.cuda) and all(f.refused for f in self.cuda.values())
+
+    @property
+    def follows_api(self) -> bool:
+        """Whether the API's pool counts are this card's (no fit or sharing rule narrows them)."""
+        narrowed = self.fit_free is not None and (
+            self.fit_free != self.pool.free or self.fit_most != self.pool.max_free_per_node)
+        return not narrowed and self.limit_note is None and self.never is None and not self.no_image_fits
 
     @property
     def narrowed(self) -> bool:
@@ -324,16 +360,23 @@ class PoolOffer:
         one node, and the required node affinity of
         ``cudafit.steering_expressions`` makes the scheduler's NodeAffinity
         filter drop the failing nodes). A new node from a scale-up is not
-        excluded, so it still counts. Offers without a free count (capacity
-        unknown) and pools with no failing node are returned as they are."""
+        excluded, so it still counts. When the image asks its node for other
+        CPU or memory, the counts are those of the nodes where it fits.
+        Offers without a free count (capacity unknown) and pools with no
+        failing node and the same request are returned as they are."""
         bad = self.excluded(image_key)
-        if not self.checked or self.narrowed or not bad:
+        request = self.requests.get(image_key, self.requests.get(None)) if self.requests else None
+        if not self.checked or self.narrowed or self.queued or (not bad and request == self.request):
             return self
-        keys = {f.group.key for f in bad if f.group is not None}
-        kept = [g for g in self.pool.driver_groups if g.key not in keys]
-        fitting_now = max((g.max_free_per_node for g in kept), default=0)
-        counted = _offer_checked(self.pool, self.display_name, self.cap, self.pool.pinnable, fitting_now)
-        return replace(counted, cuda=self.cuda, cuda_free=sum(g.free for g in kept))
+        kept = self.pool.driver_groups
+        if bad:
+            keys = {f.group.key for f in bad if f.group is not None}
+            kept = tuple(g for g in kept if g.key not in keys)
+        fitting_now = max((g.max_free_per_node for g in kept), default=0) if bad else None
+        counted = _offer_checked(self.pool, self.display_name, self.cap, self.pool.pinnable, fitting_now,
+                                 request, kept if bad else None)
+        return replace(counted, cuda=self.cuda, cuda_free=sum(g.free for g in kept) if bad else None,
+                       limit_note=self.limit_note, requests=self.requests)
 
     @property
     def available(self) -> bool:
@@ -374,6 +417,20 @@ class ProfileOffer:
             return self
         return replace(self, pools=pools)
 
+    def groups(self) -> list[tuple[str, tuple[PoolOffer, ...]]]:
+        """The pools as the page shows them: grouped by GPU model, whole GPUs first, then MIG slices,
+        then shares; the groups with room before the others, and in a group the pools with room
+        first; otherwise the admin's order (``gpu_pool_rules``)."""
+        kinds = {"GPU": (0, ""), "slice": (1, ", MIG slices"), "share": (2, ", shared")}
+        found: dict[tuple[int, str], list[tuple[int, PoolOffer]]] = {}
+        for i, p in enumerate(self.pools):
+            rank, suffix = kinds[p.words.unit]
+            found.setdefault((rank, p.model + suffix), []).append((i, p))
+        ordered = sorted(found.items(), key=lambda kv: (kv[0][0], not any(p.available for _, p in kv[1]),
+                                                         kv[1][0][0]))
+        return [(title, tuple(p for _, p in sorted(members, key=lambda ip: (not ip[1].available, ip[0]))))
+                for (_, title), members in ordered]
+
     def default_pool(
         self, gpus: int = 1, accept: Callable[[PoolOffer], bool] | None = None
     ) -> PoolOffer | None:
@@ -408,18 +465,51 @@ def _scale_up_gpus(pool: PoolView) -> int:
     return su.gpus_per_node
 
 
+#: Why a server gets one share of a time-sliced GPU (``gpu_allow_multiple_shares`` lifts it)
+ONE_SHARE_NOTE = (
+    "a time-sliced GPU gives one share per server: more shares of one GPU add no memory and "
+    "little speed, since every share sees the whole GPU"
+)
+
+
+def share_cap(pool: PoolView, multiple_shares: bool) -> int | None:
+    """The most shares one server may take of ``pool``: 1 on a time-sliced GPU unless the admin
+    allows more (several replicas of one time-sliced GPU are the same GPU, with no more memory:
+    the device plugin's own ``failRequestsGreaterThanOne`` refuses them too); else no bound."""
+    if pool.shared and pool.sharing == "time-slicing" and not multiple_shares:
+        return 1
+    return None
+
+
 def _lowest_cap(*caps: int | None) -> int | None:
     given = [c for c in caps if c is not None]
     return min(given) if given else None
 
 
+def never_fits(pool: PoolView, request: tuple[int, ...] | None, fitting: FitCount | None = None) -> str | None:
+    """Why no node of ``pool`` can ever hold a server asking ``request`` of its node (``T4 nodes have
+    3.9 CPUs; this server needs 8``), or None when some can (or the pool has no node to judge by,
+    or the request is not counted)."""
+    fitting = fitting if fitting is not None else pool.fit_for(request)
+    if fitting is None or pool.nodes <= 0 or fitting.holding > 0 or pool.largest is None or request is None:
+        return None
+    return shortfall_words(request, pool.largest, nodes_name(pool))
+
+
 def _offer_checked(
-    pool: PoolView, name: str, cap: int | None, pinnable: bool, fitting_now: int | None = None
+    pool: PoolView, name: str, cap: int | None, pinnable: bool, fitting_now: int | None = None,
+    request: tuple[int, ...] | None = None, groups: tuple[DriverGroup, ...] | None = None,
 ) -> PoolOffer:
     """What the pool gives one server; ``fitting_now``: the most free on one
-    node an image's CUDA lets the pod land on, else the pool's own maximum."""
+    node an image's CUDA lets the pod land on (``groups``: those nodes' driver
+    groups), else the pool's own maximum. ``request``: what the server asks of
+    its node besides GPUs; only nodes where it fits now count (NodeResourcesFit)."""
     now = pool.max_free_per_node if fitting_now is None else fitting_now
-    later = _scale_up_gpus(pool)
+    fitting = pool.fit_for(request, groups)
+    never = never_fits(pool, request, fitting)
+    if fitting is not None:
+        now = min(now, fitting.max_free_per_node)
+    later = 0 if never else _scale_up_gpus(pool)
     limit = max(now, later)
     if cap is not None:
         limit, now = min(limit, cap), min(now, cap)
@@ -427,10 +517,16 @@ def _offer_checked(
     if not pinnable:
         limit = now = 0
         reason = "its nodes carry no labels a server could be kept inside the pool with"
+    elif never:
+        limit = now = 0
+        reason = never
     elif limit <= 0 and fitting_now is not None:
         reason = "no GPU is free on the nodes whose driver fits this image"
         if pool.scale_up is not None:
             reason += f" and the pool is at its maximum of {pool.scale_up.max_nodes} nodes"
+    elif limit <= 0 and fitting is not None and pool.free > 0:
+        reason = (f"no node with a free GPU has room for this server now ({request_words(request)}); "
+                  f"{fitting.free} free on nodes where it fits")
     elif limit <= 0:
         if pool.total == 0:
             reason = "no GPUs are allocatable in this pool now"
@@ -446,6 +542,10 @@ def _offer_checked(
         scale_up_minutes=pool.scale_up.minutes if pool.scale_up and limit > now else None,
         reason=reason,
         cap=cap,
+        request=request if fitting is not None else None,
+        fit_free=fitting.free if fitting is not None else None,
+        fit_most=fitting.max_free_per_node if fitting is not None else None,
+        never=never,
     )
 
 
@@ -471,6 +571,8 @@ def build_offers(
     admit_without_capacity: bool = False,
     fit: Callable[[ImageCuda, PoolView], PoolFit] | None = None,
     count_limit: int | None = None,
+    multiple_shares: bool = False,
+    requests: Mapping[str, Mapping[str | None, tuple[int, ...]]] | None = None,
 ) -> dict[str, ProfileOffer]:
     """One :class:`ProfileOffer` per GPU profile slug, in the specs' order.
 
@@ -479,7 +581,11 @@ def build_offers(
     snapshot still lists, without a free-count check. ``fit`` (the spawner's
     CUDA check, see :func:`gpuspawner.spawn.cudafit.pool_fit`) judges each image
     of a profile that declares CUDA on each of its pools. ``count_limit``
-    bounds the GPUs one server may ask for (with each profile's ``max_gpus``).
+    bounds the GPUs one server may ask for (with each profile's ``max_gpus``); a time-sliced
+    pool gives one share per server unless ``multiple_shares`` (:func:`share_cap`). ``requests``:
+    per profile slug, what each image's pod asks of its node (``serverreq.profile_requests``); a
+    pool then counts only the nodes where the default image's pod fits, and
+    :meth:`ProfileOffer.for_image` recounts for another image.
     """
     if count_limit is not None and (isinstance(count_limit, bool) or not isinstance(count_limit, int)
                                     or count_limit < 1):
@@ -492,9 +598,18 @@ def build_offers(
         if problem is None or admit_without_capacity:
             make = _offer_checked if problem is None else _offer_unchecked
             cap = _lowest_cap(spec.max_gpus, count_limit)
+            own = (requests or {}).get(spec.slug) or {}
             for pool, name in visible:
                 if spec.admits(pool.id):
-                    offer = make(pool, name, cap, pool.pinnable)
+                    shares = share_cap(pool, multiple_shares)
+                    if problem is None and own:
+                        offer = _offer_checked(pool, name, _lowest_cap(cap, shares), pool.pinnable,
+                                               request=own.get(spec.images.key_for({}), own.get(None)))
+                        offer = replace(offer, requests=own)
+                    else:
+                        offer = make(pool, name, _lowest_cap(cap, shares), pool.pinnable)
+                    if shares is not None and (cap is None or shares < cap):
+                        offer = replace(offer, limit_note=ONE_SHARE_NOTE)
                     if fit is not None and spec.images.declared:
                         offer = replace(
                             offer, cuda={k: fit(img, pool) for k, img in spec.images.images.items()}

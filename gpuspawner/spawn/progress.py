@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
+from gpuspawner.capacity.noderes import request_words, shortfall_words
 from gpuspawner.kube import objects
 from gpuspawner.spawn.schedmsg import (
     AFFINITY,
@@ -109,6 +110,7 @@ FATAL_KINDS = frozenset(
         "pod_failed",
         "gpu_class_missing",
         "no_free_gpu",
+        "nodes_too_small",
     }
 )
 
@@ -137,6 +139,11 @@ class SpawnContext:
     queued_before: int = 0
     taints: tuple[Taint, ...] = ()
     tolerated_taint_keys: tuple[str, ...] = ()
+    # what the server's pod asks of its node besides GPUs (CPU millicores, memory and ephemeral
+    # storage bytes, pods; serverreq.server_request) and the pool's largest node in the same terms
+    # (PoolView.largest); None: unknown
+    request: tuple[int, ...] | None = None
+    largest: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.pool_id, str) or not self.pool_id:
@@ -167,6 +174,7 @@ class SpawnContext:
         tolerated_taint_keys: Iterable[str] = (),
         pool_name: str | None = None,
         resource: str | None = None,
+        request: tuple[int, ...] | None = None,
     ) -> SpawnContext:
         """The context for a spawn into ``pool`` (as the capacity cache sees it
         now; None when the pool is not in the snapshot, so nothing is known)."""
@@ -178,6 +186,7 @@ class SpawnContext:
                 pool_name=pool_name,
                 queued_before=queued_before,
                 tolerated_taint_keys=tuple(tolerated_taint_keys),
+                request=request,
             )
         # from the pool's driver groups, which the ledger keeps as it goes: not a walk over its nodes
         largest = pool.max_allocatable if pool.driver_groups else None
@@ -195,6 +204,8 @@ class SpawnContext:
             queued_before=queued_before,
             taints=pool.taints,
             tolerated_taint_keys=tuple(tolerated_taint_keys),
+            request=request,
+            largest=pool.largest,
         )
 
     @property
@@ -339,9 +350,33 @@ def _too_big(ctx: SpawnContext) -> bool:
     return ctx.scale_up is None or ctx.scale_up.gpus_per_node < ctx.gpus
 
 
+#: the scheduler's names of what NodeResourcesFit checks besides extended resources, in words
+_BASE_WORDS = {"cpu": "CPU", "memory": "memory", "ephemeral-storage": "disk space", "pods": "room for another pod"}
+
+
+def _base_shortfall(failure: SchedulingFailure) -> list[str]:
+    """What the scheduler says the nodes lack of CPU, memory, disk or pod slots, in words."""
+    lacking = {r.detail for r in failure.reasons if r.kind == INSUFFICIENT and r.detail in _BASE_WORDS}
+    return [_BASE_WORDS[k] for k in _BASE_WORDS if k in lacking]
+
+
+def _too_small(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | None:
+    """The pool's nodes can never hold this server's CPU, memory or disk (NodeResourcesFit)."""
+    if not _base_shortfall(failure) or ctx.request is None or ctx.largest is None or not ctx.nodes:
+        return None
+    words = shortfall_words(ctx.request, ctx.largest, f"the nodes of pool {ctx.label}")
+    if words is None:
+        return None
+    reason = f"{words}; choose another pool, or a smaller server"
+    return Translation(f"Cannot start: {reason}.", "nodes_too_small", fatal=True, reason=reason)
+
+
 def _never_fits(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | None:
     if ctx.nodes is None:
         return None  # the pool is unknown to the cache: not sure of anything
+    small = _too_small(failure, ctx)
+    if small is not None:
+        return small
     if failure.insufficient(ctx.resource) and _too_big(ctx):
         reason = (
             f"this server asks for {_n(ctx.gpus, 'GPU')} on one node, but the largest node of pool "
@@ -512,10 +547,11 @@ def _failed_scheduling(failure: SchedulingFailure, ctx: SpawnContext) -> Transla
         )
     others = [r for r in failure.reasons if r.kind == INSUFFICIENT]
     if others:
-        names = ", ".join(sorted({r.detail or "" for r in others}))
+        names = " and ".join(_base_shortfall(failure)) or ", ".join(sorted({r.detail or "" for r in others}))
+        asked = f" ({request_words(ctx.request)})" if ctx.request is not None else ""
         return Translation(
-            f"Waiting in pool {ctx.label}: a node with a free GPU lacks {names} for this server; "
-            f"{_queue(ctx)}.",
+            f"Waiting in pool {ctx.label}: the nodes with a free GPU lack the {names} this server asks for{asked}, "
+            f"taken by other workloads; {_queue(ctx)}.",
             "waiting_for_resources",
             PROGRESS_SCHEDULING,
         )

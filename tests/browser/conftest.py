@@ -41,7 +41,7 @@ GPU_PROFILE = {
     "slug": "gpu",
     "display_name": "GPU server",
     "description": "A notebook server on the GPU pool you choose.",
-    "kubespawner_override": {"cpu_limit": 8, "mem_limit": "32G"},
+    "kubespawner_override": {"cpu_limit": 2, "mem_limit": "16G"},
     "max_gpus": 8,
     "profile_options": {
         "image": {

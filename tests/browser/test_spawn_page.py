@@ -62,8 +62,13 @@ def pool_card(page, pool_id: str):
 
 
 def free_text(pool: dict) -> str:
-    nodes = pool["nodes"]
-    return f"{pool['free']} of {pool['total']} GPUs on {nodes} node{'' if nodes == 1 else 's'}"
+    """A card's free line for a pool of the API: in GPUs, or MIG slices (shared GPUs are worded in shares)."""
+    nodes, total = pool["nodes"], pool["total"]
+    if nodes == 0 and pool["scale_up"]:
+        minutes = max(1, int(pool["scale_up"]["minutes"] + 0.5))
+        return f"no machine running now; one starts in about {minutes} minute{'' if minutes == 1 else 's'}"
+    unit = "slice" if pool["sharing"] == "mig" else "GPU"
+    return f"{pool['free']} of {total} {unit}{'' if total == 1 else 's'} on {nodes} node{'' if nodes == 1 else 's'}"
 
 
 def cards_and_radios(page) -> list:
@@ -133,7 +138,7 @@ def test_cards_show_live_counts_and_follow_the_cluster_without_reload(
     a100_card = pool_card(page, A100)
     expect(a100_card.locator("[data-gs-free]")).to_have_text("3 of 8 GPUs on 2 nodes")
     # one server's GPUs come from one node: 2 free on each now
-    expect(a100_card.locator("[data-gs-per-server]")).to_have_text("up to 2")
+    expect(a100_card.locator("[data-gs-per-server]")).to_have_text("up to 2 GPUs")
     expect(pool_radio(page, A100)).to_have_attribute("data-gs-max", "2")
     assert page.evaluate("window.gsNoReload") == "still here"
     screenshot(page, "full-pool")
@@ -145,7 +150,7 @@ def test_cards_show_live_counts_and_follow_the_cluster_without_reload(
     expect(pool_radio(page, T4)).to_be_enabled()
     expect(t4_card.locator(".gs-reason")).to_have_count(0)
     expect(t4_card).not_to_have_class(re.compile(r"\bgs-disabled\b"))
-    expect(a100_card.locator("[data-gs-per-server]")).to_have_text("up to 3")
+    expect(a100_card.locator("[data-gs-per-server]")).to_have_text("up to 3 GPUs")
     assert page.evaluate("window.gsNoReload") == "still here"
 
     # signed out elsewhere: the hub answers 403, and the page says so instead of going stale quietly
@@ -188,7 +193,7 @@ def test_a_choice_that_became_impossible_is_flagged_before_submit(
     t4.check()
     expect(page.locator("#profile-item-gpu")).to_be_checked()
     load.hold(T4_FREE_NODE, 1)
-    expect(warning).to_contain_text("Tesla-T4")
+    expect(warning).to_contain_text("NVIDIA T4")
     expect(warning).to_contain_text("cannot give a GPU now")
     expect(t4).to_have_attribute("aria-invalid", "true")
     expect(t4).to_have_attribute("aria-describedby", re.compile(r"\bgs-live-warning\b"))
@@ -355,9 +360,11 @@ def offer(*pools, max_gpus=None, problem=None):
     return NS(spec=NS(max_gpus=max_gpus), cap=max_gpus, pools=pools, problem=problem)
 
 
-def pool(pool_id, checked=True, labels=(("cloud.google.com/gke-nodepool", "g"),), node_views=()):
-    return NS(checked=checked, pool=NS(id=pool_id, defining_labels=labels, node_views=node_views,
-                                       pinnable=bool(labels or node_views)))
+def pool(pool_id, checked=True, labels=(("cloud.google.com/gke-nodepool", "g"),), node_views=(), follows_api=True):
+    # follows_api: no CPU/memory fit or sharing rule narrows its counts (PoolOffer.follows_api)
+    return NS(checked=checked, follows_api=follows_api,
+              pool=NS(id=pool_id, defining_labels=labels, node_views=node_views,
+                      pinnable=bool(labels or node_views), shared=False))
 
 
 @pytest.mark.parametrize(
@@ -368,6 +375,11 @@ def pool(pool_id, checked=True, labels=(("cloud.google.com/gke-nodepool", "g"),)
             {"gpu": offer(pool("a:b:nvidia.com/gpu"), max_gpus=4)},
             {"gpu": {"cap": 4, "live": ["a:b:nvidia.com/gpu"], "problem": False}},
             id="counted-pool-follows",
+        ),
+        pytest.param(
+            {"gpu": offer(pool("a:b:nvidia.com/gpu", follows_api=False), max_gpus=4)},
+            {"gpu": {"cap": 4, "live": [], "problem": False}},
+            id="narrowed-pool-keeps-its-rendered-counts",
         ),
         pytest.param(
             {"gpu": offer(pool("a:b:nvidia.com/gpu", checked=False), problem="capacity unknown")},

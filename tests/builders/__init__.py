@@ -40,6 +40,17 @@ HOSTNAME = "kubernetes.io/hostname"
 DRIVER_FULL, DRIVER_MAJOR = DRIVER_LABELS  # GFD: nvidia.com/cuda.driver-version.full, nvidia.com/cuda.driver.major
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
 
+#: hub config (jupyterhub_config.py text) with the GPU profile of a big notebook server: 8 CPUs and 32G,
+#: more than the AKS T4 nodes of the fixture clusters hold (3.86 CPUs, 24Gi)
+BIG_GPU_PROFILE_CONFIG = """
+c.GPUSpawner.gpu_profiles = [{
+    "slug": "gpu", "display_name": "GPU server",
+    "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06",
+                             "cpu_limit": 8, "mem_limit": "32G"},
+    "cuda": "12.4", "max_gpus": 8,
+}]
+"""
+
 GFD_A100 = {
     "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
     "nvidia.com/gpu.memory": "81920",
@@ -264,6 +275,8 @@ def pool_view(
     taints: Iterable[Taint] = (),
     defining: Iterable[tuple[str, str]] | None = None,
     group_label: str = GKE,
+    sharing: str = "none",
+    replicas: int = 1,
 ) -> PoolView:
     """A pool as the capacity cache reports it.
 
@@ -295,6 +308,8 @@ def pool_view(
         defining_labels=tuple(defining),
         taints=tuple(taints),
         node_views=views,
+        sharing=sharing,
+        replicas=replicas,
     )
 
 
@@ -416,8 +431,14 @@ class FakeCache:
         self._last = snap
         return snap
 
-    def reserve(self, owner: str, pool_id: str, count: int) -> None:
+    def reserve(self, owner: str, pool_id: str, count: int, request: tuple[int, ...] | None = None) -> None:
         self.reservations[owner] = (pool_id, count)
+
+    def track_requests(self, requests) -> bool:
+        """The server requests the real cache would count fits for (recorded in ``tracked``)."""
+        changed = set(requests) != getattr(self, "tracked", None)
+        self.tracked = set(requests)
+        return changed
 
     def release(self, owner: str) -> None:
         self.released.append(owner)

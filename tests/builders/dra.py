@@ -136,8 +136,9 @@ def resource_slice(name: str, node_name: str | None, devices: list[dict], *, dri
 
 
 def device_class(name: str, expression: str | None = None, *, device_type: str | None = None,
-                 extended_resource_name: str | None = None) -> dict[str, Any]:
-    """NVIDIA's classes: ``device_type`` "gpu" (gpu.nvidia.com) or "mig" (mig.nvidia.com)."""
+                 extended_resource_name: str | None = None, sharing: str | None = None) -> dict[str, Any]:
+    """NVIDIA's classes: ``device_type`` "gpu" (gpu.nvidia.com) or "mig" (mig.nvidia.com); ``sharing``
+    ("TimeSlicing", "MPS") adds a GpuConfig of NVIDIA's DRA driver to the class's ``spec.config``."""
     if expression is None:
         expression = f"device.driver == '{NVIDIA}'"
         if device_type:
@@ -145,6 +146,9 @@ def device_class(name: str, expression: str | None = None, *, device_type: str |
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
     if extended_resource_name:
         spec["extendedResourceName"] = extended_resource_name
+    if sharing:
+        spec["config"] = [{"opaque": {"driver": NVIDIA, "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": {"strategy": sharing}}}}]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
 
 

@@ -245,3 +245,19 @@ def test_nodes_without_dra_devices_change_no_generation():
     c.node("cpu-1")
     c.node("cpu-1", unschedulable=True)
     assert c.ledger.generation == before
+
+
+@pytest.mark.parametrize(
+    "sharing, expected",
+    [(None, "none"), ("TimeSlicing", "time-slicing"), ("MPS", "mps")],
+    ids=["not-shared", "time-slicing", "mps"],
+)
+def test_a_dra_pool_says_how_its_class_shares_devices_and_mig_is_mig(sharing, expected):
+    c = Cluster(device_class("gpu.nvidia.com", device_type="gpu", sharing=sharing),
+                device_class("mig.nvidia.com", device_type="mig"))
+    c.gpus_node("g1")
+    c.node("m1", group="dra-a100")
+    c.slice("m1-s", "m1", [mig_device(f"gpu-0-mig-{i}", "1g.10gb") for i in range(7)])
+    whole, mig = c.pool(A100).to_json(), c.pool(MIG).to_json()
+    assert (whole["sharing"], whole["replicas"], whole["display_name"]) == (expected, 1, "NVIDIA A100 80GB")
+    assert (mig["sharing"], mig["replicas"], mig["display_name"]) == ("mig", 1, "NVIDIA A100 80GB MIG 1g.10gb")

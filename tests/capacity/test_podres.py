@@ -107,8 +107,9 @@ def test_pod_counts(obj, counts):
 
 
 def test_pod_record():
-    assert pod_record(pod("a", 2, "n1"), IS_GPU) == PodRecord("jhub/a", "n1", ((G, 2),))
-    assert pod_record(pod("a", 2), IS_GPU) == PodRecord("jhub/a", None, ((G, 2),))
+    # the builder's container has a 1-CPU limit: the API server's default request
+    assert pod_record(pod("a", 2, "n1"), IS_GPU) == PodRecord("jhub/a", "n1", ((G, 2),), (1000, 0, 0))
+    assert pod_record(pod("a", 2), IS_GPU) == PodRecord("jhub/a", None, ((G, 2),), (1000, 0, 0))
     assert pod_record(pod("a", 0, "n1"), IS_GPU) is None
     assert pod_record(pod("a", 1, "n1", phase="Succeeded"), IS_GPU) is None
     assert pod_record({"metadata": {}}, IS_GPU) is None

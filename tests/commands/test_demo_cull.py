@@ -43,7 +43,8 @@ def test_the_demo_config_adds_the_culler_service_with_its_role(tmp_path, monkeyp
     assert services["gpu-culler"]["command"][3:] == ["cull", "--idle-timeout", "30m"]
     assert services["gpu-culler"]["environment"] == {"KUBECONFIG": "/tmp/kc"}
     assert "gpuspawner-demo-admin" in services  # the admin token's service stays
-    roles = {r["name"]: r for r in config.JupyterHub.load_roles}
+    given = config.JupyterHub.load_roles  # the snippet and the demo append: traitlets' lazy list
+    roles = {r["name"]: r for r in (given.get_value([]) if hasattr(given, "get_value") else given)}
     assert roles["gpu-culler"] == {"name": "gpu-culler", "scopes": CULLER_SCOPES, "services": ["gpu-culler"]}
 
 

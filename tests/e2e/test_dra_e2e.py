@@ -109,7 +109,12 @@ def test_spawn_page_shows_dra_pools_with_their_cuda_fit(hub):
     for pid in (H100, MIG_1G):
         pool = hub.pool(pid)
         assert f'value="{pid}"' in page and f'{pool["free"]} of {pool["total"]}' in page
-    assert "NVIDIA H100 80GB HBM3 (Dynamic Resource Allocation, DeviceClass gpu.nvidia.com)" in page
+    # the friendly model names, the same as the device plugin's for the same hardware; how the GPUs are
+    # allocated and the DeviceClass stay out of the page (they are in the API and in doctor)
+    assert "<strong>NVIDIA H100 80GB</strong>" in page and "<strong>NVIDIA A100 80GB MIG 1g.10gb</strong>" in page
+    assert "1g.10gb: 1/7 of an A100 80GB, 10 GB" in page
+    assert "Dynamic Resource Allocation" not in page and "DeviceClass" not in page
+    assert hub.pool(H100)["display_name"] == "NVIDIA H100 80GB" and hub.pool(MIG_1G)["sharing"] == "mig"
     # the demo's images declare CUDA 12.4 and 11.8: the H100 DRA pool's driver (CUDA 12.8) runs both
     card = page[page.index(f'value="{H100}"'):]
     card = card[:card.index("</div>")]

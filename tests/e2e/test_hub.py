@@ -25,7 +25,7 @@ if not shutil.which("configurable-http-proxy"):
 
 POOL_FIELDS = {
     "id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free",
-    "max_free_per_node", "driver_version", "cuda_version", "scale_up",
+    "max_free_per_node", "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas", "fits_profiles",
 }
 
 
@@ -224,7 +224,7 @@ def test_spawn_through_the_rest_api_with_a_named_server(hub):
     assert gpu_limits(pod) == {pool["resource"]: "2"}
     node_pool_matches(hub, pod, pool)
     # the scheduler's Scheduled event, in GPU words, with the node it chose
-    got = re.compile(rf"Got 2 GPUs in pool {re.escape(pool['product'])}.* on node "
+    got = re.compile(rf"Got 2 GPUs in pool {re.escape(pool['display_name'])}.* on node "
                      rf"{re.escape(pod['spec']['nodeName'])}; preparing your server\.")
     assert any(got.fullmatch(m) for m in messages), messages
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}

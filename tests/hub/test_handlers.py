@@ -23,6 +23,7 @@ import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import ScaleUp
 from gpuspawner.hub.handlers import GPUCapacityHandler
+from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as usage_scopes
 from gpuspawner.hub.usagehandlers import handlers as usage_handlers
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
@@ -31,7 +32,8 @@ from tests.builders import FakeCache, make_spawner, pool_view
 
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
-        "driver_version", "cuda_version", "scale_up", "queue"]
+        "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas", "queue",
+        "fits_profiles"]
 
 
 # two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
@@ -118,8 +120,14 @@ def test_snippet_sets_spawner_and_registers_handler_only():
     handlers = c.JupyterHub.extra_handlers.get_value([])
     assert handlers == [(r"/api/gpus", GPUCapacityHandler), *usage_handlers]
     assert set(c) == {"JupyterHub"}  # nothing site-specific
-    # the GPU-hour endpoints' scope, the home page (Kueue's notice, GPU-hours) and its variable
-    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers", "custom_scopes", "template_paths", "template_vars"}
+    # the scopes of GET /hub/api/gpus and of the GPU-hour endpoints, the user role that reads GPU
+    # capacity, the home page (Kueue's notice, GPU-hours) and its variable
+    assert set(c.JupyterHub) == {"spawner_class", "extra_handlers", "custom_scopes", "template_paths", "template_vars",
+                                 "load_roles"}
+    assert set(c.JupyterHub.custom_scopes.get_value({})) == {"custom:gpus:read", *usage_scopes}
+    assert c.JupyterHub.load_roles.get_value([]) == [
+        {"name": "user", "description": "Standard user privileges, and reading GPU capacity",
+         "scopes": ["self", "custom:gpus:read"]}]
     assert c.JupyterHub.template_paths.get_value([]) == [hub_template_dir()]
 
 
@@ -135,7 +143,9 @@ async def test_capacity_for_a_plain_user_token(hub, install_cache):
     assert all(list(p) == KEYS for p in body["pools"])
     assert {p["allocation"] for p in body["pools"]} == {"device-plugin"}
     assert body["pools"][0]["scale_up"] == {"max_nodes": 4, "gpus_per_node": 8, "minutes": 6.5}
-    assert body["pools"][1] == {**A100.to_json(), "queue": None}  # no gpu_kueue_queues: not queued
+    # no gpu_kueue_queues: not queued; no CPU or memory asked: every profile fits
+    assert {k: v for k, v in body["pools"][1].items() if k != "fits_profiles"} == {**A100.to_json(), "queue": None}
+    assert all(set(p["fits_profiles"].values()) <= {True} for p in body["pools"])
     assert fake.snapshots == 1
 
 
@@ -299,3 +309,17 @@ async def test_the_home_page_says_why_kueue_stopped_the_users_server(no_kube_cli
     assert ("Your last server was stopped: Preempted in gpu-a100: a server with &lt;higher&gt; priority needed "
             "its GPU quota.") in page
     assert 'id="start"' in page
+
+
+async def test_the_scope_can_be_taken_away_by_defining_the_user_role(install_cache):
+    c = Config()
+    c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self"]}]  # the admin's own, without the scope
+    exec(compile(SNIPPET.read_text(), str(SNIPPET), "exec"), {"c": c, "get_config": lambda: c})
+    assert c.JupyterHub.load_roles == [{"name": "user", "scopes": ["self"]}]  # left as the admin wrote it
+    install_cache(fake_cache(A100))
+    app, server, api, token = await serve_mock_hub(c)
+    try:
+        code, body = await get(api + "gpus", token)
+        assert code == 403 and "custom:gpus:read" in body["message"]
+    finally:
+        await close_mock_hub(app, server)

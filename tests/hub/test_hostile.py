@@ -196,7 +196,7 @@ async def test_a_pool_found_full_ends_the_spawn_after_the_grace_and_a_recheck(no
     with pytest.raises(GPUSpawnFailure) as e:
         s._check_gpu_pod(pod)
     assert e.value.kind == "no_free_gpu" and e.value.status_code == 500
-    assert e.value.jupyterhub_message.startswith("Pool NVIDIA-A100-SXM4-80GB (a100) has no node with 3 free GPUs on one node")
+    assert e.value.jupyterhub_message.startswith("Pool NVIDIA A100 80GB has no node with 3 free GPUs on one node")
 
 
 async def test_a_pool_with_room_again_keeps_waiting(no_kube_client, monkeypatch):

@@ -131,10 +131,10 @@ def test_capacity_problem_none_when_healthy():
 @pytest.mark.parametrize(
     "pools, rules, expected",
     [
-        ((T4, A100), (), [(A100.id, "NVIDIA-A100-SXM4-80GB (a100)"), (T4.id, "Tesla-T4 (t4)")]),
-        ((T4, A100), (PoolRule("a100:*", display_name="A100 80 GB"),), [(A100.id, "A100 80 GB"), (T4.id, "Tesla-T4 (t4)")]),
-        ((T4, A100, MIG), (PoolRule("*:nvidia.com/mig-*", hide=True), PoolRule("t4:*")), [(T4.id, "Tesla-T4 (t4)"), (A100.id, "NVIDIA-A100-SXM4-80GB (a100)")]),
-        ((MIG,), (), [(MIG.id, "NVIDIA-A100-SXM4-80GB, nvidia.com/mig-1g.10gb (a100)")]),
+        ((T4, A100), (), [(A100.id, "NVIDIA A100 80GB"), (T4.id, "NVIDIA T4")]),
+        ((T4, A100), (PoolRule("a100:*", display_name="A100 80 GB"),), [(A100.id, "A100 80 GB"), (T4.id, "NVIDIA T4")]),
+        ((T4, A100, MIG), (PoolRule("*:nvidia.com/mig-*", hide=True), PoolRule("t4:*")), [(T4.id, "NVIDIA T4"), (A100.id, "NVIDIA A100 80GB")]),
+        ((MIG,), (), [(MIG.id, "NVIDIA A100 80GB MIG 1g.10gb")]),
         # the first matching rule wins: a later rename does not un-hide
         ((A100,), (PoolRule("a100:*", hide=True), PoolRule("*", display_name="x")), []),
     ],

@@ -114,8 +114,29 @@ TRANSLATE_CASES = [
         {"free": 3, "max_free_per_node": 3},
         "waiting_for_resources",
         False,
-        ["lacks memory"],
+        ["lack the memory this server asks for", "taken by other workloads"],
         id="gpu-free-but-memory-short",
+    ),
+    pytest.param(
+        ev("FailedScheduling", "0/3 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, "
+                               "1 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's node affinity/selector."),
+        {"free": 1, "max_free_per_node": 1, "request": (8000, 32 << 30, 0, 1),
+         "largest": (3860, 24 << 30, 110 << 30, 110)},
+        "nodes_too_small",
+        True,
+        ["Cannot start: the nodes of pool A100 80GB have 3.9 CPUs and 24 GiB of memory; this server needs 8 and "
+         "32 GiB; choose another pool, or a smaller server."],
+        id="nodes-too-small-for-cpu-and-memory",
+    ),
+    pytest.param(
+        ev("FailedScheduling", "0/3 nodes are available: 2 Insufficient cpu, "
+                               "1 node(s) didn't match Pod's node affinity/selector."),
+        {"free": 2, "max_free_per_node": 1, "request": (8000, 32 << 30, 0, 1),
+         "largest": (94000, 1500 << 30, 1 << 40, 110)},
+        "waiting_for_resources",
+        False,
+        ["the nodes with a free GPU lack the CPU this server asks for (8 CPUs, 32 GiB of memory)"],
+        id="big-nodes-whose-cpu-is-taken",
     ),
     pytest.param(
         ev("FailedScheduling", "0/3 nodes are available: 3 node(s) had untolerated taint(s). "

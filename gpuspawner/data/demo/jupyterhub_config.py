@@ -31,7 +31,11 @@ c.Authenticator.admin_users = {"admin"}
 token = env.get("GPUSPAWNER_DEMO_ADMIN_TOKEN")
 if token:
     c.JupyterHub.services = [{"name": "gpuspawner-demo-admin", "api_token": token}]
-    c.JupyterHub.load_roles = [{"name": "admin", "services": ["gpuspawner-demo-admin"]}]
+    # appended: the snippet's load_roles grants users custom:gpus:read (docs/access.md); the admin
+    # role has no custom scope, so the demo's admin token is granted it too
+    c.JupyterHub.load_roles.append({"name": "admin", "services": ["gpuspawner-demo-admin"]})
+    c.JupyterHub.load_roles.append(
+        {"name": "gpu-capacity-reader", "scopes": ["custom:gpus:read"], "services": ["gpuspawner-demo-admin"]})
 
 # --- the pods ------------------------------------------------------------------------------
 culler = env.get("GPUSPAWNER_DEMO_CULLER")
@@ -81,8 +85,10 @@ c.GPUSpawner.gpu_profiles = [
         "description": "PyTorch on the GPU pool you choose.",
         "kubespawner_override": {
             "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06",
-            "cpu_limit": 8,
-            "mem_limit": "32G",
+            # what the server asks of its node besides GPUs: the spawn page offers a pool's GPUs only
+            # on nodes where this fits (the AKS T4 nodes have 3.86 CPUs and 24Gi)
+            "cpu_limit": 2,
+            "mem_limit": "16G",
         },
         "cuda": "12.4",
         "max_gpus": 8,

@@ -7,7 +7,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
 * ``c.JupyterHub.spawner_class = "gpu"`` (the ``jupyterhub.spawners`` entry
   point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
   settings, including ``profile_list``, keep working);
-* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``);
+* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``) and the custom scope it
+  needs, ``custom:gpus:read``, granted to JupyterHub's ``user`` role unless your config defines
+  that role itself (docs/access.md);
 * a home page that says why Kueue stopped a user's server, when it did (docs/kueue.md), and the
   user's GPU-hours (docs/usage.md); its directory goes first in ``c.JupyterHub.template_paths``
   (a list you set replaces it), with its variable in ``c.JupyterHub.template_vars``;
@@ -48,6 +50,7 @@ import gc as _gc
 
 from gpuspawner.hub.configcheck import check_at_hub_start as _gpuspawner_check_config
 from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
+from gpuspawner.hub.handlers import grant_scope as _gpuspawner_grant_scope
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.templates import hub_template_dir as _gpuspawner_hub_templates
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
@@ -73,6 +76,7 @@ else:
 c.JupyterHub.extra_handlers.extend(_gpuspawner_usage_handlers)
 c.JupyterHub.custom_scopes.update(_gpuspawner_usage_scopes)
 c.JupyterHub.template_vars.update({_gpuspawner_home_var: _gpuspawner_home_gpu_hours})
+_gpuspawner_grant_scope(c)
 _gpuspawner_log_filter()
 _gpuspawner_check_config()
 _gpuspawner_guard()

@@ -31,6 +31,7 @@ from gpuspawner.doctor.checks.kueue import check_kueue
 from gpuspawner.doctor.checks.nodes import check_nodes, gpu_evidence
 from gpuspawner.doctor.checks.pending import check_pending_pods
 from gpuspawner.doctor.checks.rbac import check_rbac
+from gpuspawner.doctor.checks.scaleup import check_scale_up
 from gpuspawner.doctor.checks.taints import check_taints
 from gpuspawner.doctor.dra import DraState
 from gpuspawner.doctor.facts import HubFacts
@@ -123,6 +124,7 @@ def run_checks(
             out += check_cull_coverage(nodes, pods, cull.series, cull.prometheus_url)
     if pods is not None:
         out += check_pending_pods(pods, config, now, pending_after)
+    out += check_scale_up(config.declared_pools, hub)
     out += _skipped(nodes, pods)
     out += _profiles_skipped(hub)
     out = reconcile(out, dra, config)

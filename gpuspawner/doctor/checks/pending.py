@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.podres import pod_usage
+from gpuspawner.capacity.noderes import request_words
+from gpuspawner.capacity.podres import pod_base, pod_usage
 from gpuspawner.doctor.findings import Finding, ObjectRef
 from gpuspawner.kube import objects
 from gpuspawner.kube.times import format_duration
@@ -85,7 +86,26 @@ def _storage_fix(failure: SchedulingFailure, ns: str, claims: Sequence[str], des
     return None
 
 
-def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int], claims: Sequence[str] = ()) -> str:
+_BASE_WORDS = {"cpu": "CPU", "memory": "memory", "ephemeral-storage": "disk space", "pods": "pod slots"}
+
+
+def _base_fix(failure: Any, describe: str, request: tuple[int, ...] | None) -> str | None:
+    """The fix when the nodes that pass the pod's taints and affinity lack CPU, memory, disk or pod
+    slots (NodeResourcesFit): the same cause the spawn's progress names (``nodes_too_small``)."""
+    lacking = [w for k, w in _BASE_WORDS.items()
+               if any(r.kind == INSUFFICIENT and r.detail == k for r in failure.reasons)]
+    if not lacking:
+        return None
+    asked = f" ({request_words(request)})" if request is not None and any(request[:3]) else ""
+    return (
+        f"The nodes it may use lack the {' and '.join(lacking)} it asks for{asked}: when no node of the pool "
+        "is that big, lower the profile's cpu_limit/mem_limit (or cpu_guarantee/mem_guarantee) or offer a "
+        f"pool with bigger nodes; otherwise other workloads hold it, and the server starts when they end; {describe}"
+    )
+
+
+def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int], claims: Sequence[str] = (),
+                 request: tuple[int, ...] | None = None) -> str:
     """The fix for what the scheduler's ``FailedScheduling`` message (the ``PodScheduled``
     condition's) names, read with the spawner's own parser (``spawn.schedmsg``); the first of
     a taint, a volume problem (``claims``: the claims the pod mounts), too few free resources,
@@ -95,6 +115,10 @@ def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int], cla
     failure = parse_scheduling_message(message)
     if failure is None:
         return describe
+    # the nodes that report CPU or memory passed the taint and affinity filters: they are the pool's
+    base = _base_fix(failure, describe, request)
+    if base is not None:
+        return base
     if failure.count(TAINT):
         return (
             f"A taint keeps it off the GPU nodes: allow its key in c.GPUSpawner.gpu_tolerated_taint_keys "
@@ -139,7 +163,7 @@ def _pending(pod: Mapping[str, Any], cond: Mapping[str, Any], usage: Mapping[str
         "pod-pending-on-gpu",
         "warning",
         f"Pod {ns}/{name} asks for {wanted} and has been Pending {age_text}: {message}",
-        _pending_fix(message, ns, name, usage, claim_names(pod)),
+        _pending_fix(message, ns, name, usage, claim_names(pod), (*pod_base(objects.section(pod, "spec")), 1)),
         (ObjectRef("Pod", name, ns),),
         {"requests": dict(usage), "age_seconds": round(age, 1) if age is not None else None,
          "reason": cond.get("reason"), "message": message},

@@ -60,8 +60,14 @@ def test_check_pending_pods(p, expected):
         # the taint comes first, as the scheduler's TaintToleration filter does
         ("0/5 nodes are available: 2 Insufficient nvidia.com/gpu, 3 node(s) had untolerated taint {sku: gpu}.",
          "A taint keeps it off the GPU nodes"),
+        # the issue's T4 pool: its nodes pass the taint and affinity filters and lack CPU and memory; the
+        # other nodes' taint is not the cause
+        ("0/5 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, 1 Insufficient nvidia.com/gpu, "
+         "3 node(s) had untolerated taint {nvidia.com/gpu: present}.",
+         "The nodes it may use lack the CPU and memory it asks for: when no node of the pool"),
     ],
-    ids=["insufficient", "taint", "affinity", "other", "taint-1.35", "cordoned", "volume-affinity", "taint-first"],
+    ids=["insufficient", "taint", "affinity", "other", "taint-1.35", "cordoned", "volume-affinity", "taint-first",
+         "cpu-and-memory-before-taint"],
 )
 def test_pending_fix_follows_the_scheduler_message(message, fix_part):
     (f,) = checks.check_pending_pods([pod(message=message)], CONFIG, NOW, 300)
