@@ -15,7 +15,10 @@ from tests.builders import GKE
 from tests.builders.dra import gpu_device, mig_device, resource_slice
 
 NVIDIA = "gpu.nvidia.com"
-OTHER_NS = "others"
+OTHER_NS = "sched-agrees-others"
+#: on every node, slice and lease the test creates, so it deletes only its own
+MARK = ("gpuspawner.io/test", "scheduler-agrees")
+SELECTOR = "=".join(MARK)
 
 # GPU Feature Discovery product labels and their DRA productName (NVIDIA's DRA driver)
 PRODUCTS = (("NVIDIA-A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"), ("Tesla-T4", "Tesla T4"),
@@ -61,7 +64,7 @@ def _node(name: str, alloc: dict[str, str], labels: dict[str, str], taints: list
     if cordoned:
         spec["unschedulable"] = True
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", MARK[0]: MARK[1],
                                                   **labels}},
             "spec": spec, "status": {"capacity": dict(alloc), "allocatable": dict(alloc)}}
 
@@ -151,7 +154,9 @@ def cluster(seed: int, prefix: str = "n") -> Cluster:
                 profile = rng.choice(MIG_PROFILES)
                 devs = [mig_device(f"mig-{j}", profile) for j in range(n)]
             devices = [d["name"] for d in devs]
-            c.slices.append(resource_slice(f"{name}-gpus", name, devs))
+            rs = resource_slice(f"{name}-gpus", name, devs)
+            rs["metadata"]["labels"] = dict([MARK])
+            c.slices.append(rs)
         # what other namespaces already hold on the node
         cpu_m = _millis(alloc["cpu"])
         mem_mi = _mebi(alloc["memory"])

@@ -30,7 +30,7 @@ from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
 from tests.builders import randcluster
 from tests.builders.dra import device_class
 
-SERVERS_NS = "servers"
+SERVERS_NS = "sched-agrees-servers"
 LEASE_NS = "kube-node-lease"
 DECIDE_SECONDS = 15.0
 TARGET = 0.999
@@ -128,7 +128,7 @@ class Harness:
             await self.core.create_namespaced_pod(randcluster.OTHER_NS, pod)
 
         async def settled() -> bool:
-            nodes = (await self.core.list_node()).items
+            nodes = (await self.core.list_node(label_selector=randcluster.SELECTOR)).items
             return len(nodes) == len(c.nodes) and not any(
                 t.key.startswith("node.kubernetes.io/not-ready") for n in nodes for t in (n.spec.taints or ()))
 
@@ -152,14 +152,14 @@ class Harness:
         raise RuntimeError(f"node {name}: its status kept conflicting")
 
     def _lease(self, node: str) -> dict:
-        return {"metadata": {"name": node, "namespace": LEASE_NS},
+        return {"metadata": {"name": node, "namespace": LEASE_NS, "labels": dict([randcluster.MARK])},
                 "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": _now()}}
 
     async def renew_leases(self) -> None:
         """What each node's kubelet does every 10 s: renew its Lease (the node lifecycle controller's heartbeat)."""
         while True:
             await asyncio.sleep(8)
-            for lease in (await self.coord.list_namespaced_lease(LEASE_NS)).items:
+            for lease in (await self.coord.list_namespaced_lease(LEASE_NS, label_selector=randcluster.SELECTOR)).items:
                 lease.spec.renew_time = _now()
                 try:
                     await self.coord.replace_namespaced_lease(lease.metadata.name, LEASE_NS, lease)
@@ -168,17 +168,18 @@ class Harness:
                         raise
 
     async def unload(self) -> None:
-        """Delete every node, pod, claim, slice and lease of the last cluster and wait until they are gone."""
+        """Delete the last cluster (the test's own namespaces' pods and claims, and the nodes, slices and
+        leases it labelled) and wait until it is gone."""
         for ns in (SERVERS_NS, randcluster.OTHER_NS):
             await self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
             await self.res.delete_collection_namespaced_resource_claim(ns)
             await self.res.delete_collection_namespaced_resource_claim_template(ns)
-        await self.res.delete_collection_resource_slice()
-        await self.coord.delete_collection_namespaced_lease(LEASE_NS)
-        await self.core.delete_collection_node()
+        await self.res.delete_collection_resource_slice(label_selector=randcluster.SELECTOR)
+        await self.coord.delete_collection_namespaced_lease(LEASE_NS, label_selector=randcluster.SELECTOR)
+        await self.core.delete_collection_node(label_selector=randcluster.SELECTOR)
 
         async def gone() -> bool:
-            return not (await self.core.list_node()).items and not any(
+            return not (await self.core.list_node(label_selector=randcluster.SELECTOR)).items and not any(
                 [(await self.core.list_namespaced_pod(ns)).items for ns in (SERVERS_NS, randcluster.OTHER_NS)])
 
         await self._until(gone, 60, "the last cluster's nodes and pods to go")
@@ -344,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--per-cluster", type=int, default=40)
-    ap.add_argument("--kubeconfig", help="an already running test cluster (else one is started)")
+    ap.add_argument("--kubeconfig", help="an already running test cluster (else one is started); the run "
+                    "deletes only what it created (its two namespaces' pods and claims, and the nodes, "
+                    "slices and leases labelled " + randcluster.SELECTOR + ")")
     args = ap.parse_args(argv)
 
     def progress(n: int, agree: int) -> None:
