@@ -2,8 +2,11 @@
 # Sets up a development environment from the project's own files:
 #   .venv/            Python virtual environment with gpuspawner (editable) and its test dependencies
 #   node_modules/     configurable-http-proxy (JupyterHub's proxy), from package-lock.json
-#   kubectl           Debian's kubernetes-client, when no kubectl is on PATH (for the kubectl tests and
-#                     the demo's hints; needs root or sudo)
+#   .venv/bin/gpuspawner-cluster  the test cluster's program (testcluster/): Kubernetes v1.37.2's
+#                     control plane and kubectl, built with Go >= 1.26 into a cache keyed by the hash of
+#                     testcluster/go.sum and its Go sources; .venv/bin/kubectl is a link to it
+#   Kueue             its controller manager (testcluster/kueue), built by scripts/kueue-build.sh into a cache
+#                     keyed by that module's go.sum
 #   /usr/bin/chromium Debian's Chromium for the browser tests (only with --browser; needs root or sudo)
 #   initdb/pg_ctl     Debian's PostgreSQL for the GPU-hour ledger's tests on PostgreSQL (needs root or
 #                     sudo; its system service is left stopped: the tests start a throwaway cluster)
@@ -64,10 +67,43 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$1" >/dev/null
 }
 
-if ! command -v kubectl >/dev/null 2>&1; then
-  echo "==> installing Debian's kubernetes-client (kubectl) for the kubectl tests"
-  apt_install kubernetes-client
+# The test cluster: one Go program holding Kubernetes' own control plane and kubectl (docs/test-cluster.md).
+GO=${GO:-go}
+if ! command -v "$GO" >/dev/null 2>&1; then
+  echo "setup.sh: Go >= 1.26 is needed to build the test cluster (testcluster/): install it from https://go.dev/dl/" >&2
+  exit 1
 fi
+go_version=$("$GO" env GOVERSION 2>/dev/null || true)
+if ! [[ "$go_version" =~ ^go([0-9]+)\.([0-9]+) ]] \
+    || [ "${BASH_REMATCH[1]}" -lt 1 ] || { [ "${BASH_REMATCH[1]}" = 1 ] && [ "${BASH_REMATCH[2]}" -lt 26 ]; }; then
+  echo "setup.sh: Go >= 1.26 is needed to build the test cluster (testcluster/), found: ${go_version:-an unknown version} ($(command -v "$GO"))" >&2
+  exit 1
+fi
+cluster_hash=$(
+  cd testcluster
+  { echo "$go_version"; find . -name '*.go' ! -name '*_test.go' -print | LC_ALL=C sort | xargs sha256sum
+    sha256sum go.mod go.sum build.sh; } \
+    | sha256sum | cut -c1-16
+)
+cluster_dir="${XDG_CACHE_HOME:-$HOME/.cache}/gpuspawner/cluster/$cluster_hash"
+cluster_bin="$cluster_dir/gpuspawner-cluster"
+if [ -x "$cluster_bin" ]; then
+  echo "==> gpuspawner-cluster (Kubernetes v1.37.2 control plane and kubectl) is built: $cluster_bin"
+else
+  echo "==> building gpuspawner-cluster (Kubernetes v1.37.2 control plane and kubectl) with $go_version into $cluster_dir"
+  echo "    (the first build compiles Kubernetes: about 13 CPU-minutes, 7 to 35 minutes on 2 shared cores; later builds reuse Go's cache)"
+  mkdir -p "$cluster_dir"
+  echo "    $ GO=$GO testcluster/build.sh $cluster_bin"
+  GO="$GO" testcluster/build.sh "$cluster_bin.tmp"
+  mv "$cluster_bin.tmp" "$cluster_bin"
+fi
+ln -sfn "$cluster_bin" .venv/bin/gpuspawner-cluster
+ln -sfn gpuspawner-cluster .venv/bin/kubectl
+# Kueue's controller manager, from its own module (testcluster/kueue/go.mod), for the queueing tests
+echo "==> Kueue's controller manager (testcluster/kueue, cached by its go.sum; the first build takes minutes)"
+echo "    $ scripts/kueue-build.sh"
+kueue_bin=$(bash scripts/kueue-build.sh)
+echo "    $kueue_bin"
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "==> installing Debian's chromium for the browser tests"
   apt_install chromium

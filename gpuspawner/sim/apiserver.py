@@ -615,9 +615,12 @@ class ApiServer:
         else:
             timeout_s = float(timeout)
         bookmarks = _parse_bool("allowWatchBookmarks", q.get("allowWatchBookmarks"))
+        # a watch-list (kubectl 1.37's delete --wait, client-go's WatchListClient): the state, then
+        # the bookmark that ends the initial events
+        initial = bool(_parse_bool("sendInitialEvents", q.get("sendInitialEvents"))) and bool(bookmarks)
         try:
             w = self.store.watch(info.plural, route.namespace, q.get("resourceVersion"), q.get("labelSelector"),
-                                 q.get("fieldSelector"), bookmarks, copy_objects=False)
+                                 q.get("fieldSelector"), bookmarks, copy_objects=False, send_initial_events=initial)
         except ApiError as e:
             if e.code == 410:
                 # cacher.Watch: past authn/authz and parsing, errors travel as an

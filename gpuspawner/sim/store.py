@@ -825,9 +825,12 @@ class Store:
     # -- watch ----------------------------------------------------------------------
     def watch(self, plural: str, namespace: str | None = None, resource_version: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None,
-              allow_bookmarks: bool = False, *, copy_objects: bool = True) -> Watcher:
+              allow_bookmarks: bool = False, *, copy_objects: bool = True,
+              send_initial_events: bool = False) -> Watcher:
         """Start a watch.  ``resource_version`` None/""/"0": synthetic ADDED for
-        the current state first; a revision: every change after it.
+        the current state first; a revision: every change after it.  ``send_initial_events``
+        (``sendInitialEvents=true``, a watch-list): the current state, then a BOOKMARK annotated
+        ``k8s.io/initial-events-end: "true"`` (the cacher's end of the initial events).
 
         Raises ApiError(410 Expired, "too old resource version: X (Y)") when the
         revision is older than the kept history (watch_cache.go).
@@ -836,7 +839,7 @@ class Store:
         labels, fields = self.parse_selectors(plural, label_selector, field_selector)
         ns = namespace if info.namespaced else None
         w = Watcher(self, info, ns, labels, fields, allow_bookmarks, copy_objects)
-        if resource_version in (None, "", "0"):
+        if send_initial_events or resource_version in (None, "", "0"):
             prefix = (ns + "/") if ns else ""
             keys = self._keys[plural]
             objects = self._objects[plural]
@@ -846,6 +849,12 @@ class Store:
                 obj = objects[k]
                 if w.matches(obj):
                     w._queue_initial(obj)
+            if send_initial_events:
+                w._pending.append(("BOOKMARK", {
+                    "kind": info.kind, "apiVersion": info.api_version,
+                    "metadata": {"resourceVersion": str(self.resource_version),
+                                 "annotations": {"k8s.io/initial-events-end": "true"}},
+                }))
         else:
             rv = parse_rv(resource_version)
             oldest = self._history[0].rev if self._history else self.resource_version + 1

@@ -189,7 +189,7 @@ async def test_delete_cascade_reaches_the_pods_service_and_secret(cluster, tmp_p
     cluster.store.create("secrets", {"metadata": {"name": "jupyter-bob", "ownerReferences": [ref]}}, "research")
     rc, out, err = await kubectl(cluster, tmp_path, "delete", "pod", "jupyter-bob", "-n", "research",
                                  f"--cascade={cascade}")
-    assert (rc, out.strip()) == (0, 'pod "jupyter-bob" deleted'), err
+    assert (rc, out.strip()) == (0, 'pod "jupyter-bob" deleted from research namespace'), err
     for _ in range(200):
         svc, secret = get(cluster, "services", "jupyter-bob", "research"), get(cluster, "secrets", "jupyter-bob",
                                                                                "research")
@@ -205,7 +205,7 @@ async def test_delete_cascade_reaches_the_pods_service_and_secret(cluster, tmp_p
 async def test_delete_namespace_terminates_refuses_new_content_then_goes(cluster, tmp_path):
     cluster.store.create("configmaps", {"metadata": {"name": "held", "finalizers": ["example.com/keep"]}}, "research")
     rc, out, err = await kubectl(cluster, tmp_path, "delete", "namespace", "research", "--wait=false")
-    assert (rc, out.strip()) == (0, 'namespace "research" deleted'), err
+    assert (rc, out.strip()) == (0, 'namespace "research" deleted'), err  # cluster-scoped: no namespace
     rc, out, err = await kubectl(cluster, tmp_path, "get", "namespace", "research")
     assert out.splitlines()[1].split()[:2] == ["research", "Terminating"]
     rc, out, err = await kubectl(cluster, tmp_path, "create", "configmap", "late", "-n", "research")

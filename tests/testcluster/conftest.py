@@ -1,23 +1,81 @@
-"""The API servers the node agent's tests run against.
+"""The test cluster's fixtures: one real control plane (``gpuspawner-cluster controlplane``) for the
+whole session, the real kubectl of the same version pointed at it, and the API servers the node
+agent's tests run against.
 
-``api`` is parametrized: ``sim`` is the project's simulated API server (scheduler and
-controllers, no nodes of its own); ``real`` is Kubernetes' own control plane (``real_cluster``:
-one ``testcluster.ControlPlane`` for the session).  Each test gets a name prefix of its own, and
-on a shared real cluster the nodes it registered are deleted afterwards.
+``GPUSPAWNER_TEST_KUBECONFIG=PATH`` points the ``kubectl`` fixture at another cluster (a real one)
+instead; the tests of the test cluster itself (``local_kubectl``, ``control_plane``) still start
+their own. ``api`` is parametrized: ``sim`` is the project's simulated API server (scheduler and
+controllers, no nodes of its own); ``real`` is the session's control plane. Each test gets a name
+prefix of its own, and on the shared real cluster the nodes it registered are deleted afterwards.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from gpuspawner.sim.cluster import SimCluster
+from testcluster import ControlPlane, ControlPlaneError, find_binary
 from testcluster.nodeagent.client import KNOWN, ApiError, Client
 
+KUBECONFIG_ENV = "GPUSPAWNER_TEST_KUBECONFIG"
 _serial = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    """A started control plane; fails (never skips) when the binary is missing: setup builds it."""
+    try:
+        find_binary()
+    except ControlPlaneError as e:
+        pytest.fail(str(e))
+    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
+    cp.start()
+    print(f"\ncontrol plane {cp.server} ready in {cp.ready_seconds:.1f}s")
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="session")
+def real_cluster(control_plane):
+    """The kubeconfig of the session's real control plane (kube-apiserver, kube-scheduler,
+    kube-controller-manager)."""
+    return Path(control_plane.kubeconfig)
+
+
+def _kubectl_for(kubeconfig, cache_dir):
+    """``run(*args, input=None, check=True)``: the kubectl on PATH with this kubeconfig only."""
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), KUBECACHEDIR=str(cache_dir))
+
+    def run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = ["kubectl", *args]
+        r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=60, env=env)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        return r
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def local_kubectl(control_plane, tmp_path_factory):
+    """kubectl as the test cluster's admin."""
+    return _kubectl_for(control_plane.kubeconfig, tmp_path_factory.mktemp("kubecache"))
+
+
+@pytest.fixture(scope="session")
+def kubectl(request, tmp_path_factory):
+    """kubectl as an admin of the cluster under test: ``$GPUSPAWNER_TEST_KUBECONFIG``'s, else the
+    test cluster's."""
+    other = os.environ.get(KUBECONFIG_ENV)
+    if other:
+        return _kubectl_for(other, tmp_path_factory.mktemp("kubecache"))
+    return request.getfixturevalue("local_kubectl")
 
 
 @dataclass
@@ -31,20 +89,6 @@ class Api:
 
     def name(self, base: str) -> str:
         return f"{self.prefix}{base}"
-
-
-@pytest.fixture(scope="session")
-def real_cluster(tmp_path_factory):
-    """The kubeconfig of a started real control plane (kube-apiserver, kube-scheduler,
-    kube-controller-manager), through the launcher ``testcluster.ControlPlane``."""
-    try:
-        from testcluster import ControlPlane
-    except ImportError:
-        pytest.fail("the control plane launcher testcluster.ControlPlane is not in this tree")
-    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
-    cp.start()
-    yield Path(cp.kubeconfig)
-    cp.stop()
 
 
 @pytest.fixture(params=["sim", "real"])

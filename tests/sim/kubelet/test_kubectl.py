@@ -148,7 +148,7 @@ async def test_logs_of_the_previous_instance_and_the_errors(cluster, tmp_path):
     rc, out, err = await kubectl(cluster, tmp_path, "logs", "-p", "again")
     assert (rc, out) == (0, "run\n"), err
     rc, out, err = await kubectl(cluster, tmp_path, "logs", "again", "-c", "other")
-    assert rc == 1 and err.strip() == "error: container other is not valid for pod again"
+    assert rc == 1 and err.strip() == "error: container other is not valid for pod again out of: main"  # kubectl 1.37
 
 
 async def test_describe_pod_shows_probe_events(cluster, tmp_path):
@@ -159,7 +159,8 @@ async def test_describe_pod_shows_probe_events(cluster, tmp_path):
                                        cluster.store.list("events", namespace="default")["items"]), 15, what="event")
     rc, out, err = await kubectl(cluster, tmp_path, "describe", "pod", "probed")
     assert rc == 0, err
-    assert "Readiness:      exec [sh -c echo not ready; exit 1] delay=0s timeout=1s period=1s #success=1 #failure=3" in out
+    assert ("Readiness:      exec [sh -c echo not ready; exit 1] delay=0s timeout=1s period=1s successThreshold=1 "
+            "failureThreshold=3") in out  # kubectl 1.37's words
     row = next(line for line in out.splitlines() if "Unhealthy" in line)
     assert row.split()[0] == "Warning" and row.split()[1] == "Unhealthy" and "kubelet" in row
     assert row.endswith("Readiness probe failed: not ready")

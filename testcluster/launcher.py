@@ -1,0 +1,218 @@
+"""Starts ``gpuspawner-cluster controlplane`` in its own process group, waits for its ``READY``
+line, and ends the whole group on stop, at interpreter exit, or when this process dies."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import json
+import os
+import pathlib
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from typing import Any
+
+#: The environment variable that names the binary (else ``gpuspawner-cluster`` on PATH).
+BINARY_ENV = "GPUSPAWNER_CLUSTER_BIN"
+BINARY_NAME = "gpuspawner-cluster"
+LOG_NAME = "controlplane.log"
+_TAIL_LINES = 40
+_GRACE = 15.0
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started (the message carries its last output)."""
+
+
+def find_binary() -> str:
+    """The ``gpuspawner-cluster`` binary: ``$GPUSPAWNER_CLUSTER_BIN``, else the one on PATH."""
+    named = os.environ.get(BINARY_ENV)
+    if named:
+        if not os.access(named, os.X_OK):
+            raise ControlPlaneError(f"{BINARY_ENV}={named} is not an executable file")
+        return named
+    found = shutil.which(BINARY_NAME)
+    if not found:
+        raise ControlPlaneError(
+            f"{BINARY_NAME} is not on PATH: run `bash scripts/setup.sh` (it builds it with Go >= 1.26 "
+            f"into .venv/bin), or set {BINARY_ENV} to the binary"
+        )
+    return found
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _last_words(path: pathlib.Path, lines: int = _TAIL_LINES) -> str:
+    """The program's own messages in its log (why it stopped), then the log's last lines."""
+    try:
+        with path.open(errors="replace") as f:
+            own: collections.deque[str] = collections.deque(maxlen=5)
+            tail: collections.deque[str] = collections.deque(maxlen=lines)
+            for line in f:
+                tail.append(line)
+                if "gpuspawner-cluster" in line:
+                    own.append(line)
+    except OSError:
+        return ""
+    return "".join(own) + "...\n" + "".join(tail)
+
+
+class ControlPlane:
+    """One ``gpuspawner-cluster controlplane`` process serving ``https://127.0.0.1:<port>``.
+
+    ``with ControlPlane(dir) as cp:`` or ``async with ControlPlane(dir) as cp:`` start it and stop
+    it; ``start()``/``stop()`` do the same by hand.  Its log is ``<data_dir>/controlplane.log``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        port: int | None = None,
+        *,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        feature_gates: str = "",
+        ready_timeout: float = 90.0,
+        binary: str | None = None,
+    ) -> None:
+        self.data_dir = pathlib.Path(data_dir).resolve()
+        self.port = port or free_port()
+        self.kubeconfig = pathlib.Path(kubeconfig).resolve() if kubeconfig else self.data_dir / "admin.kubeconfig"
+        self.feature_gates = feature_gates
+        self.ready_timeout = ready_timeout
+        self.binary = binary
+        self.log_path = self.data_dir / LOG_NAME
+        self.ready_seconds: float | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def cluster_info(self) -> dict[str, Any]:
+        """``<data_dir>/cluster.json``: the server, the CA and the kubelet-client certificates."""
+        return json.loads((self.data_dir / "cluster.json").read_text())
+
+    def command(self) -> list[str]:
+        cmd = [
+            self.binary or find_binary(),
+            "controlplane",
+            f"--data-dir={self.data_dir}",
+            f"--port={self.port}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--ready-timeout={self.ready_timeout:g}s",
+            # Stops when this process dies, however it dies: the pipe on its stdin closes.
+            "--exit-on-stdin-close",
+        ]
+        if self.feature_gates:
+            cmd.append(f"--feature-gates={self.feature_gates}")
+        return cmd
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it to be ready."""
+        if self._proc is not None:
+            raise ControlPlaneError(f"the control plane in {self.data_dir} is already started")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = self.command()
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+        self._started_at = time.monotonic()
+        atexit.register(self.stop)
+
+    def wait_ready(self) -> None:
+        """Block until the ``READY`` line (or raise with the process's last output)."""
+        assert self._proc is not None and self._proc.stdout is not None
+        # the program gives up by itself after ready_timeout and says why: leave it time to
+        deadline = self._started_at + self.ready_timeout + _GRACE
+        buf = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._proc.stdout, selectors.EVENT_READ)
+            while True:
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.startswith(b"READY "):
+                        self.ready_seconds = time.monotonic() - self._started_at
+                        announced = line.decode(errors="replace").split(" ", 1)[1]
+                        if announced != self.server:
+                            self._fail(f"announced {announced}, not {self.server}")
+                        return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._fail(f"was not ready after {self.ready_timeout:g}s")
+                if not sel.select(timeout=min(left, 1.0)):
+                    continue
+                chunk = os.read(self._proc.stdout.fileno(), 4096)
+                if not chunk:
+                    self._fail(f"exited with status {self._proc.wait()} before it was ready")
+                buf += chunk
+
+    def _fail(self, why: str) -> None:
+        self.stop()
+        raise ControlPlaneError(
+            f"gpuspawner-cluster controlplane ({self.server}, data in {self.data_dir}) {why}; "
+            f"its last output ({self.log_path}):\n{_last_words(self.log_path)}"
+        )
+
+    def start(self) -> ControlPlane:
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """End the process group: SIGTERM, then SIGKILL after ``timeout`` seconds."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        atexit.unregister(self.stop)
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Not stopped in time: the group ends at once (checked before the process is reaped,
+            # so its id cannot belong to anyone else yet).
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> ControlPlane:
+        self.spawn()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.wait_ready)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.stop)

@@ -1,0 +1,122 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// PodIPs hands out pod IPs from 127.0.0.0/8 past 127.0.0.1: every one is on
+// this machine's loopback, where the pods' processes will listen.
+type PodIPs struct {
+	mu   sync.Mutex
+	next uint32
+	used map[string]net.IP
+}
+
+// NewPodIPs starts handing out at 127.1.0.1.
+func NewPodIPs() *PodIPs {
+	return &PodIPs{next: 127<<24 | 1<<16 | 1, used: map[string]net.IP{}}
+}
+
+// For returns the IP of the pod with this UID, the same one every time.
+func (p *PodIPs) For(uid string) (net.IP, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ip, ok := p.used[uid]; ok {
+		return ip, nil
+	}
+	for byte(p.next) == 0 || byte(p.next) == 255 { // no .0 or .255 addresses
+		p.next++
+	}
+	if p.next >= 128<<24 {
+		return nil, fmt.Errorf("no pod IPs left in 127.0.0.0/8")
+	}
+	ip := net.IPv4(byte(p.next>>24), byte(p.next>>16), byte(p.next>>8), byte(p.next))
+	p.next++
+	p.used[uid] = ip
+	return ip, nil
+}
+
+// RunningStatus is the status a kubelet reports for a pod whose containers
+// all started at now: Running, its IP, every condition true.
+func RunningStatus(pod *corev1.Pod, ip net.IP, now metav1.Time) corev1.PodStatus {
+	status := corev1.PodStatus{
+		Phase:     corev1.PodRunning,
+		HostIP:    NodeIP,
+		HostIPs:   []corev1.HostIP{{IP: NodeIP}},
+		PodIP:     ip.String(),
+		PodIPs:    []corev1.PodIP{{IP: ip.String()}},
+		StartTime: &now,
+		QOSClass:  pod.Status.QOSClass,
+	}
+	for _, t := range []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.PodScheduled, corev1.ContainersReady, corev1.PodReady} {
+		status.Conditions = append(status.Conditions, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
+	}
+	for _, c := range pod.Spec.Containers {
+		status.ContainerStatuses = append(status.ContainerStatuses, corev1.ContainerStatus{
+			Name:    c.Name,
+			Image:   c.Image,
+			ImageID: c.Image,
+			Ready:   true,
+			Started: ptr.To(true),
+			State:   corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+	return status
+}
+
+// RunPods reports every pod bound to one of nodes, and not yet running, as
+// running, until ctx ends.
+func RunPods(ctx context.Context, kube kubernetes.Interface, nodes []string, ips *PodIPs) error {
+	ours := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		ours[n] = true
+	}
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	podInformer := factory.Core().V1().Pods().Informer()
+	start := func(obj interface{}) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || !ours[pod.Spec.NodeName] || pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil {
+			return
+		}
+		if err := markRunning(ctx, kube, pod, ips); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "pod not started", "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+		}
+	}
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    start,
+		UpdateFunc: func(_, obj interface{}) { start(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+	return nil
+}
+
+func markRunning(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, ips *PodIPs) error {
+	ip, err := ips.For(string(pod.UID))
+	if err != nil {
+		return err
+	}
+	updated := pod.DeepCopy()
+	updated.Status = RunningStatus(pod, ip, metav1.Now())
+	_, err = kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // a newer version (or none) comes through the watch
+	}
+	return err
+}
