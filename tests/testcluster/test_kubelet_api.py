@@ -1,0 +1,225 @@
+"""``kubectl logs``, ``logs -f``, ``exec``, ``attach`` and ``port-forward`` through Kubernetes' own
+API server to the node agent's kubelet API (``gpuspawner-kubelet-api``: Kubernetes' streaming
+server over HTTPS, client certificates checked), with the real kubectl of the same version."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from testcluster.nodeagent import NodeAgent
+from testcluster.nodeagent.kubeletapi import Tls
+from tests.builders import node
+from tests.builders.kubelet import kubectl_env
+from tests.builders.nodeagent import TOLERATE_ALL, pod_where, running_with_ip, wait_for, write_cluster
+
+# prints a numbered line a second, and what it reads on stdin
+CHATTY = ("import sys, threading, time\n"
+          "def echo():\n"
+          "    for line in sys.stdin:\n"
+          "        print('got ' + line.strip(), flush=True)\n"
+          "threading.Thread(target=echo, daemon=True).start()\n"
+          "i = 0\n"
+          "while True:\n"
+          "    print(f'line {i}', flush=True); i += 1; time.sleep(0.5)\n")
+# answers GET / with "hello from <pod IP>" on port 8080 of its pod IP
+HELLO = ("import http.server, sys\n"
+         "class H(http.server.BaseHTTPRequestHandler):\n"
+         "    def do_GET(self):\n"
+         "        body = ('hello from ' + sys.argv[1]).encode()\n"
+         "        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()\n"
+         "        self.wfile.write(body)\n"
+         "    def log_message(self, *a): pass\n"
+         "http.server.HTTPServer((sys.argv[1], 8080), H).serve_forever()\n")
+
+
+def kubectl_binary() -> str:
+    found = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    if not found:
+        pytest.fail("kubectl is not on PATH: run scripts/setup.sh, or set KUBECTL")
+    out = subprocess.run([found, "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=30)
+    minor = json.loads(out.stdout or "{}").get("clientVersion", {}).get("minor", "")
+    if not minor.startswith("37"):
+        pytest.fail(f"{found} is kubectl 1.{minor}: these tests need the v1.37 kubectl built by scripts/setup.sh")
+    return found
+
+
+def chatty_pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "python:3.12", "stdin": True,
+                                     "command": [sys.executable, "-u", "-c", CHATTY]}],
+                     "tolerations": TOLERATE_ALL, "terminationGracePeriodSeconds": 1}}
+
+
+def hello_pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "web", "image": "python:3.12",
+                                     "command": [sys.executable, "-c", HELLO, "$(POD_IP)"],
+                                     "env": [{"name": "POD_IP",
+                                              "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}],
+                     "tolerations": TOLERATE_ALL, "terminationGracePeriodSeconds": 1}}
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Kubectl:
+    def __init__(self, binary: str, kubeconfig: Path, tmp_path: Path):
+        self.binary, self.kubeconfig = binary, kubeconfig
+        self.env = kubectl_env(tmp_path)
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.binary, "--kubeconfig", str(self.kubeconfig), *args]
+
+    async def run(self, *args: str, stdin: bytes | None = None, timeout: float = 30) -> tuple[int, str, str]:
+        p = await asyncio.create_subprocess_exec(*self.argv(*args), env=self.env, stdin=subprocess.PIPE,
+                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await asyncio.wait_for(p.communicate(stdin), timeout)
+        return p.returncode, out.decode(), err.decode()
+
+    async def start(self, *args: str) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(*self.argv(*args), env=self.env, stdin=subprocess.PIPE,
+                                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+async def read_until(stream: asyncio.StreamReader, needle: str, timeout: float = 20) -> str:
+    seen = b""
+    async def more() -> str:
+        nonlocal seen
+        while needle.encode() not in seen:
+            chunk = await stream.read(4096)
+            if not chunk:
+                raise AssertionError(f"the stream ended before {needle!r}; it said {seen.decode()!r}")
+            seen += chunk
+        return seen.decode()
+    return await asyncio.wait_for(more(), timeout)
+
+
+async def stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 10)
+
+
+@pytest.fixture
+async def cluster(real_cluster, tmp_path):
+    """One node with the kubelet API on a free port, a chatty pod and a web pod running on it;
+    the CAs are the control plane's (its cluster.json, beside the admin kubeconfig)."""
+    info = Path(real_cluster).parent / "cluster.json"
+    if not info.exists():
+        pytest.fail(f"no cluster.json beside {real_cluster}: the control plane writes one in its data directory")
+    prefix = f"kl{os.getpid() % 10000}-{tmp_path.name[-6:]}-".lower().replace("_", "")
+    nodes = [node(f"{prefix}node", {"pods": "110"})]
+    pods = [chatty_pod(f"{prefix}chatty"), hello_pod(f"{prefix}hello")]
+    kubectl = Kubectl(kubectl_binary(), Path(real_cluster), tmp_path)
+    async with NodeAgent(real_cluster, write_cluster(tmp_path / "cluster.yaml", nodes),
+                         kubelet_port=free_port(), kubelet_tls=Tls.from_cluster_info(info)) as agent:
+        from testcluster.nodeagent.client import KNOWN
+        for p in pods:
+            await agent.client.create(KNOWN["Pod"], p, namespace="default")
+        for p in pods:
+            await pod_where(agent.client, p["metadata"]["name"], running_with_ip, "running")
+        try:
+            yield kubectl, prefix
+        finally:
+            for p in pods:
+                await kubectl.run("delete", "pod", p["metadata"]["name"], "--wait=false")
+            await kubectl.run("delete", "node", f"{prefix}node", "--wait=false")
+
+
+async def test_logs_show_the_containers_output(cluster):
+    kubectl, prefix = cluster
+    async def logged():
+        code, out, err = await kubectl.run("logs", f"{prefix}chatty")
+        return out if code == 0 and "line 1\n" in out else None
+    out = await wait_for(logged, "kubectl logs showing line 1")
+    assert out.startswith("line 0\nline 1\n")
+
+
+async def test_logs_options_reach_the_kubelet(cluster):
+    kubectl, prefix = cluster
+    await asyncio.sleep(1.5)
+    code, out, err = await kubectl.run("logs", f"{prefix}chatty", "--tail=1", "--timestamps")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 1 and lines[0].split(" ", 1)[1].startswith("line "), out
+    assert lines[0][:4].isdigit() and lines[0].split(" ")[0].endswith("Z"), out  # RFC 3339 time first
+    code, out, err = await kubectl.run("logs", f"{prefix}chatty", "--limit-bytes=3")
+    assert (code, out) == (0, "lin"), err
+
+
+async def test_logs_follow_sees_a_new_line(cluster):
+    kubectl, prefix = cluster
+    proc = await kubectl.start("logs", "-f", "--tail=1", f"{prefix}chatty")
+    try:
+        first = await read_until(proc.stdout, "\n")
+        n = int(first.split()[1])
+        # a line the container prints after kubectl started following
+        await read_until(proc.stdout, f"line {n + 2}\n")
+    finally:
+        await stop(proc)
+
+
+async def test_exec_runs_the_command_in_the_container(cluster):
+    kubectl, prefix = cluster
+    code, out, err = await kubectl.run("exec", f"{prefix}chatty", "--", "echo", "hi")
+    assert (code, out) == (0, "hi\n"), err
+
+
+async def test_exec_reports_the_exit_code(cluster):
+    kubectl, prefix = cluster
+    code, out, err = await kubectl.run("exec", f"{prefix}chatty", "--", "sh", "-c", "echo oops >&2; exit 3")
+    assert code == 3, (out, err)
+    assert "oops" in err and "command terminated with exit code 3" in err
+
+
+async def test_exec_with_stdin(cluster):
+    kubectl, prefix = cluster
+    code, out, err = await kubectl.run("exec", "-i", f"{prefix}chatty", "--", "tr", "a-z", "A-Z",
+                                       stdin=b"through stdin\n")
+    assert (code, out) == (0, "THROUGH STDIN\n"), err
+
+
+async def test_exec_into_a_missing_container_is_refused(cluster):
+    kubectl, prefix = cluster
+    code, out, err = await kubectl.run("exec", f"{prefix}chatty", "-c", "nope", "--", "true")
+    assert code != 0 and "nope" in err, (out, err)
+
+
+async def test_attach_sees_the_output_and_sends_stdin(cluster):
+    kubectl, prefix = cluster
+    proc = await kubectl.start("attach", "-i", f"{prefix}chatty")
+    try:
+        await read_until(proc.stdout, "line ")
+        proc.stdin.write(b"hello attach\n")
+        await proc.stdin.drain()
+        await read_until(proc.stdout, "got hello attach\n")
+    finally:
+        await stop(proc)
+
+
+async def test_port_forward_reaches_the_pods_server(cluster):
+    kubectl, prefix = cluster
+    local = free_port()
+    proc = await kubectl.start("port-forward", f"pod/{prefix}hello", f"{local}:8080")
+    try:
+        await read_until(proc.stdout, "Forwarding from")
+        for _ in range(2):  # one forward, several connections
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"http://127.0.0.1:{local}/", timeout=aiohttp.ClientTimeout(total=10)) as r:
+                    body = await r.text()
+            assert body.startswith("hello from 127."), body
+    finally:
+        await stop(proc)
