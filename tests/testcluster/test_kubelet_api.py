@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ssl
+
 import aiohttp
 import pytest
 
@@ -124,8 +126,9 @@ async def cluster(real_cluster, tmp_path):
     nodes = [node(f"{prefix}node", {"pods": "110"})]
     pods = [chatty_pod(f"{prefix}chatty"), hello_pod(f"{prefix}hello")]
     kubectl = Kubectl(kubectl_binary(), Path(real_cluster), tmp_path)
+    kubectl.port, kubectl.info = free_port(), json.loads(info.read_text())
     async with NodeAgent(real_cluster, write_cluster(tmp_path / "cluster.yaml", nodes),
-                         kubelet_port=free_port(), kubelet_tls=Tls.from_cluster_info(info)) as agent:
+                         kubelet_port=kubectl.port, kubelet_tls=Tls.from_cluster_info(info)) as agent:
         from testcluster.nodeagent.client import KNOWN
         for p in pods:
             await agent.client.create(KNOWN["Pod"], p, namespace="default")
@@ -223,3 +226,36 @@ async def test_port_forward_reaches_the_pods_server(cluster):
             assert body.startswith("hello from 127."), body
     finally:
         await stop(proc)
+
+
+async def kubelet_get(kubectl: Kubectl, path: str, client_cert: bool) -> tuple[int, str]:
+    """GET ``path`` of the kubelet API, its serving certificate checked against the kubelet CA,
+    with or without the API server's kubelet client certificate."""
+    ctx = ssl.create_default_context(cafile=kubectl.info["kubelet_ca_file"])
+    ctx.check_hostname = False
+    if client_cert:
+        ctx.load_cert_chain(kubectl.info["kubelet_client_cert_file"], kubectl.info["kubelet_client_key_file"])
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"https://127.0.0.1:{kubectl.port}{path}", ssl=ctx,
+                         timeout=aiohttp.ClientTimeout(total=10)) as r:
+            return r.status, await r.text()
+
+
+@pytest.mark.parametrize("client_cert,status", [(False, 401), (True, 200)], ids=["anonymous", "apiserver-client"])
+async def test_the_kubelet_api_answers_only_the_api_servers_client_certificate(cluster, client_cert, status):
+    kubectl, prefix = cluster
+    got, body = await kubelet_get(kubectl, f"/containerLogs/default/{prefix}chatty/main?limitBytes=4", client_cert)
+    assert (got, body if status == 200 else "") == (status, "line" if status == 200 else ""), body
+
+
+@pytest.mark.parametrize("path,status,words", [
+    ("/containerLogs/default/{p}chatty/main?tailLines=-1", 400, "tailLines=-1: must be at least 0"),
+    ("/containerLogs/default/{p}chatty/main?sinceSeconds=5&sinceTime=2024-01-01T00:00:00Z", 400,
+     "at most one of sinceTime or sinceSeconds"),
+    ("/containerLogs/default/{p}nosuch/main", 404, "does not exist"),
+    ("/containerLogs/default/{p}chatty/nope", 400, 'container "nope" in pod'),
+], ids=["negative-tail", "two-since", "no-pod", "no-container"])
+async def test_bad_log_requests_are_refused_with_what_is_wrong(cluster, path, status, words):
+    kubectl, prefix = cluster
+    got, body = await kubelet_get(kubectl, path.format(p=prefix), True)
+    assert got == status and words in body, (got, body)
