@@ -259,3 +259,34 @@ async def test_bad_log_requests_are_refused_with_what_is_wrong(cluster, path, st
     kubectl, prefix = cluster
     got, body = await kubelet_get(kubectl, path.format(p=prefix), True)
     assert got == status and words in body, (got, body)
+
+
+# -- the agent's side, without a cluster ---------------------------------------------------
+
+@pytest.mark.parametrize("req,want", [
+    ({}, None),
+    ({"sinceSeconds": 5}, 1_000_000_000_000 - 5_000_000_000),
+    ({"sinceTime": "2001-09-09T01:46:40Z"}, 1_000_000_000 * 1_000_000_000),
+    ({"sinceTime": "2001-09-09T01:46:40.5Z"}, 1_000_000_000 * 1_000_000_000 + 500_000_000),
+], ids=["none", "seconds", "time", "fraction"])
+def test_since_is_the_earliest_log_time_asked_for(req, want):
+    from testcluster.nodeagent.kubeletapi import since_ns
+    assert since_ns(req, now_ns=1_000_000_000_000) == want
+
+
+@pytest.mark.parametrize("payload,want", [
+    (b'{"Width":80,"Height":24}', (80, 24)),
+    (b"not json", None),
+    (b"[1,2]", None),
+], ids=["size", "garbage", "not-an-object"])
+def test_resize_frames(payload, want):
+    from testcluster.nodeagent.kubeletapi import resize_sizes
+    assert resize_sizes(payload) == want
+
+
+def test_a_cluster_info_without_the_kubelet_ca_says_what_it_needs(tmp_path):
+    from testcluster.nodeagent.kubeletapi import KubeletApiError
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"ca_file": "/x/ca.crt"}))
+    with pytest.raises(KubeletApiError, match="kubelet_ca_file and kubelet_ca_key_file"):
+        Tls.from_cluster_info(path)
