@@ -5,9 +5,11 @@ server over HTTPS, client certificates checked), with the real kubectl of the sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +20,13 @@ import aiohttp
 import pytest
 
 from testcluster.nodeagent import NodeAgent
+from testcluster.nodeagent.client import KNOWN, ApiError, Client
 from testcluster.nodeagent.kubeletapi import Tls
 from tests.builders import node
 from tests.builders.kubelet import kubectl_env
 from tests.builders.nodeagent import TOLERATE_ALL, pod_where, running_with_ip, wait_for, write_cluster
 
+ROOT = Path(__file__).resolve().parents[2]
 # prints a numbered line a second, and what it reads on stdin
 CHATTY = ("import sys, threading, time\n"
           "def echo():\n"
@@ -129,7 +133,6 @@ async def cluster(real_cluster, tmp_path):
     kubectl.port, kubectl.info = free_port(), json.loads(info.read_text())
     async with NodeAgent(real_cluster, write_cluster(tmp_path / "cluster.yaml", nodes),
                          kubelet_port=kubectl.port, kubelet_tls=Tls.from_cluster_info(info)) as agent:
-        from testcluster.nodeagent.client import KNOWN
         for p in pods:
             await agent.client.create(KNOWN["Pod"], p, namespace="default")
         for p in pods:
@@ -259,6 +262,46 @@ async def test_bad_log_requests_are_refused_with_what_is_wrong(cluster, path, st
     kubectl, prefix = cluster
     got, body = await kubelet_get(kubectl, path.format(p=prefix), True)
     assert got == status and words in body, (got, body)
+
+
+async def listening(port: int) -> bool:
+    try:
+        _, w = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    w.close()
+    return True
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+async def test_the_kubelet_api_ends_with_the_agent(real_cluster, tmp_path, how):
+    info = Path(real_cluster).parent / "cluster.json"
+    port = free_port()
+    name = f"kl-end-{how.name.lower()}-{os.getpid()}"
+    cluster = write_cluster(tmp_path / "cluster.yaml", [node(name, {"pods": "110"})])
+    out = tmp_path / "agent.out"
+    with out.open("w") as f:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "testcluster.nodeagent", "--cluster", str(cluster), "--kubeconfig",
+            str(real_cluster), "--cluster-info", str(info), "--kubelet-port", str(port),
+            stdout=f, stderr=f, cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        await wait_for(lambda: asyncio.sleep(0, "nodeagent ready" in out.read_text()), "the agent's ready line", 60)
+        assert await listening(port)
+        proc.send_signal(how)
+        await asyncio.wait_for(proc.wait(), 30)
+
+        async def closed() -> bool:
+            return not await listening(port)
+        await wait_for(closed, "the kubelet API to end with the agent", 10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        client = await Client(real_cluster).open()
+        with contextlib.suppress(ApiError):  # a shared cluster: no later pod is bound to it
+            await client.delete(KNOWN["Node"], name)
+        await client.close()
 
 
 # -- the agent's side, without a cluster ---------------------------------------------------
