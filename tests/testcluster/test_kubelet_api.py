@@ -231,6 +231,45 @@ async def test_port_forward_reaches_the_pods_server(cluster):
         await stop(proc)
 
 
+async def test_port_forward_to_a_closed_port_says_so(cluster):
+    kubectl, prefix = cluster
+    local = free_port()
+    proc = await kubectl.start("port-forward", f"pod/{prefix}hello", f"{local}:9")
+    try:
+        await read_until(proc.stdout, "Forwarding from")
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"http://127.0.0.1:{local}/", timeout=aiohttp.ClientTimeout(total=10)) as r:
+                    pytest.fail(f"a closed port answered {r.status}")
+        await read_until(proc.stderr, "failed to connect to port 9 in pod")
+    finally:
+        await stop(proc)
+
+
+async def test_logs_previous_reads_the_last_instance(cluster):
+    kubectl, prefix = cluster
+    name = f"{prefix}restarts"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"containers": [{"name": "main", "image": "python:3.12", "command": [
+               sys.executable, "-c", "import os, time; print('instance', os.getpid(), flush=True); time.sleep(1)"]}],
+               "tolerations": TOLERATE_ALL, "terminationGracePeriodSeconds": 1}}
+    code, _, err = await kubectl.run("create", "-f", "-", stdin=json.dumps(pod).encode())
+    assert code == 0, err
+    try:
+        async def restarted():
+            code, out, _ = await kubectl.run("get", "pod", name, "-o", "json")
+            st = (json.loads(out).get("status") or {}).get("containerStatuses") or [{}] if code == 0 else [{}]
+            return st[0].get("restartCount", 0) >= 1
+        await wait_for(restarted, "a restart", 30)
+        code, previous, err = await kubectl.run("logs", "--previous", name)
+        assert code == 0 and previous.startswith("instance "), err
+        # a container that never restarted has no previous instance: the kubelet's refusal
+        code, out, err = await kubectl.run("logs", "--previous", f"{prefix}chatty")
+        assert code != 0 and f'previous terminated container "main" in pod "{prefix}chatty" not found' in err, err
+    finally:
+        await kubectl.run("delete", "pod", name, "--wait=false")
+
+
 async def kubelet_get(kubectl: Kubectl, path: str, client_cert: bool) -> tuple[int, str]:
     """GET ``path`` of the kubelet API, its serving certificate checked against the kubelet CA,
     with or without the API server's kubelet client certificate."""
