@@ -238,7 +238,7 @@ class AgentSocket:
         argv = [str(a) for a in req.get("command") or []]
         if not argv:
             raise Refused(400, "no command")
-        out = (lambda kind: (lambda data: writer.write(frame(kind, data))))
+        out = (lambda kind: (lambda data: _send(writer, kind, data)))
         try:
             proc = await w.exec(req["container"], argv, tty=tty, stdin=bool(req.get("stdin")),
                                 on_stdout=out(STDOUT_FRAME), on_stderr=out(STDERR_FRAME))
@@ -265,7 +265,7 @@ class AgentSocket:
         tty, instance, proc = bool(c.spec.get("tty")), c.log, c.process
 
         def on_output(stream: str, data: bytes) -> None:
-            writer.write(frame(STDOUT_FRAME if stream == STDOUT or tty else STDERR_FRAME, data))
+            _send(writer, STDOUT_FRAME if stream == STDOUT or tty else STDERR_FRAME, data)
 
         takes_stdin = bool(req.get("stdin")) and bool(c.spec.get("stdin")) and proc is not None
         self._ok(writer, tty=tty)
@@ -285,6 +285,13 @@ class AgentSocket:
                 t.cancel()
         if ended.done() and not ended.cancelled():
             writer.write(frame(EXIT, json.dumps({"exitCode": 0}).encode()))
+
+
+def _send(writer: asyncio.StreamWriter, kind: int, data: bytes) -> None:
+    """One output frame, unless the kubelet API left (an exec runs on after its client)."""
+    if not writer.is_closing():
+        for i in range(0, len(data), MAX_FRAME):
+            writer.write(frame(kind, data[i:i + MAX_FRAME]))
 
 
 def _drop(_data: bytes) -> None:

@@ -74,29 +74,19 @@ func (ss *session) PortForward(ctx context.Context, _ string, _ string, port int
 		return fmt.Errorf("failed to connect to port %d in pod %s/%s: %w", port, ss.namespace, ss.pod, err)
 	}
 	defer conn.Close()
-	done := make(chan error, 2)
+	// the client's end of input half-closes the pod's connection; the forward
+	// ends when the pod's side is done, its answer sent
 	go func() {
-		_, err := io.Copy(conn, stream)
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.CloseWrite()
+		if _, err := io.Copy(conn, stream); err == nil {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				tc.CloseWrite()
+			}
+		} else {
+			conn.Close()
 		}
-		done <- err
 	}()
-	go func() {
-		_, err := io.Copy(stream, conn)
-		done <- err
-	}()
-	// the pod's side closing ends the forward; the client's side closing its
-	// writes only ends the request (the answer still comes back)
-	if err := <-done; err != nil {
-		return fmt.Errorf("copying to port %d of pod %s/%s: %w", port, ss.namespace, ss.pod, err)
-	}
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-	}
-	if err != nil {
-		return fmt.Errorf("copying to port %d of pod %s/%s: %w", port, ss.namespace, ss.pod, err)
+	if _, err := io.Copy(stream, conn); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("copying from port %d of pod %s/%s: %w", port, ss.namespace, ss.pod, err)
 	}
 	return nil
 }
