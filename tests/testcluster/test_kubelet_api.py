@@ -352,7 +352,7 @@ async def test_the_kubelet_api_ends_with_the_agent(real_cluster, tmp_path, how):
     ({"sinceTime": "2001-09-09T01:46:40.5Z"}, 1_000_000_000 * 1_000_000_000 + 500_000_000),
 ], ids=["none", "seconds", "time", "fraction"])
 def test_since_is_the_earliest_log_time_asked_for(req, want):
-    from testcluster.nodeagent.kubeletapi import since_ns
+    from testcluster.nodeagent.kubeletsocket import since_ns
     assert since_ns(req, now_ns=1_000_000_000_000) == want
 
 
@@ -362,7 +362,7 @@ def test_since_is_the_earliest_log_time_asked_for(req, want):
     (b"[1,2]", None),
 ], ids=["size", "garbage", "not-an-object"])
 def test_resize_frames(payload, want):
-    from testcluster.nodeagent.kubeletapi import resize_sizes
+    from testcluster.nodeagent.kubeletsocket import resize_sizes
     assert resize_sizes(payload) == want
 
 
