@@ -198,6 +198,21 @@ async def test_exec_with_stdin(cluster):
     assert (code, out) == (0, "THROUGH STDIN\n"), err
 
 
+async def test_exec_with_a_terminal(cluster):
+    kubectl, prefix = cluster
+    if not shutil.which("script"):
+        pytest.fail("`script` (util-linux) is needed to give kubectl a terminal")
+    line = " ".join(kubectl.argv("exec", "-it", f"{prefix}chatty", "--", "sh", "-c", "tty; stty size"))
+    proc = await asyncio.create_subprocess_exec(
+        "script", "-qec", f"stty cols 91 rows 17; {line}", "/dev/null", env=kubectl.env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    text = out.decode().replace("\r", "")
+    assert proc.returncode == 0, (text, err)
+    # a terminal of its own in the container, sized as kubectl's (the resize stream)
+    assert "/dev/pts/" in text and "17 91" in text, text
+
+
 async def test_exec_into_a_missing_container_is_refused(cluster):
     kubectl, prefix = cluster
     code, out, err = await kubectl.run("exec", f"{prefix}chatty", "-c", "nope", "--", "true")
