@@ -133,7 +133,10 @@ class AgentSocket:
         writer.write(json.dumps(fields).encode() + b"\n")
 
     async def _check(self, req: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        w, _ = self._running(req)
+        w, c = self._running(req)
+        if req.get("command") and c.process is None:
+            raise Refused(500, f'container "{c.name}" runs no process here (it has no command): '
+                               "there is nothing to exec into")
         self._ok(writer, uid=w.pod["metadata"].get("uid"), podIP=w.ip or "")
 
     async def _pod(self, req: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -179,7 +182,15 @@ class AgentSocket:
         argv = [str(a) for a in req.get("command") or []]
         if not argv:
             raise Refused(400, "no command")
-        out = (lambda kind: (lambda data: _send(writer, kind, data)))
+        early: list[tuple[int, bytes]] | None = []  # output before the reply went out
+
+        def out(kind: int) -> Callable[[bytes], None]:
+            def emit(data: bytes) -> None:
+                if early is not None:
+                    early.append((kind, data))
+                else:
+                    _send(writer, kind, data)
+            return emit
         try:
             proc = await w.exec(req["container"], argv, tty=tty, stdin=bool(req.get("stdin")),
                                 on_stdout=out(STDOUT_FRAME), on_stderr=out(STDERR_FRAME))
@@ -189,6 +200,9 @@ class AgentSocket:
             raise Refused(500, f"failed to exec in container: OCI runtime exec failed: exec failed: "
                                f"unable to start container process: {e}: unknown") from None
         self._ok(writer)
+        for kind, data in early:
+            _send(writer, kind, data)
+        early = None
         inputs = asyncio.ensure_future(_read_inputs(reader, proc.write_stdin, proc.close_stdin,
                                                     lambda: proc.tty_fd))
         waiter = asyncio.ensure_future(proc.wait())

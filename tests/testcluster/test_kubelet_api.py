@@ -128,7 +128,9 @@ async def cluster(real_cluster, tmp_path):
         pytest.fail(f"no cluster.json beside {real_cluster}: the control plane writes one in its data directory")
     prefix = f"kl{os.getpid() % 10000}-{tmp_path.name[-6:]}-".lower().replace("_", "")
     nodes = [node(f"{prefix}node", {"pods": "110"})]
-    pods = [chatty_pod(f"{prefix}chatty"), hello_pod(f"{prefix}hello")]
+    idle = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{prefix}idle", "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "python:3.12"}], "tolerations": TOLERATE_ALL}}
+    pods = [chatty_pod(f"{prefix}chatty"), hello_pod(f"{prefix}hello"), idle]
     kubectl = Kubectl(kubectl_binary(), Path(real_cluster), tmp_path)
     kubectl.port, kubectl.info = free_port(), json.loads(info.read_text())
     async with NodeAgent(real_cluster, write_cluster(tmp_path / "cluster.yaml", nodes),
@@ -145,18 +147,22 @@ async def cluster(real_cluster, tmp_path):
             await kubectl.run("delete", "node", f"{prefix}node", "--wait=false")
 
 
+async def two_lines_logged(kubectl: Kubectl, pod: str) -> str:
+    async def logged():
+        code, out, err = await kubectl.run("logs", pod)
+        return out if code == 0 and "line 1\n" in out else None
+    return await wait_for(logged, "kubectl logs showing line 1")
+
+
 async def test_logs_show_the_containers_output(cluster):
     kubectl, prefix = cluster
-    async def logged():
-        code, out, err = await kubectl.run("logs", f"{prefix}chatty")
-        return out if code == 0 and "line 1\n" in out else None
-    out = await wait_for(logged, "kubectl logs showing line 1")
+    out = await two_lines_logged(kubectl, f"{prefix}chatty")
     assert out.startswith("line 0\nline 1\n")
 
 
 async def test_logs_options_reach_the_kubelet(cluster):
     kubectl, prefix = cluster
-    await asyncio.sleep(1.5)
+    await two_lines_logged(kubectl, f"{prefix}chatty")
     code, out, err = await kubectl.run("logs", f"{prefix}chatty", "--tail=1", "--timestamps")
     assert code == 0, err
     lines = out.splitlines()
@@ -213,10 +219,14 @@ async def test_exec_with_a_terminal(cluster):
     assert "/dev/pts/" in text and "17 91" in text, text
 
 
-async def test_exec_into_a_missing_container_is_refused(cluster):
+@pytest.mark.parametrize("pod,container,says", [
+    ("chatty", "nope", 'container nope is not valid for pod'),
+    ("idle", "main", "there is nothing to exec into"),
+], ids=["missing-container", "no-process"])
+async def test_exec_that_cannot_run_is_refused_saying_why(cluster, pod, container, says):
     kubectl, prefix = cluster
-    code, out, err = await kubectl.run("exec", f"{prefix}chatty", "-c", "nope", "--", "true")
-    assert code != 0 and "nope" in err, (out, err)
+    code, out, err = await kubectl.run("exec", f"{prefix}{pod}", "-c", container, "--", "true")
+    assert code != 0 and says in err, (out, err)
 
 
 async def test_attach_sees_the_output_and_sends_stdin(cluster):
@@ -301,7 +311,12 @@ async def kubelet_get(kubectl: Kubectl, path: str, client_cert: bool) -> tuple[i
 @pytest.mark.parametrize("client_cert,status", [(False, 401), (True, 200)], ids=["anonymous", "apiserver-client"])
 async def test_the_kubelet_api_answers_only_the_api_servers_client_certificate(cluster, client_cert, status):
     kubectl, prefix = cluster
-    got, body = await kubelet_get(kubectl, f"/containerLogs/default/{prefix}chatty/main?limitBytes=4", client_cert)
+    path = f"/containerLogs/default/{prefix}chatty/main?limitBytes=4"
+
+    async def answered():  # the container's first line may not be printed yet
+        got, body = await kubelet_get(kubectl, path, client_cert)
+        return (got, body) if got != 200 or body else None
+    got, body = await wait_for(answered, "an answer with a body")
     assert (got, body if status == 200 else "") == (status, "line" if status == 200 else ""), body
 
 

@@ -103,7 +103,7 @@ func (s *Server) serveExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess := s.session(r)
-	if err := sess.check(r, agent.OpCheck); err != nil {
+	if err := sess.check(r, agent.OpCheck, cmd); err != nil {
 		writeAgentError(w, err)
 		return
 	}
@@ -118,7 +118,7 @@ func (s *Server) serveAttach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess := s.session(r)
-	if err := sess.check(r, agent.OpCheck); err != nil {
+	if err := sess.check(r, agent.OpCheck, nil); err != nil {
 		writeAgentError(w, err)
 		return
 	}
@@ -133,7 +133,7 @@ func (s *Server) servePortForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess := s.session(r)
-	if err := sess.check(r, agent.OpPod); err != nil {
+	if err := sess.check(r, agent.OpPod, nil); err != nil {
 		writeAgentError(w, err)
 		return
 	}

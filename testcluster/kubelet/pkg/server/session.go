@@ -33,11 +33,12 @@ func (s *Server) session(r *http.Request) *session {
 		uid: r.PathValue("uid"), container: r.PathValue("container")}
 }
 
-// check asks the agent whether the pod (and the container) is there, before
-// the connection is upgraded, and learns the pod's uid and IP.
-func (ss *session) check(r *http.Request, op string) error {
+// check asks the agent whether the pod (and the container, able to run cmd
+// when one is given) is there, before the connection is upgraded, and learns
+// the pod's uid and IP.
+func (ss *session) check(r *http.Request, op string, cmd []string) error {
 	c, err := ss.agent.Do(r.Context(), agent.Request{Op: op, Namespace: ss.namespace, Pod: ss.pod, UID: ss.uid,
-		Container: ss.container})
+		Container: ss.container, Command: cmd})
 	if err != nil {
 		return err
 	}
