@@ -227,7 +227,8 @@ class AgentSocket:
         detach = instance.listen(on_output)
         inputs = asyncio.ensure_future(_read_inputs(
             reader, proc.write_stdin if takes_stdin else _drop,
-            proc.close_stdin if takes_stdin else (lambda: None),
+            # the end of one client's input ends the container's only with stdinOnce
+            proc.close_stdin if takes_stdin and c.spec.get("stdinOnce") else (lambda: None),
             lambda: proc.tty_fd if proc is not None else None))
         ended = asyncio.ensure_future(_ended(instance))
         try:

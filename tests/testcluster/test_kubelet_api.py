@@ -241,6 +241,27 @@ async def test_attach_sees_the_output_and_sends_stdin(cluster):
         await stop(proc)
 
 
+async def test_one_attach_ending_its_input_leaves_the_containers_stdin_open(cluster):
+    kubectl, prefix = cluster  # the container has stdin: true, not stdinOnce
+    first = await kubectl.start("attach", "-i", f"{prefix}chatty")
+    try:
+        first.stdin.write(b"one\n")
+        await first.stdin.drain()
+        await read_until(first.stdout, "got one\n")
+        first.stdin.close()
+        await asyncio.sleep(1)
+    finally:
+        await stop(first)
+    second = await kubectl.start("attach", "-i", f"{prefix}chatty")
+    try:
+        await read_until(second.stdout, "line ")
+        second.stdin.write(b"two\n")
+        await second.stdin.drain()
+        await read_until(second.stdout, "got two\n")
+    finally:
+        await stop(second)
+
+
 async def test_port_forward_reaches_the_pods_server(cluster):
     kubectl, prefix = cluster
     local = free_port()
