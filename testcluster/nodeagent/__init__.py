@@ -11,6 +11,8 @@ and GPU Feature Discovery (capacity, allocatable, labels) and NVIDIA's DRA kubel
 * ``heartbeat.py``: every node's lease and status heartbeat, in bulk;
 * ``informer.py``: list and watch; ``apistore.py``: the kubelet's store over the API;
 * ``pods.py``: pods bound to the nodes, handed to the simulated kubelet;
+* ``kubeletapi.py``, ``kubeletsocket.py``: the kubelet API (logs, exec, attach, port-forward): the Go program
+  ``gpuspawner-kubelet-api``, and the socket it asks;
 * ``agent.py``: ``NodeAgent``; ``__main__.py``: ``python -m testcluster.nodeagent``.
 """
 

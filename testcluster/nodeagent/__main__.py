@@ -20,6 +20,7 @@ from gpuspawner.sim.loader import LoadError
 
 from .agent import NodeAgent
 from .client import ApiError, KubeconfigError
+from .kubeletapi import KubeletApiError, Tls
 from .register import RegisterError
 
 PR_SET_PDEATHSIG = 1
@@ -50,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kubeconfig", required=True, metavar="PATH", help="the API server and credentials to use")
     p.add_argument("--kubelet-port", type=int, default=10250, metavar="N",
                    help="the port each node reports in status.daemonEndpoints (default 10250)")
+    p.add_argument("--kubelet-api", action="store_true",
+                   help="serve the kubelet API (logs, exec, attach, port-forward) on 127.0.0.1:--kubelet-port "
+                        "with gpuspawner-kubelet-api")
+    p.add_argument("--cluster-info", metavar="FILE",
+                   help="a control plane's cluster.json: the CAs the kubelet API trusts and is signed by "
+                        "(implies --kubelet-api)")
     p.add_argument("--no-processes", action="store_true",
                    help="run no pod as a process: every container is Running with nothing behind it")
     p.add_argument("--dcgm-exporter", action="store_true",
@@ -72,7 +79,8 @@ async def run(args: argparse.Namespace) -> int:
     watchdog = asyncio.create_task(watch_parent(os.getppid(), stop))
     agent = NodeAgent(args.kubeconfig, args.cluster, run_pods=not args.no_processes, kubelet_port=args.kubelet_port,
                       lease_interval=args.lease_interval, max_rate=args.max_rate, concurrency=args.concurrency,
-                      dcgm_exporter=args.dcgm_exporter)
+                      dcgm_exporter=args.dcgm_exporter, kubelet_api=args.kubelet_api,
+                      kubelet_tls=Tls.from_cluster_info(args.cluster_info) if args.cluster_info else None)
     starting = asyncio.create_task(agent.start())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -98,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     try:
         return asyncio.run(run(args))
-    except (LoadError, KubeconfigError, RegisterError) as e:
+    except (LoadError, KubeconfigError, RegisterError, KubeletApiError) as e:
         print(f"nodeagent: {e}", file=sys.stderr)
         return 2
     except (ApiError, OSError) as e:

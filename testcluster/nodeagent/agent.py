@@ -28,6 +28,7 @@ from .client import KNOWN, Client
 from .dcgm import AgentDcgm
 from .heartbeat import Heartbeats
 from .informer import Informer
+from .kubeletapi import KubeletApi, KubeletApiError, Tls
 from .pods import AgentKubelet, PodFeed
 from .register import Registered, Registrar
 
@@ -49,7 +50,8 @@ class NodeAgent:
                  lease_interval: float = 10.0, status_interval: float = 300.0, max_rate: float = 200.0,
                  concurrency: int = 16, pod_subnet: str | None = None,
                  restart_backoff: tuple[float, float] = (10.0, 300.0), workdir: str | None = None,
-                 dcgm_exporter: bool = False, dcgm_interval: float = 1.0):
+                 dcgm_exporter: bool = False, dcgm_interval: float = 1.0, kubelet_api: bool = False,
+                 kubelet_tls: Tls | None = None):
         if (cluster_file is None) == (manifests is None):
             raise ValueError("give a cluster_file or manifests (one of them)")
         self.kubeconfig = kubeconfig
@@ -75,6 +77,11 @@ class NodeAgent:
                 raise ValueError("the DCGM exporter pods run as processes: dcgm_exporter needs run_pods=True")
             self.dcgm = AgentDcgm(self.client, lambda: self.kubelet.node_objs, self.caches, lambda: self.pods,
                                   self.kubelet.ledger, self.kubelet.pod_pids, interval=dcgm_interval)
+        self.kubelet_api: KubeletApi | None = None
+        if kubelet_api or kubelet_tls is not None:
+            self.kubelet_api = KubeletApi(self.kubelet, self._informer_pod, port=kubelet_port,
+                                          tls=kubelet_tls or self._kubeconfig_tls(),
+                                          workdir=f"{self.kubelet.workdir}/kubelet-api")
         self.registered: Registered | None = None
         self.feed: PodFeed | None = None
         self.pods: Informer | None = None
@@ -107,6 +114,23 @@ class NodeAgent:
         pod = self.kubelet.static.get(key) or (self.pods.items.get(key) if self.pods else None)
         return (pod or {}).get("metadata", {}).get("uid")
 
+    def _informer_pod(self, namespace: str, name: str) -> dict | None:
+        key = f"{namespace}/{name}"
+        return self.kubelet.static.get(key) or (self.pods.items.get(key) if self.pods else None)
+
+    def _kubeconfig_tls(self) -> Tls:
+        """Without a control plane's cluster.json: trust the kubeconfig's CA for client
+        certificates (one CA signs everything in many clusters); the serving CA is made here."""
+        ca = self.client.config.get("ca")
+        if not ca:
+            raise KubeletApiError("the kubelet API needs the CA that signs the API server's kubelet client "
+                             "certificate: give kubelet_tls (or --cluster-info), or a kubeconfig with "
+                             "certificate-authority(-data)")
+        path = Path(self.kubelet.workdir) / "kubeconfig-ca.crt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(ca)
+        return Tls(str(path))
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def _load(self) -> loader.Manifests:
@@ -131,6 +155,8 @@ class NodeAgent:
         # each node's heartbeats start once it is registered: registering 1,000s takes longer than
         # the node lifecycle controller waits for a lease
         self._spawn(self.heartbeats.run(), "heartbeats")
+        if self.kubelet_api is not None:
+            await self.kubelet_api.start()  # before the nodes say where their kubelet listens
         self.registered = await Registrar(self.client, manifests, kubelet_port=self.kubelet_port,
                                           concurrency=self.concurrency, on_node=self._registered).run()
         ours = set(self.registered.nodes)
@@ -173,6 +199,9 @@ class NodeAgent:
             if t.get_name() != "pod-writes":
                 t.cancel()
         await self.heartbeats.stop()
+        if self.kubelet_api is not None:
+            with contextlib.suppress(Exception):
+                await self.kubelet_api.stop()
         with contextlib.suppress(Exception):
             await self.kubelet.stop()
         # what the workers wrote last (a removal, a final status) goes out before the client closes

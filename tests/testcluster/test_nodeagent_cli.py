@@ -81,6 +81,7 @@ BAD_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "sta
 @pytest.mark.parametrize("case, says", [
     pytest.param("node-without-pods", "status.allocatable.pods", id="node-without-pods"),
     pytest.param("kubeconfig-missing", "cannot read the kubeconfig", id="kubeconfig-missing"),
+    pytest.param("cluster-info-missing", "not a control plane's cluster.json", id="cluster-info-missing"),
 ])
 async def test_bad_input_exits_2_saying_what_to_fix(tmp_path, case, says):
     cluster = write_cluster(tmp_path / "cluster.yaml",
@@ -91,8 +92,9 @@ async def test_bad_input_exits_2_saying_what_to_fix(tmp_path, case, says):
                               "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
                               "users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
                               "current-context: x\n")
+    extra = ["--cluster-info", str(tmp_path / "none.json")] if case == "cluster-info-missing" else []
     proc = await asyncio.create_subprocess_exec(*AGENT, "--cluster", str(cluster), "--kubeconfig", str(kubeconfig),
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                *extra, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 cwd=ROOT, env=agent_env())
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2, err.decode()
