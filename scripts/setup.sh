@@ -5,6 +5,8 @@
 #   .venv/bin/gpuspawner-cluster  the test cluster's program (testcluster/): Kubernetes v1.37.2's
 #                     control plane and kubectl, built with Go >= 1.26 into a cache keyed by the hash of
 #                     testcluster/go.sum and its Go sources; .venv/bin/kubectl is a link to it
+#   .venv/bin/gpuspawner-kubelet-api  the simulated nodes' kubelet API (testcluster/kubelet), built by
+#                     scripts/kubelet-build.sh into a cache keyed by that module's go.sum and sources
 #   Kueue             its controller manager (testcluster/kueue), built by scripts/kueue-build.sh into a cache
 #                     keyed by that module's go.sum
 #   /usr/bin/chromium Debian's Chromium for the browser tests (only with --browser; needs root or sudo)
@@ -104,6 +106,12 @@ echo "==> Kueue's controller manager (testcluster/kueue, cached by its go.sum; t
 echo "    $ scripts/kueue-build.sh"
 kueue_bin=$(bash scripts/kueue-build.sh)
 echo "    $kueue_bin"
+# the simulated nodes' kubelet API (logs, exec, attach, port-forward), Kubernetes' streaming server
+echo "==> gpuspawner-kubelet-api (testcluster/kubelet, cached by its go.sum and sources)"
+echo "    $ scripts/kubelet-build.sh"
+kubelet_bin=$(bash scripts/kubelet-build.sh)
+ln -sfn "$kubelet_bin" .venv/bin/gpuspawner-kubelet-api
+echo "    $kubelet_bin"
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "==> installing Debian's chromium for the browser tests"
   apt_install chromium
