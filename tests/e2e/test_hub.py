@@ -25,7 +25,8 @@ if not shutil.which("configurable-http-proxy"):
 
 POOL_FIELDS = {
     "id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free",
-    "max_free_per_node", "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas", "fits_profiles",
+    "max_free_per_node", "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas",
+    "fits_profiles", "queue",
 }
 
 
