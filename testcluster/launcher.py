@@ -1,5 +1,5 @@
-"""Starts ``gpuspawner-cluster controlplane`` in its own process group, waits for its ``READY``
-line, and ends the whole group on stop, at interpreter exit, or when this process dies."""
+"""Starts a ``gpuspawner-cluster`` command (``controlplane``) in its own process group, waits for
+its ``READY`` line, and ends the whole group on stop, at interpreter exit, or when this process dies."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 #: The environment variable that names the binary (else ``gpuspawner-cluster`` on PATH).
 BINARY_ENV = "GPUSPAWNER_CLUSTER_BIN"
@@ -67,30 +67,24 @@ def _last_words(path: pathlib.Path, lines: int = _TAIL_LINES) -> str:
     return "".join(own) + "...\n" + "".join(tail)
 
 
-class ControlPlane:
-    """One ``gpuspawner-cluster controlplane`` process serving ``https://127.0.0.1:<port>``.
+_L = TypeVar("_L", bound="Launched")
 
-    ``with ControlPlane(dir) as cp:`` or ``async with ControlPlane(dir) as cp:`` start it and stop
-    it; ``start()``/``stop()`` do the same by hand.  Its log is ``<data_dir>/controlplane.log``.
-    """
 
-    def __init__(
-        self,
-        data_dir: str | os.PathLike[str],
-        port: int | None = None,
-        *,
-        kubeconfig: str | os.PathLike[str] | None = None,
-        feature_gates: str = "",
-        ready_timeout: float = 90.0,
-        binary: str | None = None,
-    ) -> None:
+class Launched:
+    """One ``gpuspawner-cluster`` command in its own process group, ready once it prints
+    ``READY <server>``; its stderr goes to ``<data_dir>/<log_name>``.  Subclasses say the command."""
+
+    #: what the messages call the program
+    what = "gpuspawner-cluster"
+    log_name = "gpuspawner-cluster.log"
+
+    def __init__(self, data_dir: str | os.PathLike[str], port: int | None = None, *, ready_timeout: float = 90.0,
+                 binary: str | None = None) -> None:
         self.data_dir = pathlib.Path(data_dir).resolve()
         self.port = port or free_port()
-        self.kubeconfig = pathlib.Path(kubeconfig).resolve() if kubeconfig else self.data_dir / "admin.kubeconfig"
-        self.feature_gates = feature_gates
         self.ready_timeout = ready_timeout
         self.binary = binary
-        self.log_path = self.data_dir / LOG_NAME
+        self.log_path = self.data_dir / self.log_name
         self.ready_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -102,30 +96,13 @@ class ControlPlane:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    @property
-    def cluster_info(self) -> dict[str, Any]:
-        """``<data_dir>/cluster.json``: the server, the CA and the kubelet-client certificates."""
-        return json.loads((self.data_dir / "cluster.json").read_text())
-
     def command(self) -> list[str]:
-        cmd = [
-            self.binary or find_binary(),
-            "controlplane",
-            f"--data-dir={self.data_dir}",
-            f"--port={self.port}",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--ready-timeout={self.ready_timeout:g}s",
-            # Stops when this process dies, however it dies: the pipe on its stdin closes.
-            "--exit-on-stdin-close",
-        ]
-        if self.feature_gates:
-            cmd.append(f"--feature-gates={self.feature_gates}")
-        return cmd
+        raise NotImplementedError
 
     def spawn(self) -> None:
         """Start the process without waiting for it to be ready."""
         if self._proc is not None:
-            raise ControlPlaneError(f"the control plane in {self.data_dir} is already started")
+            raise ControlPlaneError(f"{self.what} in {self.data_dir} is already started")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
         with self.log_path.open("ab") as log:
@@ -169,11 +146,11 @@ class ControlPlane:
     def _fail(self, why: str) -> None:
         self.stop()
         raise ControlPlaneError(
-            f"gpuspawner-cluster controlplane ({self.server}, data in {self.data_dir}) {why}; "
+            f"{self.what} ({self.server}, data in {self.data_dir}) {why}; "
             f"its last output ({self.log_path}):\n{_last_words(self.log_path)}"
         )
 
-    def start(self) -> ControlPlane:
+    def start(self: _L) -> _L:
         self.spawn()
         self.wait_ready()
         return self
@@ -199,13 +176,13 @@ class ControlPlane:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
-    def __enter__(self) -> ControlPlane:
+    def __enter__(self: _L) -> _L:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    async def __aenter__(self) -> ControlPlane:
+    async def __aenter__(self: _L) -> _L:
         self.spawn()
         try:
             await asyncio.get_running_loop().run_in_executor(None, self.wait_ready)
@@ -216,3 +193,48 @@ class ControlPlane:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.stop)
+
+
+class ControlPlane(Launched):
+    """One ``gpuspawner-cluster controlplane`` process serving ``https://127.0.0.1:<port>``.
+
+    ``with ControlPlane(dir) as cp:`` or ``async with ControlPlane(dir) as cp:`` start it and stop
+    it; ``start()``/``stop()`` do the same by hand.  Its log is ``<data_dir>/controlplane.log``.
+    """
+
+    what = "gpuspawner-cluster controlplane"
+    log_name = LOG_NAME
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        port: int | None = None,
+        *,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        feature_gates: str = "",
+        ready_timeout: float = 90.0,
+        binary: str | None = None,
+    ) -> None:
+        super().__init__(data_dir, port, ready_timeout=ready_timeout, binary=binary)
+        self.kubeconfig = pathlib.Path(kubeconfig).resolve() if kubeconfig else self.data_dir / "admin.kubeconfig"
+        self.feature_gates = feature_gates
+
+    @property
+    def cluster_info(self) -> dict[str, Any]:
+        """``<data_dir>/cluster.json``: the server, the CA and the kubelet-client certificates."""
+        return json.loads((self.data_dir / "cluster.json").read_text())
+
+    def command(self) -> list[str]:
+        cmd = [
+            self.binary or find_binary(),
+            "controlplane",
+            f"--data-dir={self.data_dir}",
+            f"--port={self.port}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--ready-timeout={self.ready_timeout:g}s",
+            # Stops when this process dies, however it dies: the pipe on its stdin closes.
+            "--exit-on-stdin-close",
+        ]
+        if self.feature_gates:
+            cmd.append(f"--feature-gates={self.feature_gates}")
+        return cmd

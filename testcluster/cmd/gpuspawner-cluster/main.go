@@ -1,6 +1,7 @@
 // Command gpuspawner-cluster is the test cluster's one program: the real
 // Kubernetes control plane ("controlplane") and kubectl of the same version
-// ("kubectl", or started through a symlink named kubectl).
+// ("kubectl", or started through a symlink named kubectl), and a fault
+// proxy in front of the API server ("faultproxy").
 package main
 
 import (
@@ -18,6 +19,9 @@ commands:
   kubectl        kubectl of the same Kubernetes version (also when started as "kubectl")
   nodes          register a cluster file's nodes with a running control plane, keep their
                  leases fresh and report the pods bound to them as running
+  faultproxy     a TLS proxy in front of a running control plane's API server that
+                 injects error answers, refused connections and stalled watches,
+                 switched through its control endpoint
 `
 
 func main() {
@@ -29,6 +33,8 @@ func main() {
 		os.Exit(runControlPlane(args))
 	case "nodes":
 		os.Exit(runNodes(args))
+	case "faultproxy":
+		os.Exit(runFaultProxy(args))
 	case "", "help", "-h", "--help":
 		fmt.Fprint(os.Stderr, usage)
 		if prog == "" {
