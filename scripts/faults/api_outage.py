@@ -2,8 +2,9 @@
 
     python -m scripts.faults.api_outage                 # a 5-minute outage
     python -m scripts.faults.api_outage --outage 20     # a short one
+    python -m scripts.faults.api_outage --real          # the real API server behind the fault proxy
 
-While the simulated API server is away, new connections to it are refused and every request on a
+While the simulated API server (with ``--real``: the real one, behind the fault proxy) is away, new connections to it are refused and every request on a
 connection the hub kept open is answered ``503 Service Unavailable`` (what a load balancer in front
 of a control plane that is down answers), through the server's fault injection (``/_sim/faults``).
 The hub's watches are cut at the start.  Meanwhile the cluster changes (another team's GPU pod is
@@ -65,18 +66,18 @@ class Report(scenario.Report):
                 f"back{dra}: " + self.outcome("all checks held"))
 
 
-def _sim(hub: DemoHub, session: requests.Session, method: str, path: str, **body) -> dict:
-    r = session.request(method, f"{hub.k8s_url}/_sim/{path}", json=body or None, timeout=10)
+def _faults(hub: DemoHub, method: str, path: str, **body) -> dict:
+    r = hub.k8s.request(method, f"{hub.faults_url}/{path}", json=body or None, timeout=10)
     r.raise_for_status()
     return r.json()
 
 
-def _go_away(hub: DemoHub, session: requests.Session, seconds: float) -> None:
+def _go_away(hub: DemoHub, seconds: float) -> None:
     """Refuse new connections for ``seconds``, fail requests on open ones, cut the watches."""
-    _sim(hub, session, "POST", "faults/refuse", refuse=True, seconds=seconds)
+    _faults(hub, "POST", "faults/refuse", refuse=True, seconds=seconds)
     for verb in FAILING_VERBS:
-        _sim(hub, session, "POST", "faults/fail", count=10**9, code=503, verb=verb)
-    _sim(hub, session, "POST", "faults/close-watches")
+        _faults(hub, "POST", "faults/fail", count=10**9, code=503, verb=verb)
+    _faults(hub, "POST", "faults/close-watches")
 
 
 def _dra_pools(hub: DemoHub) -> set[str]:
@@ -135,13 +136,14 @@ def run(hub: DemoHub, outage: float = 300.0, poll: float = 5.0) -> Report:
     victim = _a_gpu_pod_of_another_team(hub)
     dra_before = _dra_pools(hub)
     report.dra_pools = len(dra_before)
-    k8s = requests.Session()  # a connection kept open: the hooks stay reachable while new ones are refused
-    _sim(hub, k8s, "GET", "state")
+    # hub.k8s keeps its connection open: the simulated server's hooks stay reachable while it refuses
+    # new ones (the fault proxy's control endpoint is a port of its own)
+    _faults(hub, "GET", "faults")
     began = time.monotonic()
-    _go_away(hub, k8s, outage)
+    _go_away(hub, outage)
     if victim is not None:  # the cluster changes while the hub cannot see it
         meta = victim["metadata"]
-        k8s.delete(f"{hub.k8s_url}/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+        hub.k8s.delete(f"{hub.k8s_url}/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
                    params={"gracePeriodSeconds": 0}, timeout=10).raise_for_status()
     try:
         wait_for(lambda: hub.gpus().get("healthy") is False, min(30.0, outage), "the hub to notice the outage")
@@ -150,8 +152,8 @@ def run(hub: DemoHub, outage: float = 300.0, poll: float = 5.0) -> Report:
             time.sleep(poll)
     finally:
         time.sleep(max(0.0, outage + 0.5 - (time.monotonic() - began)))  # the refusal window runs out ...
-        k8s.close()
-        wait_for(lambda: requests.delete(f"{hub.k8s_url}/_sim/faults", timeout=10).ok, 30,
+        hub.k8s.close()
+        wait_for(lambda: hub.k8s.delete(f"{hub.faults_url}/faults", timeout=10).ok, 30,
                  "the API server to take connections again")  # ... and the 503s end
     back = time.monotonic()
     wait_for(lambda: hub.gpus().get("healthy") is True, 120, "GET /hub/api/gpus to be healthy again")
@@ -189,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--outage", type=float, default=300.0, help="seconds the API server is away (default 300)")
     parser.add_argument("--poll", type=float, default=5.0, help="seconds between two rounds of checks")
+    scenario.add_real_argument(parser)
     args = parser.parse_args(argv)
-    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.outage, args.poll)))
+    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.outage, args.poll), real=args.real))
 
 
 if __name__ == "__main__":

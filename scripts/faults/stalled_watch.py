@@ -3,9 +3,11 @@ a real hub (``gpuspawner demo``).
 
     python -m scripts.faults.stalled_watch                  # 8 spawns cancelled, a 20 s window
     python -m scripts.faults.stalled_watch --spawns 16 --window 30
+    python -m scripts.faults.stalled_watch --real           # on the real control plane, a 75 s window
 
-Through the simulated API server's fault injection (``/_sim/faults/stall``), every watch request
-hangs while lists and writes answer; the open watches are cut at the start.  The hub's capacity
+Through the simulated API server's fault injection (``/_sim/faults/stall``), or with ``--real`` the
+fault proxy in front of the real API server, every watch request hangs while lists and writes
+answer; the open watches are cut at the start.  The hub's capacity
 window (``gpu_capacity_stall_timeout``) is shortened to ``--window`` seconds and its orphan sweep
 (``gpu_orphan_pod_interval``, ``gpu_orphan_pod_grace``) to seconds.  Checked:
 
@@ -46,6 +48,9 @@ from tests.e2e.harness import DemoHub, wait_for  # noqa: E402
 NAMESPACE = "jupyterhub"
 SERVER_PODS = "component=singleuser-server"
 STRAY_USER = "nobody-owns-this"
+# kube-apiserver sends a quiet watch a bookmark about once a minute (its cacher's bookmark
+# frequency), so on the real control plane a window under that would see healthy watches as stalled
+REAL_WINDOW = 75.0
 
 
 def config(window: float) -> str:
@@ -76,14 +81,14 @@ class Report(scenario.Report):
                 "answered: " + self.outcome("all checks held"))
 
 
-def _sim(hub: DemoHub, method: str, path: str, **body) -> dict:
-    r = requests.request(method, f"{hub.k8s_url}/_sim/{path}", json=body or None, timeout=10)
+def _faults(hub: DemoHub, method: str, path: str, **body) -> dict:
+    r = requests.request(method, f"{hub.faults_url}/{path}", json=body or None, timeout=10)
     r.raise_for_status()
     return r.json()
 
 
 def _lists(hub: DemoHub) -> int:
-    return sum(c["count"] for c in _sim(hub, "GET", "counters")["counts"] if c["verb"] == "list")
+    return sum(c["count"] for c in _faults(hub, "GET", "counters")["counts"] if c["verb"] == "list")
 
 
 def _spawn(hub: DemoHub, user: str, pool: dict) -> tuple[str, int, str]:
@@ -109,7 +114,7 @@ def _stray_pod(hub: DemoHub) -> None:
         "spec": {"containers": [{"name": "notebook", "image": "quay.io/jupyter/base-notebook:latest",
                                  "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }
-    r = requests.post(f"{hub.k8s_url}/api/v1/namespaces/{NAMESPACE}/pods", json=pod, timeout=10)
+    r = hub.k8s.post(f"{hub.k8s_url}/api/v1/namespaces/{NAMESPACE}/pods", json=pod, timeout=10)
     r.raise_for_status()
 
 
@@ -141,20 +146,21 @@ def run(hub: DemoHub, spawns: int = 8, window: float = 20.0) -> Report:
     r = hub.api("POST", "/users", json={"usernames": names + ["stall-late"]})
     assert r.status_code in (201, 409), r.text
     pool = concurrent_spawns.pick_pool(hub, 10**6)
-    # bookmarks at the API server's pace relative to the window (kube-apiserver: about every 60 s, against
-    # the hub's 90 s), so a watch that answers delivers within the window
-    _sim(hub, "POST", "bookmarks", interval=window / 3)
-    _sim(hub, "POST", "faults/close-watches")
+    if hub.faults_url.endswith("/_sim"):
+        # the simulated API server's bookmarks at kube-apiserver's pace relative to the window (about
+        # every 60 s, against the hub's 90 s), so a watch that answers delivers within the window
+        _faults(hub, "POST", "bookmarks", interval=window / 3)
+    _faults(hub, "POST", "faults/close-watches")
     wait_for(lambda: hub.gpus()["healthy"], 60, "live figures")
     time.sleep(1.5)  # a watch cut within a second of its start counts as a failure
-    _sim(hub, "POST", "faults/stall", seconds=3600, verb="watch")  # every watch hangs; lists answer
-    _sim(hub, "POST", "faults/close-watches")
+    _faults(hub, "POST", "faults/stall", seconds=3600, verb="watch")  # every watch hangs; lists answer
+    _faults(hub, "POST", "faults/close-watches")
     stalled = time.monotonic()
     try:
         _while_stalled(hub, names, pool, window, stalled, report)
     finally:
-        _sim(hub, "DELETE", "faults")
-        _sim(hub, "POST", "faults/close-watches")
+        _faults(hub, "DELETE", "faults")
+        _faults(hub, "POST", "faults/close-watches")
     back = time.monotonic()
     wait_for(lambda: hub.gpus()["healthy"], 3 * window + 60, "GET /hub/api/gpus to be healthy again")
     report.recovery_s = time.monotonic() - back
@@ -220,11 +226,14 @@ def _while_stalled(hub: DemoHub, names: list[str], pool: dict, window: float, st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spawns", type=int, default=8, help="GPU spawns admitted, then cancelled (default 8)")
-    parser.add_argument("--window", type=float, default=20.0,
-                        help="the hub's gpu_capacity_stall_timeout in seconds (default 20)")
+    parser.add_argument("--window", type=float, default=None,
+                        help="the hub's gpu_capacity_stall_timeout in seconds (default 20; with --real "
+                             f"{REAL_WINDOW:g}, past kube-apiserver's bookmark minute)")
+    scenario.add_real_argument(parser)
     args = parser.parse_args(argv)
-    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.spawns, args.window),
-                                                  config(args.window)))
+    window = args.window or (REAL_WINDOW if args.real else 20.0)
+    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.spawns, window),
+                                                  config(window), real=args.real))
 
 
 if __name__ == "__main__":

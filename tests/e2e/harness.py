@@ -54,6 +54,9 @@ class DemoHub:
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         self.k8s_url = f"http://127.0.0.1:{self.k8s_port}"
+        #: HTTP to the Kubernetes API as its admin (``k8s_url``); one session, so that a connection
+        #: it keeps open stays usable while the API server refuses new ones
+        self.k8s = requests.Session()
         self.cluster_file = cluster_file
         self.extra_config = extra_config
         self.extra_args = extra_args
@@ -166,14 +169,19 @@ class DemoHub:
         raise AssertionError(f"pool {pool_id} not in /hub/api/gpus")
 
     # simulated cluster -------------------------------------------------------------------
+    @property
+    def faults_url(self) -> str:
+        """The fault injection's control endpoint: ``/faults``, ``/faults/fail``, ``/counters`` ..."""
+        return f"{self.k8s_url}/_sim"
+
     def kube(self, path: str, **params) -> dict:
-        r = requests.get(f"{self.k8s_url}{path}", params=params, timeout=30)
+        r = self.k8s.get(f"{self.k8s_url}{path}", params=params, timeout=30)
         r.raise_for_status()
         return r.json()
 
     def kube_text(self, path: str, **params) -> str:
         """A plain-text answer of the Kubernetes API (``pods/{name}/log``)."""
-        r = requests.get(f"{self.k8s_url}{path}", params=params, timeout=30)
+        r = self.k8s.get(f"{self.k8s_url}{path}", params=params, timeout=30)
         r.raise_for_status()
         return r.text
 
