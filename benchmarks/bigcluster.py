@@ -16,7 +16,7 @@ import asyncio
 import random
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 # (name, share of nodes, resource -> per-node count, labels)
 POOLS: list[tuple[str, float, dict[str, int], dict[str, str]]] = [
@@ -100,20 +100,23 @@ def make_pod(i: int, node: str | None, resource: str | None, gpus: int, rnd: ran
     }
 
 
-def build_store(store: Any, n_nodes: int, n_pods: int, gpu_share: float, seed: int,
-                unbound_share: float = 0.02) -> dict[str, Any]:
-    """Fill ``store``; ``unbound_share`` of the pods are left Pending (no node)."""
+def cluster_objects(n_nodes: int, n_pods: int, gpu_share: float, seed: int, unbound_share: float = 0.02,
+                    built: dict[str, Any] | None = None) -> Iterator[tuple[str, dict]]:
+    """The cluster's objects as ``(plural, object)``, namespaces, then nodes, then pods;
+    ``unbound_share`` of the pods are left Pending (no node). ``built`` gets ``gpu_pods``, ``nodes``
+    and ``gpu_pod_names`` as they are made."""
     rnd = random.Random(seed)
+    built = built if built is not None else {}
+    built.update(gpu_pods=0, nodes=[], gpu_pod_names=[])
     for ns in NAMESPACES:
-        store.create("namespaces", {"metadata": {"name": ns}})
+        yield "namespaces", {"metadata": {"name": ns}}
     nodes: list[tuple[str, dict[str, int]]] = []
     for i in range(n_nodes):
         obj, resources = make_node(i, rnd)
-        store.create("nodes", obj)
+        yield "nodes", obj
         nodes.append((obj["metadata"]["name"], resources))
+        built["nodes"].append(obj["metadata"]["name"])
     free = {name: dict(res) for name, res in nodes}
-    gpu_pods = 0
-    gpu_pod_names: list[tuple[str, str]] = []
     for i in range(n_pods):
         resource, gpus = None, 0
         name, res = nodes[rnd.randrange(len(nodes))]
@@ -122,14 +125,23 @@ def build_store(store: Any, n_nodes: int, n_pods: int, gpu_share: float, seed: i
             gpus = rnd.choice([1, 1, 1, 2, 4])
             if free[name][resource] >= gpus:
                 free[name][resource] -= gpus
-                gpu_pods += 1
+                built["gpu_pods"] += 1
             else:
                 resource, gpus = None, 0
         node = name if rnd.random() >= unbound_share else None
-        created = store.create("pods", make_pod(i, node, resource, gpus, rnd))
+        pod = make_pod(i, node, resource, gpus, rnd)
+        yield "pods", pod
         if resource and node:
-            gpu_pod_names.append((created["metadata"]["namespace"], created["metadata"]["name"]))
-    return {"gpu_pods": gpu_pods, "nodes": [n for n, _ in nodes], "gpu_pod_names": gpu_pod_names}
+            built["gpu_pod_names"].append((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+
+
+def build_store(store: Any, n_nodes: int, n_pods: int, gpu_share: float, seed: int,
+                unbound_share: float = 0.02) -> dict[str, Any]:
+    """Fill ``store`` with :func:`cluster_objects`."""
+    built: dict[str, Any] = {}
+    for plural, obj in cluster_objects(n_nodes, n_pods, gpu_share, seed, unbound_share, built):
+        store.create(plural, obj)
+    return built
 
 
 async def stream(store: Any, nodes: list[str], rate: float, seed: int, *,

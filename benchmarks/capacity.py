@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import gc
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -60,59 +59,13 @@ import kubernetes_asyncio.client  # noqa: E402,F401
 from jupyterhub.objects import Hub  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
-from bigcluster import build_store, stream  # noqa: E402
 from gpuspawner.capacity.cache import CapacityCache  # noqa: E402
 from gpuspawner.capacity.ledger import Ledger  # noqa: E402
 from gpuspawner.hub.spawner import GPUSpawner  # noqa: E402
 from hubprofiles import gpu_settings  # noqa: E402
+from realcluster import RealCluster  # noqa: E402
 
 TARGETS = {"api_requests_per_view": 0, "view_p99_ms": 10.0, "memory_mib": 64.0, "stall_ms": 25.0}
-
-
-# ---------------------------------------------------------------------------
-# the simulated cluster (child process)
-
-
-def _child(conn: Any, args: dict) -> None:
-    asyncio.run(_serve(conn, args))
-
-
-async def _serve(conn: Any, args: dict) -> None:
-    from gpuspawner.sim.apiserver import ApiServer
-    from gpuspawner.sim.store import Store
-
-    t0 = time.perf_counter()
-    store = Store(history=max(5000, args["pods"] // 10))
-    built = build_store(store, args["nodes"], args["pods"], args["gpu_share"], args["seed"])
-    build_s = time.perf_counter() - t0
-    gc.collect()
-    gc.freeze()  # the store is long-lived: keep the server's own collections short
-    server = ApiServer(store)
-    url = await server.start()
-    loop = asyncio.get_running_loop()
-    commands: asyncio.Queue = asyncio.Queue()
-    loop.add_reader(conn.fileno(), lambda: commands.put_nowait(conn.recv()))
-    conn.send({"url": url, "build_s": build_s, "gpu_pods": built["gpu_pods"]})
-    streamer = None
-    try:
-        while True:
-            cmd, arg = await commands.get()
-            if cmd == "stream":
-                streamer = asyncio.create_task(stream(store, built["nodes"], arg, args["seed"] + 1))
-                conn.send(True)
-            elif cmd == "pause":
-                if streamer:
-                    streamer.cancel()
-                    streamer = None
-                conn.send(True)
-            elif cmd == "stop":
-                break
-    finally:
-        if streamer:
-            streamer.cancel()
-        loop.remove_reader(conn.fileno())
-        await server.stop()
-        conn.send("bye")
 
 
 # ---------------------------------------------------------------------------
@@ -200,22 +153,8 @@ def make_spawner(gc_policy: bool) -> GPUSpawner:
     return GPUSpawner(config=config, user=User(), hub=Hub(), _mock=True)
 
 
-def write_kubeconfig(url: str) -> None:
-    KUBECONFIG.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sim",
-        "clusters": [{"name": "sim", "cluster": {"server": url}}], "users": [{"name": "sim", "user": {}}],
-        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}]}))
-
-
-def server_requests(url: str) -> int:
-    import urllib.request
-
-    with urllib.request.urlopen(f"{url}/_sim/counters", timeout=30) as r:
-        return sum(c["count"] for c in json.load(r)["counts"])
-
-
-async def cold_sync(spawner: GPUSpawner, url: str) -> tuple[CapacityCache, dict[str, Any]]:
-    before = await asyncio.to_thread(server_requests, url)
+async def cold_sync(spawner: GPUSpawner, cluster: RealCluster) -> tuple[CapacityCache, dict[str, Any]]:
+    before = await asyncio.to_thread(cluster.requests)
     with StallMeter() as meter:
         t0 = time.perf_counter()
         cache = spawner.shared_capacity_cache()  # what the first view or spawn does
@@ -225,16 +164,16 @@ async def cold_sync(spawner: GPUSpawner, url: str) -> tuple[CapacityCache, dict[
     if not ok:
         raise RuntimeError(f"the cache did not sync: {cache.health}")
     h = cache.health
-    out = {"cold_sync_s": round(sync_s, 3), "list_requests": await asyncio.to_thread(server_requests, url) - before,
+    out = {"cold_sync_s": round(sync_s, 3), "list_requests": await asyncio.to_thread(cluster.requests) - before,
            "gpu_nodes": h["gpu_nodes"], "gpu_pods_stored": h["gpu_pods"], "pools": len(cache.snapshot().pools),
            **meter.figures()}
     return cache, out
 
 
-async def views(spawner: GPUSpawner, cache: CapacityCache, url: str, n: int, gap: float) -> dict[str, Any]:
+async def views(spawner: GPUSpawner, cache: CapacityCache, cluster: RealCluster, n: int, gap: float) -> dict[str, Any]:
     for _ in range(5):  # templates compiled, verdicts remembered: as after a hub's first views
         await spawner.get_options_form()
-    before = await asyncio.to_thread(server_requests, url)
+    before = await asyncio.to_thread(cluster.requests)
     times: list[float] = []
     gens = set()
     with StallMeter() as meter:
@@ -244,7 +183,7 @@ async def views(spawner: GPUSpawner, cache: CapacityCache, url: str, n: int, gap
             times.append(time.perf_counter() - t)
             gens.add(cache.snapshot().generation)
             await asyncio.sleep(gap)
-    requests = await asyncio.to_thread(server_requests, url) - before
+    requests = await asyncio.to_thread(cluster.requests) - before
     if "profile-item-gpu" not in form:
         raise RuntimeError("the spawn form has no GPU profile: the view timed is not the GPU view")
     return {"views": n, "view_p50_ms": round(pct(times, 0.5) * 1000, 3), "view_p99_ms": round(pct(times, 0.99) * 1000, 3),
@@ -293,51 +232,44 @@ async def memory(config: Any, page_size: int) -> dict[str, float]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    ctx = multiprocessing.get_context("fork")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_child, daemon=True, args=(child, {
-        "nodes": args.nodes, "pods": args.pods, "gpu_share": args.gpu_share, "seed": args.seed}))
-    proc.start()
-
-    async def ask(cmd: str, arg: Any = None) -> Any:
-        if cmd:
-            parent.send((cmd, arg))
-        return await asyncio.to_thread(parent.recv)
-
-    print(f"building a simulated cluster: {args.nodes} GPU nodes, {args.pods} pods ...", flush=True)
-    ready = await ask("")
-    url = ready["url"]
-    print(f"  built in {ready['build_s']:.1f}s ({ready['gpu_pods']} GPU pods), serving at {url}", flush=True)
-    write_kubeconfig(url)
+    cluster = RealCluster(args.nodes, args.pods, args.gpu_share, args.seed)
+    print(f"building the cluster on the real control plane: {args.nodes} GPU nodes, {args.pods} pods ...",
+          flush=True)
     out: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "gc_policy": not args.no_gc_policy,
                            "load_before": os.getloadavg()}
-    if not args.no_gc_policy:
-        gc.collect()  # what the config snippet does once the hub's imports are done
-        gc.freeze()
     try:
+        built = await asyncio.to_thread(cluster.start)
+        out["cluster_build"] = built
+        print(f"  built in {built['build_s']} s (control plane {built['control_plane_s']} s, objects applied "
+              f"{built['applied_s']} s, every bound pod Running {built['settled_s']} s after the agent started; "
+              f"{cluster.built['gpu_pods']} GPU pods)", flush=True)
+        cluster.hub_kubeconfig(KUBECONFIG)
+        if not args.no_gc_policy:
+            gc.collect()  # what the config snippet does once the hub's imports are done
+            gc.freeze()
         spawner = make_spawner(not args.no_gc_policy)
-        cache, synced = await cold_sync(spawner, url)
+        cache, synced = await cold_sync(spawner, cluster)
         out.update(synced)
         print(f"cold sync: {out['cold_sync_s']} s, {out['list_requests']} list requests; worst loop stall "
               f"{out['stall_worst_ms']} ms wall (p99 {out['stall_p99_ms']}), {out['stall_worst_on_cpu_ms']} ms on "
               f"the loop's CPU; GC: {out['gc_full_collections']} full collections, worst pause "
               f"{out['gc_worst_pause_ms']} ms", flush=True)
-        await ask("stream", args.rate)
+        cluster.stream(args.rate)
         await asyncio.sleep(0.5)
-        out.update(await views(spawner, cache, url, args.views, args.view_gap))
+        out.update(await views(spawner, cache, cluster, args.views, args.view_gap))
         print(f"views (GPUSpawner.get_options_form, as shipped: counts at most "
               f"{spawner.gpu_capacity_page_max_age:g} s old): {args.views} while events stream in "
               f"({out['generations_seen']} generations seen): p50 {out['view_p50_ms']} ms, p99 "
               f"{out['view_p99_ms']} ms, max {out['view_max_ms']} ms; API requests during them: "
-              f"{out['api_requests_during_views']} (API server's counter)", flush=True)
+              f"{out['api_requests_during_views']} (counted by the fault proxy in front of the API server)", flush=True)
         # the same views with the offers and the form rebuilt every time: what one rebuild costs
         spawner.gpu_capacity_page_max_age = 0
-        rebuilt = await views(spawner, cache, url, args.views, args.view_gap)
+        rebuilt = await views(spawner, cache, cluster, args.views, args.view_gap)
         out.update({f"rebuild_{k}": v for k, v in rebuilt.items()})
         print(f"views rebuilt every time (gpu_capacity_page_max_age = 0): p50 {rebuilt['view_p50_ms']} ms, "
               f"p99 {rebuilt['view_p99_ms']} ms, max {rebuilt['view_max_ms']} ms; API requests during them: "
               f"{rebuilt['api_requests_during_views']}", flush=True)
-        await ask("pause")
+        await asyncio.to_thread(cluster.pause)
         baseline = naive_recount(cache, args.baseline_views)
         out.update(naive_recount_p50_ms=round(baseline * 1000, 2),
                    naive_vs_view_p50=round(baseline * 1000 / max(out["view_p50_ms"], 1e-6), 1))
@@ -350,9 +282,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"cache memory: {out['cache_memory_mib']} MiB retained (peak during sync "
                   f"{out['sync_peak_mib']} MiB)", flush=True)
     finally:
-        parent.send(("stop", None))
-        await asyncio.to_thread(parent.recv)
-        proc.join(30)
+        await asyncio.to_thread(cluster.stop)
         KUBECONFIG.unlink(missing_ok=True)
         KUBECONFIG.parent.rmdir()
     out["load_after"] = os.getloadavg()
@@ -365,7 +295,10 @@ def verdicts(out: dict[str, Any]) -> dict[str, bool]:
         <= TARGETS["api_requests_per_view"],
         "view_p99_ms": out["view_p99_ms"] <= TARGETS["view_p99_ms"],
         "rebuild_view_p99_ms": out["rebuild_view_p99_ms"] <= TARGETS["view_p99_ms"],
-        "stall_ms": out["stall_worst_ms"] <= TARGETS["stall_ms"],
+        # the whole loop's worst stall, wall clock with GC, in the cold sync and in steady state (the views)
+        "stall_cold_sync_ms": out["stall_worst_ms"] <= TARGETS["stall_ms"],
+        "stall_steady_ms": max(out["stall_worst_during_views_ms"], out["rebuild_stall_worst_during_views_ms"])
+        <= TARGETS["stall_ms"],
     }
     if "cache_memory_mib" in out:
         v["memory_mib"] = out["cache_memory_mib"] <= TARGETS["memory_mib"]
@@ -374,10 +307,11 @@ def verdicts(out: dict[str, Any]) -> dict[str, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--nodes", type=int, default=5000)
-    p.add_argument("--pods", type=int, default=150_000)
+    p.add_argument("--nodes", type=int, default=None, help="GPU nodes (default 5,000; 500 with --quick)")
+    p.add_argument("--pods", type=int, default=None, help="pods (default 150,000; 15,000 with --quick)")
     p.add_argument("--gpu-share", type=float, default=0.15, help="share of pods that request GPUs")
-    p.add_argument("--views", type=int, default=2000)
+    p.add_argument("--views", type=int, default=None, help="spawn-page views timed each way (default 2,000; "
+                   "500 with --quick)")
     p.add_argument("--view-gap", type=float, default=0.002, help="seconds between views (events arrive meanwhile)")
     p.add_argument("--rate", type=float, default=200.0, help="watch events per second during the views")
     p.add_argument("--baseline-views", type=int, default=5)
@@ -386,14 +320,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass")
     p.add_argument("--no-gc-policy", action="store_true",
                    help="without the product's gc.freeze() (snippet and cache), to compare")
-    p.add_argument("--quick", action="store_true", help="500 nodes, 15,000 pods, 500 views")
+    p.add_argument("--quick", action="store_true",
+                   help="500 nodes, 15,000 pods and 500 views, unless --nodes, --pods or --views say otherwise")
     p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = p.parse_args(argv)
-    if args.quick:
-        args.nodes, args.pods, args.views = 500, 15_000, 500
+    # --quick sets the sizes not given explicitly
+    for name, full, quick in (("nodes", 5000, 500), ("pods", 150_000, 15_000), ("views", 2000, 500)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     if args.nodes < 1 or args.pods < 0 or args.views < 1:
         p.error("--nodes and --views must be >= 1, --pods >= 0")
-    out = asyncio.run(run(args))
+    try:
+        out = asyncio.run(run(args))
+    except Exception as e:  # noqa: BLE001 - the run itself failed: say why, exit 2
+        print(f"capacity benchmark: the run failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
     met = verdicts(out)
     out["targets_met"] = met
     print(f"load average {out['load_before'][0]:.2f} at the start, {out['load_after'][0]:.2f} at the end "

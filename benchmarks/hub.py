@@ -42,11 +42,13 @@ Measured, in one run and in this order:
    the kubelet's, not Python's start-up (``--real-servers`` runs jupyterhub-singleuser instead).
 
 Targets (issue #7): page p99 <= 1.2x the static hub's, spawn <= 1.05x plain KubeSpawner's,
-0 API requests per view, change visible p99 <= 2 s, memory growth <= 64 MiB, and no step of
-gpuspawner's own on the hub's loop longer than 25 ms (wall clock, GC included) during the cold
-sync and the views. The whole loop's worst stall is printed beside it, with the longest step of
-JupyterHub's own request handling in each hub: JupyterHub's steps are not gpuspawner's to
-shorten (``docs/benchmarks.md``, "Reading it").
+0 API requests per view, change visible p99 <= 2 s, memory growth <= 64 MiB, and the GPU hub's
+whole event loop's worst stall <= 25 ms (wall clock, GC included: the probe's lateness, whatever
+ran) during the cold sync and during the views. Beside it, for attribution: gpuspawner's longest
+step on the loop (its tasks: the informers, the spawn form's task; its API handler) and
+JupyterHub's longest request step, in each hub; the static hub gets the GPU hub's
+garbage-collection policy (a full collection and ``gc.freeze()`` after the imports), so that
+their stalls compare like with like.
 The table prints each figure against its target; the exit status is 1 when one is missed
 (2 when the run itself failed). With ``--quick`` the timing targets are printed but not
 judged (the CI smoke test); the count and memory targets still are.
@@ -568,21 +570,21 @@ def verdicts(r: dict[str, Any], quick: bool) -> list[tuple[str, str, str, bool |
          f"{ch['p50_s']} / {ch['p99_s']} s", f"p99 <= {TARGETS['change_visible_p99_s']:g} s",
          timing and ch["p99_s"] <= TARGETS["change_visible_p99_s"]),
         (f"cold sync ({c['pools']} pools, {c['gpu_nodes']} node-pool memberships)", f"{c['sync_s']} s", "", None),
-        ("gpuspawner's longest step on the loop, cold sync (wall, GC included)",
-         f"{_own(c['stall'])} ms", f"<= {TARGETS['stall_ms']:g} ms",
-         timing and _own(c["stall"]) <= TARGETS["stall_ms"]),
-        ("  worst loop stall, whole GPU hub (wall, GC included; p99)",
-         f"{c['stall']['worst_stall_ms']} ms ({c['stall']['p99_stall_ms']})", "", None),
+        ("worst loop stall, whole GPU hub, cold sync (wall, GC included; p99)",
+         f"{c['stall']['worst_stall_ms']} ms ({c['stall']['p99_stall_ms']})", f"<= {TARGETS['stall_ms']:g} ms",
+         timing and c["stall"]["worst_stall_ms"] <= TARGETS["stall_ms"]),
+        ("  of it: gpuspawner's longest step on the loop, cold sync (wall, GC included)",
+         f"{_own(c['stall'])} ms", "", None),
         ("  on the loop's CPU / GC: full collections, worst pause",
          f"{c['stall']['worst_on_cpu_ms']} ms / {c['stall']['gc_full_collections']}, "
          f"{c['stall']['gc_worst_pause_ms']} ms", "", None),
         ("  JupyterHub's longest request step (GC excluded)", _jupyterhub(c["stall"]), "", None),
-        ("gpuspawner's longest step on the loop, views (wall, GC included)",
-         f"{_own(v['gpu_stall'])} ms", f"<= {TARGETS['stall_ms']:g} ms",
-         timing and _own(v["gpu_stall"]) <= TARGETS["stall_ms"]),
-        ("  worst loop stall, whole hub (wall, GC included; p99): GPU hub / static hub",
+        ("worst loop stall, whole hub, views (wall, GC included; p99): GPU hub / static hub",
          f"{v['gpu_stall']['worst_stall_ms']} ms ({v['gpu_stall']['p99_stall_ms']}) / "
-         f"{v['static_stall']['worst_stall_ms']} ms ({v['static_stall']['p99_stall_ms']})", "", None),
+         f"{v['static_stall']['worst_stall_ms']} ms ({v['static_stall']['p99_stall_ms']})",
+         f"GPU hub <= {TARGETS['stall_ms']:g} ms", timing and v["gpu_stall"]["worst_stall_ms"] <= TARGETS["stall_ms"]),
+        ("  of it: gpuspawner's longest step on the loop, views (wall, GC included)",
+         f"{_own(v['gpu_stall'])} ms", "", None),
         ("  on the loop's CPU; GC worst pause: GPU hub / static hub",
          f"{v['gpu_stall']['worst_on_cpu_ms']}; {v['gpu_stall']['gc_worst_pause_ms']} ms / "
          f"{v['static_stall']['worst_on_cpu_ms']}; {v['static_stall']['gc_worst_pause_ms']} ms", "", None),
@@ -676,13 +678,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--nodes", type=int, default=5000)
-    p.add_argument("--pods", type=int, default=150_000)
+    p.add_argument("--nodes", type=int, default=None, help="GPU nodes (default 5,000)")
+    p.add_argument("--pods", type=int, default=None, help="pods (default 150,000)")
     p.add_argument("--gpu-share", type=float, default=0.15, help="share of pods that request GPUs")
-    p.add_argument("--views", type=int, default=1000, help="requests of each view kind")
-    p.add_argument("--rate", type=float, default=200.0, help="watch events per second during the views")
-    p.add_argument("--changes", type=int, default=10, help="rounds of cluster changes (4 changes each)")
-    p.add_argument("--spawns", type=int, default=30, help="REST spawns on each hub")
+    p.add_argument("--views", type=int, default=None, help="requests of each view kind (default 1,000)")
+    p.add_argument("--rate", type=float, default=None, help="watch events per second during the views (default 200)")
+    p.add_argument("--changes", type=int, default=None, help="rounds of cluster changes, 4 changes each (default 10)")
+    p.add_argument("--spawns", type=int, default=None, help="REST spawns on each hub (default 30)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the cluster, the sync, a spawn")
     p.add_argument("--real-servers", action="store_true", help="run jupyterhub-singleuser in the spawned pods")
@@ -692,11 +694,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="sample the GPU hub's loop during stalls over 12 ms and print the top stacks, "
                         "and the loop callbacks that ran over 12 ms")
     p.add_argument("--quick", action="store_true",
-                   help="500 nodes, 15,000 pods, 100 views, 2 change rounds, 2 spawns; timing not judged")
+                   help="500 nodes, 15,000 pods, 100 views, 50 events a second, 2 change rounds, 2 spawns, "
+                        "unless given explicitly; timing not judged")
     p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = p.parse_args(argv)
-    if args.quick:
-        args.nodes, args.pods, args.views, args.changes, args.spawns, args.rate = 500, 15_000, 100, 2, 2, 50.0
+    # --quick sets the sizes not given explicitly
+    for name, full, quick in (("nodes", 5000, 500), ("pods", 150_000, 15_000), ("views", 1000, 100),
+                              ("changes", 10, 2), ("spawns", 30, 2), ("rate", 200.0, 50.0)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     if args.nodes < 10 or args.pods < 0 or args.views < 1 or args.changes < 1 or args.spawns < 1:
         p.error("--nodes must be >= 10, --pods >= 0, --views, --changes and --spawns >= 1")
     try:

@@ -124,7 +124,7 @@ func serveNodes(ctx context.Context, c nodesConfig, out io.Writer) error {
 	}
 	go nodeagent.RenewLeases(ctx, clients.Kube, nodes, c.leaseInterval, c.workers)
 	podsDone := make(chan error, 1)
-	go func() { podsDone <- nodeagent.RunPods(ctx, clients.Kube, nodes, nodeagent.NewPodIPs()) }()
+	go func() { podsDone <- nodeagent.RunPods(ctx, clients.Kube, nodes, nodeagent.NewPodIPs(), c.workers) }()
 	fmt.Fprintf(os.Stderr, "gpuspawner-cluster nodes: %d objects, %d nodes applied in %.1fs\n", len(objs), len(nodes), time.Since(started).Seconds())
 	if _, err := fmt.Fprintf(out, "READY %d nodes\n", len(nodes)); err != nil {
 		return fmt.Errorf("announcing readiness: %w", err)
