@@ -66,3 +66,14 @@ def test_capacity_benchmark_runs_on_the_real_control_plane_and_judges_its_target
     assert {"stall_cold_sync_ms", "stall_steady_ms"} <= set(result["targets_met"])
     assert out.returncode == (0 if all(result["targets_met"].values()) else 1), out.stderr[-4000:]
     assert "targets:" in out.stdout
+
+
+def test_capacity_benchmark_exits_2_when_the_run_itself_fails(tmp_path):
+    """No cluster can be built (the control plane's binary is not there): exit 2, and why."""
+    env = dict(os.environ, GPUSPAWNER_CLUSTER_BIN=str(tmp_path / "no-such-binary"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "capacity.py"), "--quick"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "capacity benchmark: the run failed: " in out.stderr and "no-such-binary" in out.stderr
+    assert "targets:" not in out.stdout
