@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,6 +141,7 @@ class RealCluster:
         if self.proxy is not None:
             self.proxy.stop()
         self.control_plane.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)  # etcd's data: hundreds of MB at full size
 
 
 async def _stream(kubeconfig: str, nodes: list[str], rate: float, seed: int) -> None:

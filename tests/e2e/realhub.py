@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,3 +124,5 @@ class RealHub(DemoHub):
         if self.fault_proxy:
             self.fault_proxy.stop()
         self.control_plane.stop()
+        # etcd's data goes; the hub's and the agent's logs stay for a failure's message
+        shutil.rmtree(self.control_plane.data_dir, ignore_errors=True)
