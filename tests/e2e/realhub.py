@@ -22,7 +22,7 @@ from gpuspawner.sim.cluster import default_cluster_file
 from testcluster import ControlPlane
 from testcluster.faultproxy import FaultProxy
 
-from .harness import READY_TIMEOUT, DemoHub, wait_for
+from .harness import READY_TIMEOUT, DemoHub, free_port, wait_for
 
 AGENT_READY_TIMEOUT = 120
 NAMESPACE = "jupyterhub"  # the demo config's c.GPUSpawner.namespace
@@ -77,7 +77,9 @@ class RealHub(DemoHub):
         with self.agent_log.open("wb") as log:
             self.agent = subprocess.Popen(
                 [sys.executable, "-m", "testcluster.nodeagent", "--cluster",
-                 str(self.cluster_file or default_cluster_file()), "--kubeconfig", str(cp.kubeconfig)],
+                 str(self.cluster_file or default_cluster_file()), "--kubeconfig", str(cp.kubeconfig),
+                 # the kubelet API (pods/log, exec, port-forward through the API server)
+                 "--cluster-info", str(cp.data_dir / "cluster.json"), "--kubelet-port", str(free_port())],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         wait_for(self._agent_ready, AGENT_READY_TIMEOUT, "the node agent's nodes to be ready")
         self.timings["nodes_s"] = time.monotonic() - began

@@ -19,6 +19,7 @@ import ssl
 import aiohttp
 import pytest
 
+from testcluster.faultproxy import FaultProxy
 from testcluster.nodeagent import NodeAgent
 from testcluster.nodeagent.client import KNOWN, ApiError, Client
 from testcluster.nodeagent.kubeletapi import Tls
@@ -423,3 +424,24 @@ def test_a_cluster_info_without_the_kubelet_ca_says_what_it_needs(tmp_path):
     path.write_text(json.dumps({"ca_file": "/x/ca.crt"}))
     with pytest.raises(KubeletApiError, match="kubelet_ca_file and kubelet_ca_key_file"):
         Tls.from_cluster_info(path)
+
+
+async def test_exec_logs_and_port_forward_pass_through_the_fault_proxy(cluster, control_plane, tmp_path):
+    """The fault proxy passes the upgrades of exec and port-forward, and streamed logs, on to the
+    API server as the admin (request-header authentication), with no fault set."""
+    kubectl, prefix = cluster
+    async with FaultProxy(control_plane.data_dir) as fp:
+        via = Kubectl(kubectl.binary, fp.kubeconfig, tmp_path)
+        code, out, err = await via.run("exec", f"{prefix}chatty", "--", "echo", "hi")
+        assert (code, out) == (0, "hi\n"), err
+        await two_lines_logged(via, f"{prefix}chatty")
+        local = free_port()
+        proc = await via.start("port-forward", f"pod/{prefix}hello", f"{local}:8080")
+        try:
+            await read_until(proc.stdout, "Forwarding from")
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"http://127.0.0.1:{local}/", timeout=aiohttp.ClientTimeout(total=10)) as r:
+                    assert (await r.text()).startswith("hello from 127.")
+        finally:
+            await stop(proc)
+        assert fp.counts(resource="pods/exec") >= 1 and fp.counts(resource="pods/portforward") >= 1
