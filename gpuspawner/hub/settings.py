@@ -26,6 +26,7 @@ from traitlets.config import Config
 
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
 from gpuspawner.hub import hublog, metrics
+from gpuspawner.hub.homesettings import GPUHomeSettings
 from gpuspawner.hub.prepull import GPUPrepullSettings
 from gpuspawner.hub.usagesettings import GPUHourSettings
 from gpuspawner.hub import metrics
@@ -73,7 +74,7 @@ _KUBE_API = {"k8s_api_host": "host", "k8s_api_ssl_ca_cert": "ssl_ca_cert", "k8s_
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
+class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPUHomeSettings):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;

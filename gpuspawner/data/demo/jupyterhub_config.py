@@ -46,6 +46,9 @@ if culler:  # gpuspawner demo's GPU culler (gpuspawner/commands/demo_cull.py; --
     c.JupyterHub.services.append(
         {"name": "gpu-culler", "command": spec["command"], "environment": spec["environment"]})
     c.JupyterHub.load_roles.append({"name": "gpu-culler", "scopes": spec["scopes"], "services": ["gpu-culler"]})
+    # the culler's rule on the spawn page and the home page, and each server's GPU use from its Prometheus
+    c.GPUSpawner.gpu_cull_rules = spec["rules"]
+    c.GPUSpawner.gpu_prometheus_url = spec["prometheus_url"]
 
 c.GPUSpawner.namespace = "jupyterhub"
 c.GPUSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
