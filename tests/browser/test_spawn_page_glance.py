@@ -18,10 +18,9 @@ from playwright.sync_api import expect
 from tests.builders import BIG_GPU_PROFILE_CONFIG
 
 from ..e2e.harness import DemoHub
-from .conftest import ROOT, chromium_missing
+from .conftest import ROOT, axe_serious, chromium_missing
 from .test_spawn_page import H100_SPOT, T4, browser_test, open_spawn_page, pool_card, pool_radio
 
-AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 FIXTURES = ROOT / "tests" / "fixtures" / "clusters"
 VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
 SHARED_T4 = "t4shared:tesla-t4:nvidia.com/gpu.shared"
@@ -176,19 +175,9 @@ def test_a_pool_whose_nodes_are_too_small_cannot_be_chosen(small_hub, pages, vie
 @browser_test
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_axe_finds_no_serious_violation(hub, pages, viewport, theme, screenshot):
-    if not AXE.is_file():
-        pytest.fail(f"axe-core is not installed at {AXE}: run scripts/setup.sh (npm ci)")
     page = spawn_page(hub, pages, viewport, f"axel{theme}", theme)
     assert page.evaluate("document.documentElement.getAttribute('data-bs-theme')") == theme
-    page.add_script_tag(path=str(AXE))
-    result = page.evaluate(
-        """() => axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})"""
-    )
-    bad = [
-        (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:5], v["nodes"][0].get("failureSummary", ""))
-        for v in result["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
+    bad, result = axe_serious(page)
     screenshot(page, f"axe-{theme}-{viewport['width']}")
     assert bad == [], bad
     # axe checks text contrast against WCAG AA (4.5:1 for normal text) in rule color-contrast
