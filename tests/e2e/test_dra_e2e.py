@@ -191,6 +191,6 @@ def test_too_many_gpus_on_a_dra_pool_is_refused_before_any_object(hub):
     before = set(templates(hub))
     r = hub.api("POST", "/users/ivy/server", json={"profile": "gpu", "gpu_pool": H100, "gpus": 5})
     assert r.status_code == 400, r.text
-    assert f"choose between 1 and 4 GPUs in pool '{H100}'" in r.json()["message"]
+    assert "choose between 1 and 4 GPUs in NVIDIA H100 80GB (asked for 5)" in r.json()["message"]
     assert hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=ivy") == []
     assert set(templates(hub)) == before

@@ -228,7 +228,7 @@ def gpu_hub_spawner(no_kube_client, install_cache, monkeypatch):
 @pytest.mark.parametrize(
     "body, status, message",
     [
-        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 9}, 400, "choose between 1 and 5 GPUs in pool"),
+        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 9}, 400, "choose between 1 and 5 GPUs in NVIDIA A100 80GB (asked for 9)"),
         ({"profile": "gpu", "gpus": "2.5"}, 400, "must be a whole number"),
         ({"profile": "gpu", "node_selector": {"kubernetes.io/hostname": "n1"}}, 400, "may not set `node_selector`"),
         ({"user_options": {"profile": "gpu", "gpu_pool": "nope"}}, 400, "unknown pool 'nope'"),
