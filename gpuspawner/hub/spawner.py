@@ -919,6 +919,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         if self._gpu_dra_template is not None:
             # so that a hub restarted while the server runs still cleans up claim templates at its stop
             state["gpu_dra_template"] = self._gpu_dra_template
+        queue_glue.save_stop(self, state)  # why Kueue stopped it, shown until the next start
         return state
 
     def load_state(self, state):
@@ -927,6 +928,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         self.gpu_held = held if isinstance(held, int) and not isinstance(held, bool) else None
         template = state.get("gpu_dra_template")
         self._gpu_dra_template = template if isinstance(template, str) else None
+        queue_glue.load_stop(self, state)
 
     def clear_state(self):
         super().clear_state()
