@@ -198,13 +198,12 @@ def probe_sees_no_driver(spawner, pod):
 
 
 @pytest.fixture
-async def hub(cluster):
-    """A MockHub (not started: no proxy) with GPUSpawner on the simulated
+async def hub(cluster, configured_mockhub_instance):
+    """A MockHub (pytest-jupyterhub's; not started: no proxy) with GPUSpawner on the simulated
     cluster; yields (the sim, base URL of the hub API, a user's token)."""
     c = hub_config(cluster.url, cuda_probe=True, modify_pod_hook=probe_sees_no_driver)
     c.JupyterHub.spawner_class = GPUSpawner
-    MockHub.clear_instance()
-    app = MockHub.instance(config=c)
+    app = configured_mockhub_instance(c)
     await app.initialize([])
     token = app.users["user"].new_api_token()
     sockets = bind_sockets(0, "127.0.0.1")

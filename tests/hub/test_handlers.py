@@ -14,13 +14,10 @@ from pathlib import Path
 import pytest
 from jupyterhub.tests.mocking import MockHub
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from tornado.httpserver import HTTPServer
-from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
 from gpuspawner import config_snippet
 import gpuspawner.capacity.cache as cache_module
-from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import ScaleUp
 from gpuspawner.hub.handlers import GPUCapacityHandler
 from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as usage_scopes
@@ -58,51 +55,23 @@ def load_snippet() -> Config:
     return c
 
 
-async def serve_mock_hub(c: Config):
-    """Initialize a MockHub (not started: no proxy) and serve it on loopback.
-    Returns (app, http server, base url of the hub's API, token of a plain user)."""
-    # "gpu" resolves through the installed entry point; the test tree may not be installed
-    c.JupyterHub.spawner_class = GPUSpawner
-    MockHub.clear_instance()
-    app = MockHub.instance(config=c)
-    await app.initialize([])
-    token = app.users["user"].new_api_token()
-    sockets = bind_sockets(0, "127.0.0.1")
-    server = HTTPServer(app.tornado_application)
-    server.add_sockets(sockets)
-    return app, server, f"http://127.0.0.1:{sockets[0].getsockname()[1]}{app.hub_prefix}api/", token
-
-
-async def close_mock_hub(app, server):
-    server.stop()
-    await CapacityCache.reset_shared()
-    app.db.close()
-    MockHub.clear_instance()
-
-
 @pytest.fixture
-async def hub():
-    """The snippet's config; yields (url of /hub/api/gpus, token of a plain user)."""
+async def hub(mock_hub):
+    """The snippet's config; (url of /hub/api/gpus, token of a plain user)."""
     c = load_snippet()
     c.GPUSpawner.gpu_pool_rules = [{"match": "secret:*", "hide": True}, {"match": "h100:*"}]
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        yield api + "gpus", token
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    return served.api + "gpus", served.token
 
 
 @pytest.fixture
-async def hub_for_spawn():
-    """A hub with a GPU profile; yields (base API url, token of the user 'user')."""
+async def hub_for_spawn(mock_hub):
+    """A hub with a GPU profile; (base API url, token of the user 'user')."""
     c = load_snippet()
     c.GPUSpawner.gpu_profiles = [{"slug": "gpu"}]
     c.GPUSpawner.profile_list = [{"display_name": "CPU", "slug": "cpu"}]
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        yield api, token
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    return served.api, served.token
 
 
 async def get(url, token=None):
@@ -249,15 +218,12 @@ async def test_rest_spawn_mistakes_are_400_with_the_message(hub_for_spawn, gpu_h
     assert message in json.loads(reply)["message"]
 
 
-async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configured(install_cache):
+async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configured(install_cache, mock_hub):
     c = load_snippet()
     c.GPUSpawner.gpu_cull_rules = {"idle_timeout": "1h", "pools": {H100.id: {"idle_timeout": "30m"}}}
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        install_cache(fake_cache(A100, H100))
-        code, body = await get(api + "gpus", token)
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    install_cache(fake_cache(A100, H100))
+    code, body = await get(served.api + "gpus", served.token)
     assert code == 200
     rules = {p["id"]: p["idle_rule"] for p in body["pools"]}
     assert rules[H100.id].startswith("This server is stopped after 30m ")
@@ -311,15 +277,12 @@ async def test_the_home_page_says_why_kueue_stopped_the_users_server(no_kube_cli
     assert 'id="start"' in page
 
 
-async def test_the_scope_can_be_taken_away_by_defining_the_user_role(install_cache):
+async def test_the_scope_can_be_taken_away_by_defining_the_user_role(install_cache, mock_hub):
     c = Config()
     c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self"]}]  # the admin's own, without the scope
     exec(compile(SNIPPET.read_text(), str(SNIPPET), "exec"), {"c": c, "get_config": lambda: c})
     assert c.JupyterHub.load_roles == [{"name": "user", "scopes": ["self"]}]  # left as the admin wrote it
     install_cache(fake_cache(A100))
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        code, body = await get(api + "gpus", token)
-        assert code == 403 and "custom:gpus:read" in body["message"]
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    code, body = await get(served.api + "gpus", served.token)
+    assert code == 403 and "custom:gpus:read" in body["message"]

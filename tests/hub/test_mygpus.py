@@ -8,13 +8,12 @@ from datetime import datetime, timedelta
 
 import pytest
 from jupyterhub import orm
-from jupyterhub.tests.mocking import MockHub
 from tornado.httpclient import AsyncHTTPClient
 
 from gpuspawner.hub import mygpus
 from gpuspawner.hub.spawner import GPUSpawnInfo
 from tests.builders.prometheus import FakePrometheus, sample, vector
-from tests.hub.test_handlers import A100, close_mock_hub, fake_cache, load_snippet, login, serve_mock_hub
+from tests.hub.test_handlers import A100, fake_cache, load_snippet, login
 
 POD_NAME = "jupyter-user"
 
@@ -46,20 +45,15 @@ def gpu_series(uuid, util, used, free=None):
             sample("DCGM_FI_DEV_FB_FREE", POD_NAME, free, uuid=uuid)]
 
 
-async def home_page(c, install_cache):
+async def home_page(mock_hub, c, install_cache):
     mygpus._memo.clear()
     c.GPUSpawner.namespace = "jupyterhub"  # the exporter's series name the pod in this namespace
-    app, server, api, _token = await serve_mock_hub(c)
+    served = await mock_hub(c)
     install_cache(fake_cache(A100))
-    try:
-        hub_url = api[: -len("api/")]
-        cookie = await login(hub_url, "user")
-        running(app)
-        r = await AsyncHTTPClient().fetch(hub_url + "home", headers={"Cookie": cookie}, request_timeout=30)
-        return r.code, r.body.decode()
-    finally:
-        app.users["user"].spawner.orm_spawner.server = None
-        await close_mock_hub(app, server)
+    cookie = await login(served.hub_url, "user")
+    running(served.app)
+    r = await AsyncHTTPClient().fetch(served.hub_url + "home", headers={"Cookie": cookie}, request_timeout=30)
+    return r.code, r.body.decode()
 
 
 def section(page: str) -> str:
@@ -67,12 +61,12 @@ def section(page: str) -> str:
     return page[start:page.index("</ul>", start)]
 
 
-async def test_a_running_gpu_server_shows_its_model_pool_use_memory_and_idle_stop(no_kube_client, install_cache):
+async def test_a_running_gpu_server_shows_its_model_pool_use_memory_and_idle_stop(no_kube_client, install_cache, mock_hub):
     with FakePrometheus(instant=vector(*gpu_series("GPU-0", "40", "16384"), *gpu_series("GPU-1", "20", "8192"))) as prom:
         c = load_snippet()
         c.GPUSpawner.gpu_prometheus_url = prom.url
         c.GPUSpawner.gpu_cull_rules = {"idle_timeout": "1h"}
-        code, page = await home_page(c, install_cache)
+        code, page = await home_page(mock_hub, c, install_cache)
     assert code == 200
     part = section(page)
     assert "2 \u00d7 NVIDIA A100 80GB" in part
@@ -98,13 +92,13 @@ CASES = {
 
 
 @pytest.mark.parametrize("answer,note,figure", CASES.values(), ids=CASES)
-async def test_missing_figures_are_said_in_words(no_kube_client, install_cache, answer, note, figure):
+async def test_missing_figures_are_said_in_words(no_kube_client, install_cache, mock_hub, answer, note, figure):
     c = load_snippet()
     prom = FakePrometheus(instant=answer) if answer is not None else None
     try:
         if prom is not None:
             c.GPUSpawner.gpu_prometheus_url = prom.url
-        code, page = await home_page(c, install_cache)
+        code, page = await home_page(mock_hub, c, install_cache)
     finally:
         if prom is not None:
             prom.stop()
@@ -117,7 +111,7 @@ async def test_missing_figures_are_said_in_words(no_kube_client, install_cache, 
 
 
 async def test_prometheus_that_does_not_answer_in_time_still_gives_the_page(no_kube_client, install_cache,
-                                                                            monkeypatch):
+                                                                            monkeypatch, mock_hub):
     import time
 
     monkeypatch.setattr(mygpus, "TIMEOUT", 0.5)
@@ -129,20 +123,16 @@ async def test_prometheus_that_does_not_answer_in_time_still_gives_the_page(no_k
     with FakePrometheus(instant=slow) as prom:
         c = load_snippet()
         c.GPUSpawner.gpu_prometheus_url = prom.url
-        code, page = await home_page(c, install_cache)
+        code, page = await home_page(mock_hub, c, install_cache)
     assert code == 200
     assert "GPU use cannot be read right now" in section(page)
 
 
-async def test_no_section_without_a_running_gpu_server(no_kube_client, install_cache):
+async def test_no_section_without_a_running_gpu_server(no_kube_client, install_cache, mock_hub):
     mygpus._memo.clear()
-    app, server, api, _token = await serve_mock_hub(load_snippet())
+    served = await mock_hub(load_snippet())
     install_cache(fake_cache(A100))
-    try:
-        hub_url = api[: -len("api/")]
-        cookie = await login(hub_url, "user")
-        r = await AsyncHTTPClient().fetch(hub_url + "home", headers={"Cookie": cookie}, request_timeout=30)
-    finally:
-        await close_mock_hub(app, server)
+    cookie = await login(served.hub_url, "user")
+    r = await AsyncHTTPClient().fetch(served.hub_url + "home", headers={"Cookie": cookie}, request_timeout=30)
     assert r.code == 200 and 'id="start"' in r.body.decode()
     assert "gpuspawner-gpu-servers" not in r.body.decode()

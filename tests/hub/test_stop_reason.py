@@ -8,7 +8,7 @@ from jupyterhub import orm
 from tornado.httpclient import AsyncHTTPClient
 
 from gpuspawner.hub import queue as queue_glue
-from tests.hub.test_handlers import close_mock_hub, load_snippet, login, serve_mock_hub
+from tests.hub.test_handlers import load_snippet, login
 
 PREEMPTED = ("Preempted in gpu-a100: a server with higher priority needed its GPU quota. Start it again "
              "to queue once more.")
@@ -20,10 +20,11 @@ async def home(hub_url: str) -> str:
     return r.body.decode()
 
 
-async def test_the_stop_reason_is_on_the_home_page_after_a_hub_restart(no_kube_client, tmp_path, monkeypatch):
+async def test_the_stop_reason_is_on_the_home_page_after_a_hub_restart(no_kube_client, tmp_path, monkeypatch,
+                                                                        mock_hub):
     monkeypatch.setenv("JUPYTERHUB_TEST_DB_URL", f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}")
-    c = load_snippet()
-    app, server, api, _token = await serve_mock_hub(c)
+    first = await mock_hub(load_snippet())
+    app = first.app
     try:
         user = app.users["user"]
         spawner = user.spawner
@@ -38,22 +39,23 @@ async def test_the_stop_reason_is_on_the_home_page_after_a_hub_restart(no_kube_c
         await user.stop("")  # JupyterHub's own clean-up of a stopped server saves the spawner's state
         assert spawner.orm_spawner.state.get(queue_glue.STOP_STATE_KEY) == PREEMPTED
     finally:
-        await close_mock_hub(app, server)
+        await first.close()
 
     # the hub restarts: a new process, nothing in memory, the same database (MockHub would empty it)
     from jupyterhub.tests.mocking import MockHub
 
     monkeypatch.setattr(MockHub, "test_clean_db", False)  # a trait without config=True
-    app, server, api, _token = await serve_mock_hub(load_snippet())
+    second = await mock_hub(load_snippet())
+    app = second.app
     try:
-        page = await home(api[: -len("api/")])
+        page = await home(second.hub_url)
         assert f"Your last server was stopped: {PREEMPTED}" in page
         # the next start clears it, and the state saved after that start no longer holds it
         spawner = app.users["user"].spawner
         queue_glue.extend_start_timeout(spawner)
         assert spawner.gpu_stop_message is None and queue_glue.STOP_STATE_KEY not in spawner.get_state()
     finally:
-        await close_mock_hub(app, server)
+        await second.close()
 
 
 BAD_STATES = {"not-a-string": {"gpu_stop_message": ["x"]}, "empty": {"gpu_stop_message": ""},
