@@ -20,8 +20,8 @@ from tests.builders import steered_offers as offers_for
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_template_dirs_are_the_packages_own():
-    assert template_dirs() == [str((REPO / "gpuspawner" / "hub" / "templates").resolve())]
+def test_template_dirs_are_the_checkouts_in_an_editable_install():
+    assert template_dirs() == [str((REPO / "share" / "templates").resolve())]
 
 
 def _live_pools(html):
