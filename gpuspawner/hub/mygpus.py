@@ -96,6 +96,12 @@ def _group(pool_id: str) -> str:
     return group if group and group != "*" else "the cluster's"
 
 
+def pool_label(pool_id: str, names: Mapping[str, tuple[str, str]]) -> str:
+    """A pool as users read it: its name on the spawn page, else its node group (never its raw id)."""
+    known = names.get(pool_id)
+    return known[1] if known is not None else _group(pool_id)
+
+
 def rows(servers: Iterable[GpuServer], names: Mapping[str, tuple[str, str]],
          found: Mapping[PodKey, list[DeviceNow]] | str | None, rules: Any, now: datetime) -> list[dict[str, Any]]:
     """What the page shows of each server. ``found``: the pods' readings, or why there are none (a

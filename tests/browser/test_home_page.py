@@ -66,6 +66,8 @@ def test_the_users_gpu_server_with_its_use_now_and_when_it_would_be_stopped(
     # the demo's culler stops servers after 30 minutes without notebook or GPU use
     expect(card.locator("[data-gs-stop]")).to_contain_text(re.compile(r"(Stopped as idle|in use now).*30m"))
     assert "NaN" not in card.inner_text()
+    # pools by the names users read, in the GPU-hours table too: no raw pool id on the page
+    assert A100 not in page.locator("body").inner_text() and "nvidia.com/gpu" not in page.locator("body").inner_text()
     # the phone's narrow screen: the card fits, nothing to scroll sideways
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     bad, result = axe_serious(page)

@@ -148,6 +148,9 @@ async def test_home_page_words(hub):
     context = home_context(s, st)
     assert context["standing"] == ("You have 0 of your 2 GPU-hours left in the last day; "
                                    "1.02 GPU-hours come back on 28 November at 10:01 UTC.")
-    assert context["servers"] == [{"name": "big", "gpus": 2, "pool": T4, "rate": "1", "cost": "1"}]
+    # the pool by the name users read (here its node group: no capacity snapshot names it), never its id
+    assert context["servers"] == [{"name": "big", "gpus": 2, "pool": T4.split(":")[0], "rate": "1", "cost": "1"}]
+    named = home_context(s, st, {T4: ("NVIDIA T4", "T4 for teaching")})
+    assert named["servers"][0]["pool"] == "T4 for teaching"
     assert context["warning"].startswith("Your GPU-hour budget runs out on 27 November at 12:00 UTC")
     assert user is not None and standing_words(st) == context["standing"]
