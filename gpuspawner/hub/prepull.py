@@ -8,13 +8,12 @@ import re
 from typing import Any
 
 from traitlets import Bool, Float, TraitError, Unicode, validate
-from traitlets.config import Configurable, LazyConfigValue
+from traitlets.config import Configurable
 
-from gpuspawner.cuda.custom import resolve_check
+from gpuspawner.hub.poolimages import FittingImages, spawner_values
 from gpuspawner.prepull.plan import PrepullSettings, plan
 from gpuspawner.prepull.reconcile import Prepuller
-from gpuspawner.spawn import cudafit
-from gpuspawner.spawn.profiles import build_offers, capacity_problem
+from gpuspawner.spawn.profiles import capacity_problem
 
 log = logging.getLogger("gpuspawner.prepull")
 
@@ -117,21 +116,6 @@ class GPUPrepullSettings(Configurable):
         return value
 
 
-def spawner_values(config: Any, spawner_class: type, names: tuple[str, ...]) -> dict[str, Any]:
-    """The values an admin gave traits ``names`` of ``spawner_class`` in ``config`` (any section of
-    its class, base first, as traitlets resolves them), else the traits' defaults."""
-    traits = spawner_class.class_traits()
-    values: dict[str, Any] = {}
-    for name in names:
-        value = traits[name].default()
-        for section in spawner_class.section_names():
-            if config is not None and section in config and name in config[section]:
-                raw = config[section][name]
-                value = raw.get_value(value) if isinstance(raw, LazyConfigValue) else raw
-        values[name] = value
-    return values
-
-
 def hub_namespace(configured: str | None) -> str:
     """Where the servers run: KubeSpawner's ``namespace`` when set, else the hub pod's own, else "default"."""
     if configured:
@@ -148,14 +132,8 @@ class HubPrepuller:
 
     def __init__(self, settings: Any, spawner_class: type, config: Any, cache: Any, daemonsets: Any,
                  owner: dict[str, str] | None) -> None:
-        values = spawner_values(config, spawner_class,
-                                ("cuda_policy", "cuda_check", "gpu_tolerated_taint_keys", "gpu_max_per_server"))
-        self._specs = settings.gpu_profile_specs()
-        self._rules = settings.pool_rules()
-        self._policy = values["cuda_policy"]
-        self._check = resolve_check(values["cuda_check"])
-        self._count_limit = values["gpu_max_per_server"]
-        self._verdicts = cudafit.VerdictMemo()
+        values = spawner_values(config, spawner_class, ("gpu_tolerated_taint_keys",))
+        self._fitting = FittingImages(settings, spawner_class, config)
         self._cache = cache
         self.settings = PrepullSettings(
             namespace=daemonsets.namespace,
@@ -166,15 +144,11 @@ class HubPrepuller:
         )
         self.loop = Prepuller(daemonsets, self.source, log=log, interval=settings.gpu_prepull_interval)
 
-    def _fit(self, image, pool):
-        return cudafit.pool_fit(image, pool, self._policy, self._check, self._verdicts)
-
     async def source(self):
         snapshot = self._cache.snapshot()
         if capacity_problem(snapshot) is not None:
             return None  # unknown or stale pools: touch nothing until they are live again
-        offers = build_offers(self._specs, snapshot, self._rules, fit=self._fit, count_limit=self._count_limit)
-        return plan(offers, snapshot.pools, self.settings)
+        return plan(self._fitting.offers(snapshot), snapshot.pools, self.settings)
 
 
 def _hub_settings(config: Any, spawner_class: Any) -> tuple[Any, type]:

@@ -1,0 +1,73 @@
+"""The images of each GPU pool's fitting choices (the spawn page's CUDA verdict), and where they are cached.
+
+Read by the pre-puller, ``GET /hub/api/gpus`` (``"images"``) and the spawn page; docs/prepull.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traitlets.config import LazyConfigValue
+
+from gpuspawner.capacity.model import CapacitySnapshot
+from gpuspawner.cuda.custom import resolve_check
+from gpuspawner.prepull.plan import pool_images
+from gpuspawner.spawn import cudafit
+from gpuspawner.spawn.profiles import ProfileOffer, build_offers
+
+
+def spawner_values(config: Any, spawner_class: type, names: tuple[str, ...]) -> dict[str, Any]:
+    """The values an admin gave traits ``names`` of ``spawner_class`` in ``config`` (any section of
+    its class, base first, as traitlets resolves them), else the traits' defaults."""
+    traits = spawner_class.class_traits()
+    values: dict[str, Any] = {}
+    for name in names:
+        value = traits[name].default()
+        for section in spawner_class.section_names():
+            if config is not None and section in config and name in config[section]:
+                raw = config[section][name]
+                value = raw.get_value(value) if isinstance(raw, LazyConfigValue) else raw
+        values[name] = value
+    return values
+
+
+class FittingImages:
+    """The GPU offers and each pool's fitting images, judged as the spawn page judges them
+    (``cuda_policy``, ``cuda_check``), built once per snapshot of the pools."""
+
+    def __init__(self, settings: Any, spawner_class: type, config: Any) -> None:
+        values = spawner_values(config, spawner_class, ("cuda_policy", "cuda_check", "gpu_max_per_server"))
+        self._specs = settings.gpu_profile_specs()
+        self._rules = settings.pool_rules()
+        self._policy = values["cuda_policy"]
+        self._check = resolve_check(values["cuda_check"])
+        self._count_limit = values["gpu_max_per_server"]
+        self._verdicts = cudafit.VerdictMemo()
+        self._memo: tuple[Any, dict[str, ProfileOffer], dict[str, tuple[str, ...]]] | None = None
+
+    def _fit(self, image, pool):
+        return cudafit.pool_fit(image, pool, self._policy, self._check, self._verdicts)
+
+    def _build(self, snapshot: CapacitySnapshot) -> tuple[dict[str, ProfileOffer], dict[str, tuple[str, ...]]]:
+        memo = self._memo
+        if memo is not None and memo[0] is snapshot.pools:
+            return memo[1], memo[2]
+        offers = build_offers(self._specs, snapshot, self._rules, fit=self._fit, count_limit=self._count_limit)
+        images = pool_images(offers)
+        self._memo = (snapshot.pools, offers, images)
+        return offers, images
+
+    def offers(self, snapshot: CapacitySnapshot) -> dict[str, ProfileOffer]:
+        return self._build(snapshot)[0]
+
+    def by_pool(self, snapshot: CapacitySnapshot) -> dict[str, tuple[str, ...]]:
+        """Pool id -> the images of its fitting choices, sorted."""
+        return self._build(snapshot)[1]
+
+
+def images_json(pool_id: str, images: tuple[str, ...], counts: Any) -> dict[str, dict[str, int]]:
+    """``"images"`` of one pool in ``GET /hub/api/gpus``: per image reference (as configured),
+    ``{"cached_nodes": N, "nodes": M}``: of the pool's M contributing nodes, N hold it
+    (``capacity.nodeimages.NodeImages``; no walk over the nodes)."""
+    nodes = counts.nodes(pool_id)
+    return {image: {"cached_nodes": counts.cached(pool_id, image), "nodes": nodes} for image in images}
