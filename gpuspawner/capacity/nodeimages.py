@@ -90,6 +90,7 @@ class NodeImages:
         self._members: dict[str, int] = {}  # pool -> its contributing nodes
         self._holders: dict[str, dict[str, set[str]]] = {}  # pool -> image -> nodes holding it
         self._sizes: dict[str, dict[str, int]] = {}  # image -> node -> its size there
+        self.generation = 0  # bumps on every change (a page rendered from older counts is redone)
 
     def update(self, node: str, pools: Iterable[str], images: Mapping[str, int]) -> bool:
         """``node`` now contributes to ``pools`` and holds ``images`` (ref -> bytes); False: no change."""
@@ -101,6 +102,7 @@ class NodeImages:
             self._count(node, *old, -1)
         self._nodes[node] = new
         self._count(node, *new, 1)
+        self.generation += 1
         return True
 
     def remove(self, node: str) -> bool:
@@ -108,6 +110,7 @@ class NodeImages:
         if old is None:
             return False
         self._count(node, *old, -1)
+        self.generation += 1
         return True
 
     def retain(self, keep: set[str]) -> int:

@@ -5,6 +5,7 @@ Read by the pre-puller, ``GET /hub/api/gpus`` (``"images"``) and the spawn page;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from traitlets.config import LazyConfigValue
@@ -13,6 +14,7 @@ from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.prepull.plan import pool_images
 from gpuspawner.spawn import cudafit
+from gpuspawner.spawn.cards import image_ready_words
 from gpuspawner.spawn.profiles import ProfileOffer, build_offers
 
 
@@ -71,3 +73,31 @@ def images_json(pool_id: str, images: tuple[str, ...], counts: Any) -> dict[str,
     (``capacity.nodeimages.NodeImages``; no walk over the nodes)."""
     nodes = counts.nodes(pool_id)
     return {image: {"cached_nodes": counts.cached(pool_id, image), "nodes": nodes} for image in images}
+
+
+def node_images_of(spawner: Any) -> Any:
+    """The shared capacity cache's image counts (``NodeImages``), or None when there is no cache."""
+    try:
+        cache = spawner.shared_capacity_cache()
+    except Exception:  # no cache: capacity_snapshot has logged why
+        return None
+    return getattr(cache, "node_images", None)
+
+
+def counts_version(spawner: Any) -> int | None:
+    """What a spawn form rendered from the image counts depends on: their generation."""
+    counts = node_images_of(spawner)
+    return None if counts is None else counts.generation
+
+
+def ready_words(spawner: Any) -> Callable[[str, str], str | None] | None:
+    """The spawn form's ``image_ready(pool id, image)``: "Image ready on 3 of 5 nodes", or None (no
+    node in the pool, or no counts at all)."""
+    counts = node_images_of(spawner)
+    if counts is None:
+        return None
+
+    def words(pool_id: str, image: str) -> str | None:
+        return image_ready_words(counts.cached(pool_id, image), counts.nodes(pool_id))
+
+    return words

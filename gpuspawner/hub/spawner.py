@@ -49,7 +49,7 @@ from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offer
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub import leftpod, logfilter, reaper
-from gpuspawner.hub import serverfit, startwait
+from gpuspawner.hub import poolimages, serverfit, startwait
 from gpuspawner.hub.formchoices import form_choices
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
@@ -534,7 +534,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             who.admin,
             fingerprint(static, self.user_options or {}, self._form_choices, self._quota_key(static),
                         repr(cull_rules), self.profile_form_template,
-                        self.additional_profile_form_template_paths, sorted(self._admin_option_keys())),
+                        self.additional_profile_form_template_paths, sorted(self._admin_option_keys()),
+                        poolimages.counts_version(self)),
         )
         offers = await self.gpu_offers(max_age)
         html = queue_glue.stop_notice(self) + self._form(offers, key, static, cull_rules)
@@ -620,6 +621,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             # gpu_kueue_queues: (profile, pool) -> LocalQueue; a full queued card says so (queue/pools.py)
             gpu_queues=queued_pool_ids(gpu_offers, self.queue_rules()),
             full_card_text=full_card_text,
+            image_ready=poolimages.ready_words(self),  # "Image ready on 3 of 5 nodes" (hub/poolimages.py)
         )
 
     # --- spawning ---------------------------------------------------------

@@ -5,7 +5,8 @@ nodes are too small, the form back with the user's choices after a refusal, and 
 text contrast at least 4.5:1.
 
 Hubs: the demo's default cluster (``hub`` of conftest), ``tests/fixtures/clusters/time-sliced-t4.yaml`` and
-``tests/fixtures/clusters/small-nodes.yaml`` with a GPU profile that asks for 8 CPUs and 32G.
+``tests/fixtures/clusters/small-nodes.yaml`` with a GPU profile that asks for 8 CPUs and 32G, and
+``tests/fixtures/clusters/warm-images.yaml`` (nodes that report the images they hold) with the same profile.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "clusters"
 VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
 SHARED_T4 = "t4shared:tesla-t4:nvidia.com/gpu.shared"
 SMALL_T4 = "gput4:tesla-t4:nvidia.com/gpu"
+WARM_A100 = "a100:nvidia-a100-pcie-80gb:nvidia.com/gpu"  # tests/fixtures/clusters/warm-images.yaml
+WARM_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"  # BIG_GPU_PROFILE_CONFIG's image
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -176,10 +179,19 @@ def test_a_pool_whose_nodes_are_too_small_cannot_be_chosen(small_hub, pages, vie
 @browser_test
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_axe_finds_no_serious_violation(hub, pages, viewport, theme, screenshot):
-    if not AXE.is_file():
-        pytest.fail(f"axe-core is not installed at {AXE}: run scripts/setup.sh (npm ci)")
     page = spawn_page(hub, pages, viewport, f"axel{theme}", theme)
     assert page.evaluate("document.documentElement.getAttribute('data-bs-theme')") == theme
+    bad, result = axe_serious(page)
+    screenshot(page, f"axe-{theme}-{viewport['width']}")
+    assert bad == [], bad
+    # axe checks text contrast against WCAG AA (4.5:1 for normal text) in rule color-contrast
+    assert any(r["id"] == "color-contrast" for r in result["passes"] + result["incomplete"])
+
+
+def axe_serious(page) -> tuple[list, dict]:
+    """axe-core's serious and critical WCAG 2.1 A/AA violations on ``page``, and its whole result."""
+    if not AXE.is_file():
+        pytest.fail(f"axe-core is not installed at {AXE}: run scripts/setup.sh (npm ci)")
     page.add_script_tag(path=str(AXE))
     result = page.evaluate(
         """() => axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})"""
@@ -189,7 +201,27 @@ def test_axe_finds_no_serious_violation(hub, pages, viewport, theme, screenshot)
         for v in result["violations"]
         if v["impact"] in ("serious", "critical")
     ]
-    screenshot(page, f"axe-{theme}-{viewport['width']}")
+    return bad, result
+
+
+@pytest.fixture(scope="module")
+def warm_hub(tmp_path_factory):
+    h = start_hub(tmp_path_factory, "warm-images.yaml", BIG_GPU_PROFILE_CONFIG)
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+@browser_test
+def test_the_card_says_on_how_many_nodes_the_image_is_ready(warm_hub, pages, viewport, screenshot):
+    page = spawn_page(warm_hub, pages, viewport, "wren")
+    # two of the pool's three nodes report the profile's image in status.images
+    line = pool_card(page, WARM_A100).locator(".gs-warm")
+    expect(line).to_have_text("Image ready on 2 of 3 nodes.")
+    expect(line).to_be_visible()
+    pool = next(p for p in warm_hub.gpus()["pools"] if p["id"] == WARM_A100)
+    assert pool["images"] == {WARM_IMAGE: {"cached_nodes": 2, "nodes": 3}}
+    bad, _ = axe_serious(page)
+    screenshot(page, f"warm-{viewport['width']}")
     assert bad == [], bad
-    # axe checks text contrast against WCAG AA (4.5:1 for normal text) in rule color-contrast
-    assert any(r["id"] == "color-contrast" for r in result["passes"] + result["incomplete"])
