@@ -5,7 +5,6 @@ Pure: stdlib only. Fed by the capacity cache's node informer; read per image and
 
 from __future__ import annotations
 
-import heapq
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -155,11 +154,10 @@ class NodeImages:
         ref = normalize_image(image)
         return len(self._holders.get(pool, {}).get(ref, ())) if ref else 0
 
-    def warm_nodes(self, pool: str, image: str, limit: int) -> tuple[str, ...]:
-        """At most ``limit`` of the pool's nodes that hold ``image``, the first by name."""
+    def warm_nodes(self, pool: str, image: str) -> frozenset[str]:
+        """The pool's contributing nodes that hold ``image``."""
         ref = normalize_image(image)
-        held = self._holders.get(pool, {}).get(ref, ()) if ref else ()
-        return tuple(heapq.nsmallest(limit, held)) if limit > 0 else ()
+        return frozenset(self._holders.get(pool, {}).get(ref, ())) if ref else frozenset()
 
     def size(self, image: str) -> int | None:
         """The image's size in bytes as the nodes that hold it report it (the largest), or None

@@ -15,6 +15,7 @@ from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.prepull.plan import pool_images
 from gpuspawner.spawn import cudafit
 from gpuspawner.spawn.cards import image_ready_words
+from gpuspawner.spawn.warmnodes import warm_preferences
 from gpuspawner.spawn.profiles import ProfileOffer, build_offers
 
 
@@ -101,3 +102,16 @@ def ready_words(spawner: Any) -> Callable[[str, str], str | None] | None:
         return image_ready_words(counts.cached(pool_id, image), counts.nodes(pool_id))
 
     return words
+
+
+def prefer_warm(spawner: Any, selection: Any) -> list[Any]:
+    """``node_affinity_preferred`` for a GPU spawn (called once the profile is applied): the admin's
+    own terms, then one per node of the chosen pool that holds the server's image
+    (``spawn.warmnodes``; docs/prepull.md)."""
+    own = list(spawner._sorted_dict_values(spawner.node_affinity_preferred) or [])
+    counts = node_images_of(spawner)
+    name = spawner.image  # the profile's and choice's overrides are applied by now: what the pod runs
+    if counts is None or not isinstance(name, str) or not name:
+        return own
+    pool = selection.pool.pool
+    return own + warm_preferences(counts.warm_nodes(pool.id, name), pool, selection.gpus)

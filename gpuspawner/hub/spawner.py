@@ -632,6 +632,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         "extra_resource_limits",
         "extra_resource_guarantees",
         "node_affinity_required",
+        "node_affinity_preferred",  # warm nodes of the pool (hub/poolimages.prefer_warm)
         "tolerations",
         "extra_annotations",
         "init_containers",
@@ -969,6 +970,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             raise self._refuse(400, f"{e}; choose another pool", reason=REFUSED_OTHER) from None
         for name, value in overrides.as_traits().items():
             setattr(self, name, value)
+        self.node_affinity_preferred = poolimages.prefer_warm(self, selection)  # warm nodes first
         self.extra_annotations = {
             **self.extra_annotations,
             POOL_ANNOTATION: pool.id,

@@ -64,7 +64,7 @@ def test_counts_follow_nodes_joining_pulling_and_leaving():
     assert (counts.cached("a100", "pt:cu124"), counts.nodes("a100")) == (1, 2)
     counts.update("n2", ["a100"], {"docker.io/library/pt:cu124": 15})  # the pull finished
     assert counts.cached("a100", "docker.io/library/pt:cu124") == 2
-    assert counts.warm_nodes("a100", "pt:cu124", 1) == ("n1",)
+    assert counts.warm_nodes("a100", "pt:cu124") == {"n1", "n2"}
     counts.update("n1", [], {"docker.io/library/pt:cu124": 15})  # NotReady: no longer in the pool's count
     assert (counts.cached("a100", "pt:cu124"), counts.nodes("a100")) == (1, 1)
     assert counts.size("pt:cu124") == 15  # still known from the node that holds it
