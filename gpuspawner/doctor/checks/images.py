@@ -24,7 +24,7 @@ from gpuspawner.doctor.findings import Finding, ObjectRef, names, node_ref, plur
 from gpuspawner.kube import objects
 from gpuspawner.spawn.cudafit import node_cuda
 
-__all__ = ["check_images"]
+__all__ = ["check_images", "fits_some_node"]
 
 #: a judged node and the NVIDIA pools it is in
 Judged = tuple[Mapping[str, Any], list[str]]
@@ -93,6 +93,12 @@ def _judge(img: ProfileImage, judged: list[Judged], hub: HubFacts) -> tuple[Node
             elif v.level != "skip":
                 verdicts.append((node_ref(node), v))
     return verdicts, errors
+
+
+def fits_some_node(img: ProfileImage, nodes: Sequence[Mapping[str, Any]], hub: HubFacts) -> bool:
+    """Whether the hub's CUDA check lets ``img`` run on at least one of ``nodes`` (a node it cannot
+    judge, with no driver labels or a failing check, counts as fitting, as the spawner lets it)."""
+    return any(_verdict(hub, img.cuda, _node_cuda(node)).level != "fail" for node in nodes)
 
 
 def _check_error(img: ProfileImage, errors: NodeVerdicts) -> Finding:
