@@ -115,3 +115,13 @@ def prefer_warm(spawner: Any, selection: Any) -> list[Any]:
         return own
     pool = selection.pool.pool
     return own + warm_preferences(counts.warm_nodes(pool.id, name), pool, selection.gpus)
+
+
+def pull_context(spawner: Any) -> dict[str, Any]:
+    """What a GPU spawn's progress estimates a cold pull with (``SpawnContext``: ``image``,
+    ``image_bytes``, ``pull_rate``): the server's image, its size as the nodes that hold it report
+    it, ``gpu_image_pull_mb_per_second``."""
+    counts = node_images_of(spawner)
+    image = spawner.image if isinstance(spawner.image, str) and spawner.image else None
+    size = counts.size(image) if counts is not None and image else None
+    return {"image": image, "image_bytes": size, "pull_rate": spawner.gpu_image_pull_mb_per_second}

@@ -1195,6 +1195,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             pool_name=info.pool_name,
             resource=info.resource,
             request=info.request,
+            **poolimages.pull_context(self),  # a cold node's pull estimate (hub/poolimages.py)
         )
 
     def _check_gpu_pod(self, pod: Mapping[str, Any]) -> None:
