@@ -5,6 +5,7 @@ Pure: stdlib only. Fed by the capacity cache's node informer; read per image and
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,7 +17,7 @@ _LEGACY_DOMAINS = ("index.docker.io", "registry-1.docker.io")
 _TOO_LONG = 1024  # an image reference longer than this is no reference (the registry's limit is 255 per name)
 
 
-def normalize_image(ref: str) -> str | None:
+def normalize_image(ref: Any) -> str | None:
     """The one spelling of an image reference that the pod spec and the kubelet's
     ``status.images`` names share, or None for something that is no reference.
 
@@ -27,8 +28,11 @@ def normalize_image(ref: str) -> str | None:
     ``normalizedImageName``); a digest names the content, so ``repo:tag@sha256:...`` is
     ``repo@sha256:...``, the name containerd reports for it.
     """
-    if not isinstance(ref, str):
-        return None
+    return _normalize(ref) if isinstance(ref, str) else None
+
+
+@functools.lru_cache(maxsize=8192)  # the same names come from every node of a pool
+def _normalize(ref: str) -> str | None:
     ref = ref.strip()
     if not ref or len(ref) > _TOO_LONG or any(c.isspace() for c in ref):
         return None

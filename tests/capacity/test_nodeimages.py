@@ -46,6 +46,7 @@ def test_node_images_reads_every_name_with_its_size_and_skips_odd_entries():
     status = {"images": [
         {"names": ["docker.io/library/pt@" + DIGEST, "docker.io/library/pt:cu124"], "sizeBytes": 15_000_000_000},
         {"names": "not-a-list", "sizeBytes": 1},
+        {"names": [{"not": "a name"}, ["nor", "this"], 7], "sizeBytes": 1},
         "not-an-entry",
         {"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": "big"},
     ]}
