@@ -482,7 +482,8 @@ class _Informer:
             # every node, GPU node or not: a DRA pool needs the group of nodes with no extended resource
             name = cache._dra.apply("nodes", obj)
             rec = node_record(obj, cache.config)
-            note_node(cache.node_images, obj, rec)  # which GPU nodes hold which images (nodeimages.py)
+            # which GPU nodes hold which images (nodeimages.py); any node's while DRA pools may take it
+            note_node(cache.node_images, obj, rec, dra=cache._dra.may_serve)
             if rec is None:
                 if name:
                     cache._ledger.remove_node(name)
@@ -602,6 +603,7 @@ class CapacityCache:
             rediscover_after=dra_rediscover_after,
             request_timeout=request_timeout,
         )
+        self._dra.ledger.on_member = self.node_images.dra_member  # a DRA pool's nodes, as they join and leave
         self._tasks: list[asyncio.Task] = []
         self._settled = asyncio.Event()
         self._snapshot: CapacitySnapshot | None = None

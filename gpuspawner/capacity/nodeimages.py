@@ -1,6 +1,7 @@
 """Which GPU nodes hold which container images (``node.status.images``), counted per pool as nodes change.
 
-Pure: stdlib only. Fed by the capacity cache's node informer; read per image and pool at no cost per node.
+Pure: stdlib only. Fed by the capacity cache's node informer and the DRA ledger's pool members; read
+per image and pool at no cost per node.
 """
 
 from __future__ import annotations
@@ -85,43 +86,82 @@ def node_images(status: Any) -> dict[str, int]:
 class NodeImages:
     """Per pool, which of its contributing nodes hold each image; per image, its size.
 
-    Every change is applied where it happens (one node's images or pools), so reading a count,
-    a size or a few warm node names never walks the nodes."""
+    A node is in the pools of its device-plugin GPUs (:meth:`update`) and in the DRA pools whose
+    devices it contributes (:meth:`dra_member`, fed by the DRA ledger as nodes join and leave its
+    pools). Every change is applied where it happens (one node's images or pools), so reading a
+    count, a size or a few warm node names never walks the nodes."""
 
     def __init__(self) -> None:
-        self._nodes: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {}  # node -> (pools, images)
+        self._images: dict[str, dict[str, int]] = {}  # node -> ref -> bytes (GPU nodes; others kept for DRA)
+        self._plugin: dict[str, tuple[str, ...]] = {}  # device-plugin GPU node -> its contributing pools
+        self._dra: dict[str, set[str]] = {}  # node -> the DRA pools it contributes to
+        self._counted: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {}  # node -> (pools, images)
         self._members: dict[str, int] = {}  # pool -> its contributing nodes
         self._holders: dict[str, dict[str, set[str]]] = {}  # pool -> image -> nodes holding it
         self._sizes: dict[str, dict[str, int]] = {}  # image -> node -> its size there
         self.generation = 0  # bumps on every change (a page rendered from older counts is redone)
 
     def update(self, node: str, pools: Iterable[str], images: Mapping[str, int]) -> bool:
-        """``node`` now contributes to ``pools`` and holds ``images`` (ref -> bytes); False: no change."""
-        new = (tuple(sorted(set(pools))), dict(images))
-        old = self._nodes.get(node)
+        """Device-plugin GPU node ``node`` now contributes to ``pools`` and holds ``images``
+        (ref -> bytes); False: no change."""
+        self._images[node] = dict(images)
+        self._plugin[node] = tuple(sorted(set(pools)))
+        return self._settle(node)
+
+    def update_other(self, node: str, images: Mapping[str, int]) -> bool:
+        """``node`` publishes no device-plugin GPU: it counts in the DRA pools it contributes to
+        (if any), with ``images``. Pass ``{}`` where no DRA pool can take it (nothing is kept)."""
+        self._plugin.pop(node, None)
+        if images:
+            self._images[node] = dict(images)
+        else:
+            self._images.pop(node, None)
+        return self._settle(node)
+
+    def dra_member(self, pool: str, node: str, joined: bool) -> None:
+        """``node`` joined (or left) DRA pool ``pool`` as a contributing node."""
+        member = self._dra.setdefault(node, set())
+        if joined:
+            member.add(pool)
+        else:
+            member.discard(pool)
+            if not member:
+                del self._dra[node]
+        self._settle(node)
+
+    def remove(self, node: str) -> bool:
+        """The Node is gone: its images and device-plugin pools are forgotten (its DRA pools
+        follow the DRA ledger, which drops it too)."""
+        self._images.pop(node, None)
+        self._plugin.pop(node, None)
+        return self._settle(node)
+
+    def retain(self, keep: set[str]) -> int:
+        """Forget every node not in ``keep`` (after a re-list); returns how many."""
+        gone = [n for n in set(self._images) | set(self._plugin) if n not in keep]
+        for n in gone:
+            self.remove(n)
+        return len(gone)
+
+    def _settle(self, node: str) -> bool:
+        """Move the counts from what ``node`` counted for to what it counts for now."""
+        if node in self._plugin or node in self._dra:  # a GPU node: its sizes count, in its pools if any
+            pools = tuple(sorted(set(self._plugin.get(node, ())).union(self._dra.get(node, ()))))
+            new = (pools, self._images.get(node, {}))
+        else:
+            new = None
+        old = self._counted.get(node)
         if old == new:
             return False
         if old is not None:
             self._count(node, *old, -1)
-        self._nodes[node] = new
-        self._count(node, *new, 1)
+        if new is None:
+            del self._counted[node]
+        else:
+            self._counted[node] = new
+            self._count(node, *new, 1)
         self.generation += 1
         return True
-
-    def remove(self, node: str) -> bool:
-        old = self._nodes.pop(node, None)
-        if old is None:
-            return False
-        self._count(node, *old, -1)
-        self.generation += 1
-        return True
-
-    def retain(self, keep: set[str]) -> int:
-        """Forget every node not in ``keep`` (after a re-list); returns how many."""
-        gone = [n for n in self._nodes if n not in keep]
-        for n in gone:
-            self.remove(n)
-        return len(gone)
 
     def _count(self, node: str, pools: tuple[str, ...], images: dict[str, int], sign: int) -> None:
         for ref, size in images.items():
@@ -173,22 +213,23 @@ class NodeImages:
     def holds(self, node: str, image: str) -> bool:
         """Whether ``node`` holds ``image``."""
         ref = normalize_image(image)
-        known = self._nodes.get(node)
-        return bool(ref and known and ref in known[1])
+        return bool(ref and ref in self._images.get(node, ()))
 
     @property
     def node_count(self) -> int:
-        return len(self._nodes)
+        """The nodes whose images are kept (GPU nodes, and others while DRA pools may take them)."""
+        return len(self._images.keys() | self._plugin.keys() | self._dra.keys())
 
 
-def note_node(images: NodeImages, obj: Mapping[str, Any], rec: Any) -> None:
-    """Feed one Node object to ``images``: ``rec`` is its ``labels.NodeRecord`` (None: not a GPU
-    node, forgotten). Only a contributing node (Ready, schedulable) counts in its pools, as the
-    ledger counts its GPUs."""
+def note_node(images: NodeImages, obj: Mapping[str, Any], rec: Any, *, dra: bool = False) -> None:
+    """Feed one Node object to ``images``: ``rec`` is its ``labels.NodeRecord`` (None: no
+    device-plugin GPU node). Only a contributing node (Ready, schedulable) counts in its pools, as
+    the ledger counts its GPUs. ``dra``: DRA pools may take any node (its ResourceSlices, which
+    may come later, say), so the images of every node are kept; else only GPU nodes'."""
     if rec is None:
         name = (obj.get("metadata") or {}).get("name") if isinstance(obj, Mapping) else None
         if isinstance(name, str):
-            images.remove(name)
+            images.update_other(name, node_images(obj.get("status")) if dra else {})
         return
     pools = [g.pool_id for g in rec.gpus] if rec.contributes else []
     images.update(rec.name, pools, node_images(obj.get("status")))

@@ -119,9 +119,8 @@ class GPUCapacityHandler(APIHandler):
         # per pool, where the images of its fitting choices are cached (docs/prepull.md)
         fitting = self.fitting_images(settings).by_pool(snapshot)
         counts = settings.shared_capacity_cache().node_images if snapshot.synced else None
-        for pool_view, pool in zip(visible, body["pools"]):
-            known = counts is not None and pool_view.dra is None  # DRA pools' nodes are not counted
-            pool["images"] = images_json(pool["id"], fitting.get(pool["id"], ()), counts) if known else {}
+        for pool in body["pools"]:
+            pool["images"] = images_json(pool["id"], fitting.get(pool["id"], ()), counts) if counts is not None else {}
         rules = settings.cull_rules()
         if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
             for pool in body["pools"]:

@@ -22,6 +22,7 @@ from gpuspawner import config_snippet
 import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import ScaleUp
+from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.hub.handlers import GPUCapacityHandler
 from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as usage_scopes
 from gpuspawner.hub.usagehandlers import handlers as usage_handlers
@@ -29,6 +30,7 @@ from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner
 from tests.builders import FakeCache, make_spawner, pool_view
+from tests.builders.dra import counted_dra_pools
 
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
@@ -280,7 +282,11 @@ async def test_each_pool_says_on_how_many_of_its_nodes_each_fitting_image_is_cac
     }]
     app, server, api, token = await serve_mock_hub(c)
     try:
-        fake = install_cache(fake_cache(A100, H100))
+        counts = NodeImages()
+        # a DRA pool (driver 550: CUDA 12.4) on d1 and d2, whose nodes come from their ResourceSlices
+        (dra,) = counted_dra_pools(counts, {"d1": (4, {"docker.io/library/pt:cu121": 15 << 30}), "d2": (4, {})})
+        fake = install_cache(fake_cache(A100, H100, dra))
+        fake.node_images = counts
         # as the kubelet reports them: fully qualified, and by digest
         fake.node_images.update("a1", [A100.id], {"docker.io/library/pt:cu121": 15 << 30})
         fake.node_images.update("a2", [A100.id], {"docker.io/library/pt:cu121": 15 << 30,
@@ -298,6 +304,10 @@ async def test_each_pool_says_on_how_many_of_its_nodes_each_fitting_image_is_cac
     assert images[H100.id] == {
         "pt:cu121": {"cached_nodes": 0, "nodes": 0},
         "quay.io/jupyter/base-notebook:2026": {"cached_nodes": 0, "nodes": 0},
+    }
+    assert images[dra.id] == {
+        "pt:cu121": {"cached_nodes": 1, "nodes": 2},
+        "quay.io/jupyter/base-notebook:2026": {"cached_nodes": 0, "nodes": 2},
     }
 
 
