@@ -107,8 +107,10 @@ def ready_words(spawner: Any) -> Callable[[str, str], str | None] | None:
 def prefer_warm(spawner: Any, selection: Any) -> list[Any]:
     """``node_affinity_preferred`` for a GPU spawn (called once the profile is applied): the admin's
     own terms, then one per node of the chosen pool that holds the server's image
-    (``spawn.warmnodes``; docs/prepull.md)."""
+    (``spawn.warmnodes``; docs/prepull.md), unless ``gpu_prefer_warm_nodes`` is off."""
     own = list(spawner._sorted_dict_values(spawner.node_affinity_preferred) or [])
+    if not spawner.gpu_prefer_warm_nodes:
+        return own
     counts = node_images_of(spawner)
     name = spawner.image  # the profile's and choice's overrides are applied by now: what the pod runs
     if counts is None or not isinstance(name, str) or not name:

@@ -210,6 +210,18 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
             c.GPUSpawner.gpu_image_pull_mb_per_second = 100
         """,
     )
+    gpu_prefer_warm_nodes = Bool(
+        True,
+        config=True,
+        help="""
+        Whether a GPU server's pod prefers the nodes of its pool that already hold its image
+        (``status.images``): one preferred node affinity term per such node, by name, after the
+        admin's own ``node_affinity_preferred``; never a requirement. Turn it off to leave the
+        choice among a pool's nodes to the scheduler alone (its ImageLocality score still counts).
+
+            c.GPUSpawner.gpu_prefer_warm_nodes = False
+        """,
+    )
     gpu_start_timeout_max = Float(
         3600.0,
         config=True,

@@ -266,3 +266,9 @@ async def test_the_pod_prefers_the_pools_nodes_that_hold_its_image(no_kube_clien
     # a respawn does not stack the terms
     again = await manifest_for(s, {"profile": "gpu", "gpu_pool": warm_pool.id, "gpus": 1})
     assert preferred_terms(again) == preferred_terms(m)
+    # turned off: the admin's own term only, the pod's other terms unchanged
+    s.gpu_prefer_warm_nodes = False
+    off = await manifest_for(s, {"profile": "gpu", "gpu_pool": warm_pool.id, "gpus": 1})
+    kubernetes_validate.validate(off, version, strict=True)
+    assert preferred_terms(off) == [admin_term]
+    assert required_terms(off) == required_terms(m)
