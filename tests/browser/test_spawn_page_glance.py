@@ -11,9 +11,11 @@ Hubs: the demo's default cluster (``hub`` of conftest), ``tests/fixtures/cluster
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+import requests
 from playwright.sync_api import expect
 
 from tests.builders import BIG_GPU_PROFILE_CONFIG
@@ -211,6 +213,34 @@ def warm_hub(tmp_path_factory):
         yield h
     finally:
         h.stop()
+
+
+def set_node_images(hub, node: str, images: list) -> None:
+    """What ``node``'s kubelet reports in ``status.images`` from now on (a merge patch of its status)."""
+    r = requests.patch(f"{hub.k8s_url}/api/v1/nodes/{node}/status", data=json.dumps({"status": {"images": images}}),
+                       headers={"Content-Type": "application/merge-patch+json"}, timeout=10)
+    r.raise_for_status()
+
+
+@browser_test
+def test_the_image_ready_line_follows_the_nodes_without_reload(warm_hub, pages):
+    page = pages(VIEWPORTS["desktop"])
+    sign_in(warm_hub.url, page, "yara")
+    open_spawn_page(warm_hub, page, refresh_s=1)
+    line = pool_card(page, WARM_A100).locator(".gs-warm")
+    expect(line).to_have_text("Image ready on 2 of 3 nodes.")
+    page.evaluate("window.gsNoReload = 'still here'")  # lost if the page were loaded again
+    nodes = warm_hub.nodes()
+    warm = [i for i in nodes["aks-a100-0"]["status"]["images"] if WARM_IMAGE in i["names"]]
+    held = nodes["aks-a100-2"]["status"].get("images") or []
+    set_node_images(warm_hub, "aks-a100-2", held + warm)  # the third node's pull finished
+    try:
+        expect(line).to_have_text("Image ready on 3 of 3 nodes.")
+        assert page.evaluate("window.gsNoReload") == "still here"
+    finally:
+        set_node_images(warm_hub, "aks-a100-2", held)  # the kubelet's garbage collection removed it again
+    expect(line).to_have_text("Image ready on 2 of 3 nodes.")
+    assert page.evaluate("window.gsNoReload") == "still here"
 
 
 @browser_test

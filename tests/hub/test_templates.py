@@ -109,6 +109,14 @@ def test_each_pool_card_says_on_how_many_nodes_each_image_it_can_run_is_ready():
     assert "<b>new</b>" not in html
     # the script shows the chosen image's line only, as it does its CUDA line
     assert 'data-gs-image-field="profile-option-gpu--image" data-gs-image-choice="cu114"' in html
+    # the live refresh finds each line by the image's key in the API's "images", with its label
+    assert re.findall(r'<p class="gs-warm" data-gs-image="([^"]*)" data-gs-image-label="([^"]*)"', html) == [
+        ("pt:cu124", "CUDA 12.4 &lt;b&gt;new&lt;/b&gt;"), ("pt:cu114", "CUDA 11.4"), ("pt:cu114", "CUDA 11.4")]
+    # a pool with no node now: an empty line (not shown), for the live refresh to fill
+    empty = pool_view("h100", "NVIDIA-H100-80GB-HBM3", driver="550.54.15", cuda="12.4")  # no node in the counts
+    html = render_form(template_dirs(), None, profile_list=profiles, user_options={},
+                       gpu_offers=gpu_offers([profile], empty, policy="strict"), image_ready=ready_words(spawner))
+    assert _ready_lines(html) == ["", ""] and ".gs-warm:empty { display: none; }" in html
     # no counts (no capacity cache): no line
     assert _ready_lines(render_form(template_dirs(), None, profile_list=profiles, user_options={},
                                     gpu_offers=offers)) == []
