@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from traitlets import Bool, Float, TraitError, Unicode, validate
@@ -12,7 +13,7 @@ from traitlets.config import Configurable
 
 from gpuspawner.hub.poolimages import FittingImages, spawner_values
 from gpuspawner.prepull.plan import PrepullSettings, plan
-from gpuspawner.prepull.reconcile import Prepuller
+from gpuspawner.prepull.reconcile import Prepuller, error_text
 from gpuspawner.spawn.profiles import capacity_problem
 
 log = logging.getLogger("gpuspawner.prepull")
@@ -131,7 +132,7 @@ class HubPrepuller:
     """The pre-puller of one hub: builds the plan from the capacity cache and the hub's config."""
 
     def __init__(self, settings: Any, spawner_class: type, config: Any, cache: Any, daemonsets: Any,
-                 owner: dict[str, str] | None) -> None:
+                 owner: dict[str, str] | None, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         values = spawner_values(config, spawner_class, ("gpu_tolerated_taint_keys",))
         self._fitting = FittingImages(settings, spawner_class, config)
         self._cache = cache
@@ -142,7 +143,7 @@ class HubPrepuller:
             allowed_taint_keys=tuple(values["gpu_tolerated_taint_keys"]),
             owner=owner,
         )
-        self.loop = Prepuller(daemonsets, self.source, log=log, interval=settings.gpu_prepull_interval)
+        self.loop = Prepuller(daemonsets, self.source, log=log, interval=settings.gpu_prepull_interval, sleep=sleep)
 
     async def source(self):
         snapshot = self._cache.snapshot()
@@ -167,11 +168,13 @@ async def _cache_client(settings: Any) -> Any:
     return (await _default_api(**settings.kube_api_overrides())).api_client
 
 
-async def run_for_hub(app: Any, settings_for: Any = _hub_settings, make_client: Any = _cache_client) -> None:
+async def run_for_hub(app: Any, settings_for: Any = _hub_settings, make_client: Any = _cache_client,
+                      sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
     """Run the pre-puller of the hub ``app`` (JupyterHub) until cancelled, if ``gpu_prepull`` is on.
 
     ``settings_for(config, spawner_class)``: (the hub's GPUSpawner settings, the class whose
-    config sections hold them); ``make_client(settings)``: an ``ApiClient``."""
+    config sections hold them); ``make_client(settings)``: an ``ApiClient``, closed when the
+    pre-puller stops; ``sleep``: its waits between passes and retries."""
     from gpuspawner.prepull.kube import KubeDaemonSets, owner_reference
 
     settings, klass = settings_for(app.config, app.spawner_class)
@@ -179,21 +182,24 @@ async def run_for_hub(app: Any, settings_for: Any = _hub_settings, make_client: 
         return
     namespace = hub_namespace(spawner_values(app.config, klass, ("namespace",)).get("namespace"))
     api_client = await make_client(settings)
-    daemonsets = KubeDaemonSets(api_client, namespace)
-    owner = None
-    while settings.gpu_prepull_owner and owner is None:
-        try:
-            owner = await owner_reference(api_client, namespace, settings.gpu_prepull_owner)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            log.error("gpuspawner pre-pull: c.GPUSpawner.gpu_prepull_owner %r in namespace %s could not be "
-                      "read (%s); retrying in a minute", settings.gpu_prepull_owner, namespace, e)
-            await asyncio.sleep(60)
-    cache = settings.shared_capacity_cache()
-    puller = HubPrepuller(settings, klass, app.config, cache, daemonsets, owner)
-    log.info("gpuspawner pre-pull: keeping GPU images warm per pool in namespace %s", namespace)
-    await puller.loop.run()
+    try:
+        daemonsets = KubeDaemonSets(api_client, namespace)
+        owner = None
+        while settings.gpu_prepull_owner and owner is None:
+            try:
+                owner = await owner_reference(api_client, namespace, settings.gpu_prepull_owner)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.error("gpuspawner pre-pull: c.GPUSpawner.gpu_prepull_owner %r in namespace %s could not be "
+                          "read (%s); retrying in a minute", settings.gpu_prepull_owner, namespace, error_text(e))
+                await sleep(60)
+        cache = settings.shared_capacity_cache()
+        puller = HubPrepuller(settings, klass, app.config, cache, daemonsets, owner, sleep=sleep)
+        log.info("gpuspawner pre-pull: keeping GPU images warm per pool in namespace %s", namespace)
+        await puller.loop.run()
+    finally:
+        await api_client.close()  # its connections go with the pre-puller (cancelled with the hub)
 
 
 _running: dict[Any, asyncio.Task] = {}
