@@ -23,6 +23,7 @@ from gpuspawner.spawn.cudafit import pool_fit
 from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers
 from testcluster.nodeagent import NodeAgent
 from tests.builders import GFD_A100_40GB, GKE, MockUser, make_spawner, node
+from tests.builders.dra import device_classes, dra_node, gpu_slice
 from tests.builders.nodeagent import write_cluster
 
 NAMESPACE = "pw-jhub"
@@ -158,6 +159,53 @@ async def test_cached_counts_rise_as_pulls_finish_and_a_spawn_prefers_a_warm_nod
             await cache.stop()
             await core.delete_namespace(NAMESPACE)
             for name in NODES:
+                try:
+                    await core.delete_node(name)
+                except Exception:
+                    pass
+            await core.api_client.close()
+
+
+DRA_NODES = [f"pw-h100-{i}" for i in range(2)]
+
+
+async def test_a_dra_pools_cached_count_rises_on_the_nodes_its_slices_name(real_cluster, tmp_path):
+    """A DRA pool's nodes publish no extended resource: the count follows the nodes its ResourceSlices
+    name, as the capacity cache's DRA informers see them on Kubernetes' own API server."""
+    objects = [*device_classes().values()]
+    for name in DRA_NODES:
+        objects += [dra_node(name, {GKE: "pw-h100"}), gpu_slice(name, product="NVIDIA H100 80GB HBM3", count=2)]
+    cluster = write_cluster(tmp_path / "cluster.yaml", objects)
+    async with NodeAgent(real_cluster, cluster, image_sizes=SIZES, pull_bytes_per_second=RATE):
+        api_factory = functools.partial(_default_api, config_file=str(real_cluster))
+        cache = CapacityCache(CapacityConfig(), api_factory=api_factory)
+        cache.start()
+        core = await api_factory()
+        namespace = NAMESPACE + "-dra"
+        try:
+            await core.create_namespace({"metadata": {"name": namespace}})
+            await cache.wait_synced(60)
+
+            async def the_pool():
+                return next((p for p in cache.snapshot().pools
+                             if p.node_group == "pw-h100" and p.dra is not None and p.nodes == 2), None)
+
+            pool = await until("the capacity cache sees the DRA pool's 2 nodes", the_pool)
+            counts = cache.node_images
+            assert (counts.cached(pool.id, CU124), counts.nodes(pool.id)) == (0, 2)
+            pod = pinned_pod("warm-up", DRA_NODES[1], CU124)
+            await core.create_namespaced_pod(namespace, pod)
+
+            async def one_warm():
+                return counts.cached(pool.id, CU124) == 1
+
+            await until("the DRA node that pulled the image is counted", one_warm)
+            assert counts.warm_nodes(pool.id, CU124) == {DRA_NODES[1]} and counts.nodes(pool.id) == 2
+            assert images_json(pool.id, (CU124,), counts) == {CU124: {"cached_nodes": 1, "nodes": 2}}
+        finally:
+            await cache.stop()
+            await core.delete_namespace(namespace)
+            for name in DRA_NODES:  # their ResourceSlices are owned by them: collected with them
                 try:
                     await core.delete_node(name)
                 except Exception:
