@@ -123,7 +123,7 @@ def run_checks(
         out += check_gfd_labels(nodes, config)
         out += check_taints(nodes, hub, config)
         out += check_images(nodes, hub, config)
-        out += check_image_warmth(nodes, hub, config)
+        out += check_image_warmth(nodes, hub, config, dra)
         if cull is not None:
             out += check_cull_coverage(nodes, pods, cull.series, cull.prometheus_url)
     if pods is not None:

@@ -7,9 +7,11 @@ import pytest
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.cuda.image import image_cuda
 from gpuspawner.doctor import checks
+from gpuspawner.doctor.dra import DraState
 from gpuspawner.doctor.facts import HubFacts, ProfileImage, hub_facts_from_values
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
 from tests.builders import GFD_T4_470, finding_ids as ids, gpu_node
+from tests.builders.dra import device_class, gpu_device, group_node, resource_slice
 
 CONFIG = CapacityConfig()
 PT = "pt:cu124"  # needs CUDA 12.4: not on a T4 with driver 470
@@ -72,3 +74,32 @@ def test_run_checks_includes_it():
     found = checks.run_checks([holding(gpu_node("a"))], [], config=CONFIG, hub=hub(), rbac=None, now=0.0,
                               pending_after=300.0)
     assert "image-not-cached" in ids(found)
+
+
+def dra_state(*node_devices: tuple[str, dict]) -> DraState:
+    """DRA served, NVIDIA's classes, one ResourceSlice per (node, device attributes)."""
+    return DraState(served=True, classes=[device_class("gpu.nvidia.com", device_type="gpu")],
+                    slices=[resource_slice(f"{n}-gpus", n, [gpu_device("gpu-0", **dev)]) for n, dev in node_devices],
+                    claims=[])
+
+
+@pytest.mark.parametrize(
+    "nodes, dra, cold",
+    [
+        ([holding(group_node("d1", "dra")), holding(group_node("d2", "dra"), "docker.io/library/pt:cu124")],
+         dra_state(("d1", {}), ("d2", {})), [BASE]),
+        ([holding(group_node("d1", "dra"))], dra_state(("d1", {"driver": "470.82.01", "cuda": "11.4.0"})), [BASE]),
+        ([holding(group_node("d1", "dra"), "docker.io/library/pt:cu124", BASE)], dra_state(("d1", {})), None),
+        ([holding(group_node("d1", "dra"))], DraState(served=True, classes=[], slices=None, claims=[]), None),
+        ([holding(group_node("d1", "dra"))], None, None),
+    ],
+    ids=["cached-on-one-of-its-nodes", "cuda-misfit-not-counted", "all-cached", "slices-forbidden", "no-dra"],
+)
+def test_a_dra_pool_is_judged_on_the_nodes_its_slices_name(nodes, dra, cold):
+    found = checks.check_image_warmth(nodes, hub(), CONFIG, dra)
+    if cold is None:
+        assert found == []
+        return
+    (f,) = found
+    assert f.details["images"] == cold and f.details["nodes"] == len(nodes)
+    assert f.details["pool"].endswith(":gpu.nvidia.com")  # the DRA pool's id: its DeviceClass last
