@@ -98,6 +98,8 @@ def test_dra_pools_beside_device_plugin_pools(hub):
     assert (h100["nodes"], h100["total"], h100["max_free_per_node"]) == (2, 8, 4)
     assert (h100["driver_version"], h100["cuda_version"]) == ("570.172.8", "12.8")
     assert (mig["resource"], mig["product"], mig["total"]) == ("mig.nvidia.com", "NVIDIA A100-SXM4-80GB MIG 1g.10gb", 7)
+    # the images of its fitting choices are counted on the nodes its ResourceSlices name (none holds one yet)
+    assert h100["images"] and all(v == {"cached_nodes": 0, "nodes": 2} for v in h100["images"].values())
     plugin = [p for p in pools.values() if p["allocation"] == "device-plugin"]
     assert plugin and all("/" in p["resource"] for p in plugin)
     assert all(p["allocation"] in ("dra", "device-plugin") for p in pools.values())

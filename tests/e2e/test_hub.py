@@ -26,7 +26,7 @@ if not shutil.which("configurable-http-proxy"):
 POOL_FIELDS = {
     "id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free",
     "max_free_per_node", "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas",
-    "fits_profiles", "queue",
+    "fits_profiles", "queue", "images",
 }
 
 

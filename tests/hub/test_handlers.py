@@ -19,6 +19,7 @@ from traitlets.config import Config
 from gpuspawner import config_snippet
 import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.model import ScaleUp
+from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.hub.handlers import GPUCapacityHandler
 from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as usage_scopes
 from gpuspawner.hub.usagehandlers import handlers as usage_handlers
@@ -26,11 +27,12 @@ from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner
 from tests.builders import FakeCache, make_spawner, pool_view
+from tests.builders.dra import counted_dra_pools
 
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
         "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas", "queue",
-        "fits_profiles"]
+        "fits_profiles", "images"]
 
 
 # two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
@@ -113,7 +115,8 @@ async def test_capacity_for_a_plain_user_token(hub, install_cache):
     assert {p["allocation"] for p in body["pools"]} == {"device-plugin"}
     assert body["pools"][0]["scale_up"] == {"max_nodes": 4, "gpus_per_node": 8, "minutes": 6.5}
     # no gpu_kueue_queues: not queued; no CPU or memory asked: every profile fits
-    assert {k: v for k, v in body["pools"][1].items() if k != "fits_profiles"} == {**A100.to_json(), "queue": None}
+    assert {k: v for k, v in body["pools"][1].items() if k != "fits_profiles"} == {**A100.to_json(), "queue": None,
+                                                                                  "images": {}}  # no GPU profile
     assert all(set(p["fits_profiles"].values()) <= {True} for p in body["pools"])
     assert fake.snapshots == 1
 
@@ -229,6 +232,49 @@ async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configur
     assert rules[H100.id].startswith("This server is stopped after 30m ")
     assert rules[A100.id].startswith("This server is stopped after 60m ")
     assert all(list(p) == KEYS + ["idle_rule"] for p in body["pools"])  # a new key after the exact ones
+
+
+async def test_each_pool_says_on_how_many_of_its_nodes_each_fitting_image_is_cached(install_cache):
+    c = load_snippet()
+    c.GPUSpawner.cuda_policy = "strict"
+    # the CUDA 12.6 choice cannot run on the pools' driver 535 (CUDA 12.2): it is no image of theirs
+    c.GPUSpawner.gpu_profiles = [{
+        "slug": "gpu", "cuda": "12.1", "kubespawner_override": {"image": "pt:cu121"},
+        "profile_options": {"image": {"choices": {
+            "cu121": {"display_name": "CUDA 12.1", "default": True},
+            "cu126": {"kubespawner_override": {"image": "pt:cu126"}, "cuda": "12.6"},
+            "plain": {"kubespawner_override": {"image": "quay.io/jupyter/base-notebook:2026"}},
+        }}},
+    }]
+    app, server, api, token = await serve_mock_hub(c)
+    try:
+        counts = NodeImages()
+        # a DRA pool (driver 550: CUDA 12.4) on d1 and d2, whose nodes come from their ResourceSlices
+        (dra,) = counted_dra_pools(counts, {"d1": (4, {"docker.io/library/pt:cu121": 15 << 30}), "d2": (4, {})})
+        fake = install_cache(fake_cache(A100, H100, dra))
+        fake.node_images = counts
+        # as the kubelet reports them: fully qualified, and by digest
+        fake.node_images.update("a1", [A100.id], {"docker.io/library/pt:cu121": 15 << 30})
+        fake.node_images.update("a2", [A100.id], {"docker.io/library/pt:cu121": 15 << 30,
+                                                  "quay.io/jupyter/base-notebook:2026": 1 << 30})
+        fake.node_images.update("a3", [A100.id], {"docker.io/library/pt:cu126": 15 << 30})
+        code, body = await get(api + "gpus", token)
+    finally:
+        await close_mock_hub(app, server)
+    assert code == 200
+    images = {p["id"]: p["images"] for p in body["pools"]}
+    assert images[A100.id] == {
+        "pt:cu121": {"cached_nodes": 2, "nodes": 3},
+        "quay.io/jupyter/base-notebook:2026": {"cached_nodes": 1, "nodes": 3},
+    }
+    assert images[H100.id] == {
+        "pt:cu121": {"cached_nodes": 0, "nodes": 0},
+        "quay.io/jupyter/base-notebook:2026": {"cached_nodes": 0, "nodes": 0},
+    }
+    assert images[dra.id] == {
+        "pt:cu121": {"cached_nodes": 1, "nodes": 2},
+        "quay.io/jupyter/base-notebook:2026": {"cached_nodes": 0, "nodes": 2},
+    }
 
 
 async def login(hub_url: str, name: str) -> str:

@@ -693,6 +693,21 @@ async def test_progress_speaks_of_gpus_pools_and_the_queue(cluster, monkeypatch)
     assert items[0]["raw_event"]["reason"] == "FailedScheduling"  # kept for JupyterHub's event log
 
 
+async def test_a_pull_on_a_cold_node_is_estimated_from_the_size_other_nodes_report(cluster, monkeypatch):
+    monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "progress", fake_kubespawner_progress([
+        pod_event("Scheduled", "Successfully assigned jhub/jupyter-alice to t4-1"),
+        pod_event("Pulling", 'Pulling image "pytorch:cu124"'),
+    ]))
+    # t4-0 holds the image (as containerd names it); the pod landed on t4-1, which pulls it
+    cluster.cache.node_images.update("t4-0", [POOL_T4.id], {"docker.io/library/pytorch:cu124": 15_032_385_536})
+    s = starting_spawner(gpu_tolerated_taint_keys=["nvidia.com/gpu", "sku"], gpu_image_pull_mb_per_second=30)
+    s.user_options = {"profile": "gpu", "gpu_pool": POOL_T4.id, "gpus": 1}
+    await s.load_user_options()
+    messages = [e["message"] async for e in s.progress()]
+    assert messages[1] == ("Downloading the image pytorch:cu124: pulling 15 GB image, about 8 min on a node that "
+                           "does not have it yet.")
+
+
 async def test_progress_of_a_cpu_spawn_is_kubespawners(cluster, monkeypatch):
     raw = pod_event("Scheduled", "Successfully assigned jhub/jupyter-alice to cpu-0")
     monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "progress", fake_kubespawner_progress([raw]))
