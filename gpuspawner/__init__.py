@@ -11,12 +11,13 @@ __all__ = ["GPUSpawner", "__version__", "config_snippet"]
 
 
 def config_snippet():
-    """The path of the ``jupyterhub_config.d/gpuspawner.py`` snippet shipped in the package
-    (``load_subconfig(str(gpuspawner.config_snippet()))``); pip also installs a copy under
-    ``<prefix>/share/gpuspawner/jupyterhub_config.d/``."""
-    from importlib.resources import files
+    """The path of the ``jupyterhub_config.d/gpuspawner.py`` snippet
+    (``load_subconfig(str(gpuspawner.config_snippet()))``): pip installs it under
+    ``<prefix>/share/gpuspawner/jupyterhub_config.d/``; an editable install finds the checkout's
+    (``gpuspawner.shared``)."""
+    from gpuspawner.shared import shared_dir
 
-    return files("gpuspawner") / "data" / "jupyterhub_config.d" / "gpuspawner.py"
+    return shared_dir("jupyterhub_config.d") / "gpuspawner.py"
 
 
 def __getattr__(name):

@@ -84,8 +84,8 @@ OVERRIDE_GROUP = (
 # is still listed, with the name of the method that computes it.
 OVERRIDE_NOTES = {
     "additional_profile_form_template_paths": (
-        "gpuspawner's templates, `gpuspawner/hub/templates`, shipped in the package. Its `form.html` "
-        "renders the GPU pools "
+        "gpuspawner's templates, `share/templates` (installed under `<prefix>/share/gpuspawner/templates`). "
+        "Its `form.html` renders the GPU pools "
         "(docs/configuration.md section 9)."
     ),
     "apply_user_options": (

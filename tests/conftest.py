@@ -30,6 +30,30 @@ def no_kube_client(monkeypatch):
     monkeypatch.setattr(kubespawner.spawner, "shared_client", lambda *a, **kw: object())
 
 
+# JupyterHub in-process: pytest-jupyterhub's ``configured_mockhub_instance`` (a declared test dependency)
+# makes the MockHub; ``mock_hub`` initializes and serves it. Its other fixture, ``hub_app``, also starts
+# the hub (configurable-http-proxy, the hub's own server, its periodic tasks) and closes neither the
+# database nor gpuspawner's shared capacity cache: the hub tests need only the tornado application on a
+# loopback port, and a database they can reopen (a hub restart), so they do not use it. The end-to-end
+# tests run ``gpuspawner demo`` or ``jupyterhub`` as processes (tests/e2e/harness.py), as admins do.
+@pytest.fixture
+async def mock_hub(configured_mockhub_instance):
+    """``await mock_hub(c)``: a ``builders.mockhub.ServedHub`` of the config ``c``; every hub the test
+    made is closed after it (``ServedHub.close`` closes one earlier, for a hub restart)."""
+    from tests.builders import mockhub
+
+    hubs = []
+
+    async def serve(c):
+        served = await mockhub.serve(configured_mockhub_instance, c)
+        hubs.append(served)
+        return served
+
+    yield serve
+    for served in reversed(hubs):
+        await served.close()
+
+
 @pytest.fixture
 def install_cache(monkeypatch):
     """``install_cache(cache)``: every spawner and ``GET /hub/api/gpus`` of the test read

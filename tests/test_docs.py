@@ -165,7 +165,7 @@ def _yaml_blocks(path: Path) -> list[dict]:
 def test_z2jh_values_are_yaml_and_load_like_the_chart(tmp_path, make_spawner, monkeypatch):
     blocks = _yaml_blocks(DOCS / "zero-to-jupyterhub.md")
     assert blocks, "docs/zero-to-jupyterhub.md has no values.yaml blocks"
-    snippet = ROOT / "gpuspawner" / "data" / "jupyterhub_config.d" / "gpuspawner.py"
+    snippet = ROOT / "jupyterhub_config.d" / "gpuspawner.py"
     installed = "/usr/local/share/gpuspawner/jupyterhub_config.d/gpuspawner.py"
     loaded_extra = 0
     for i, values in enumerate(blocks):

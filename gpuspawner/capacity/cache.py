@@ -61,6 +61,7 @@ from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.listjson import ITEM, iter_list
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import CapacitySnapshot
+from gpuspawner.capacity.nodeimages import NodeImages, note_node
 from gpuspawner.capacity.podres import base_record, pod_key, pod_record
 from gpuspawner.kube.apierrors import dra_missing_rules_message, missing_rules_message, status_of
 
@@ -481,6 +482,8 @@ class _Informer:
             # every node, GPU node or not: a DRA pool needs the group of nodes with no extended resource
             name = cache._dra.apply("nodes", obj)
             rec = node_record(obj, cache.config)
+            # which GPU nodes hold which images (nodeimages.py); any node's while DRA pools may take it
+            note_node(cache.node_images, obj, rec, dra=cache._dra.may_serve)
             if rec is None:
                 if name:
                     cache._ledger.remove_node(name)
@@ -510,6 +513,7 @@ class _Informer:
             name = (obj.get("metadata") or {}).get("name")
             if name:
                 self.cache._ledger.remove_node(name)
+                self.cache.node_images.remove(name)
         elif self.kind == "pods":
             key = pod_key(obj)
             if key is not None:
@@ -521,6 +525,7 @@ class _Informer:
             return self.cache._dra.retain(self.kind, seen)
         if self.kind == "nodes":
             self.cache._dra.retain("nodes", seen)
+            self.cache.node_images.retain(seen)
             return self.cache._ledger.retain_nodes(seen)
         return self.cache._ledger.retain_pods(seen)
 
@@ -581,6 +586,8 @@ class CapacityCache:
         self._recheck_at: float | None = None
         self.rechecks = 0
         self._ledger = Ledger(config.declared_pools)
+        # per pool, which contributing nodes hold each image (GET /hub/api/gpus "images", warm nodes)
+        self.node_images = NodeImages()
         self._started = clock()
         self._informers = {
             "nodes": _Informer(self, "nodes", "list_node"),
@@ -596,6 +603,7 @@ class CapacityCache:
             rediscover_after=dra_rediscover_after,
             request_timeout=request_timeout,
         )
+        self._dra.ledger.on_member = self.node_images.dra_member  # a DRA pool's nodes, as they join and leave
         self._tasks: list[asyncio.Task] = []
         self._settled = asyncio.Event()
         self._snapshot: CapacitySnapshot | None = None

@@ -140,6 +140,12 @@ class DraSource:
     def synced(self) -> bool:
         return self.api_state == SERVED and all(i.synced for i in self.informers.values())
 
+    @property
+    def may_serve(self) -> bool:
+        """Whether DRA pools may exist: served, or not known yet (a node's images are kept meanwhile;
+        once DRA is known absent, each node's next status report drops them)."""
+        return self.api_state not in (NOT_SERVED, OFF)
+
     def settled(self) -> bool:
         """Nothing more to wait for before serving pools: DRA absent, synced, or forbidden."""
         if self.api_state in (NOT_SERVED, OFF):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from gpuspawner.capacity.dra import (
     HOSTNAME_LABEL,
@@ -115,6 +115,8 @@ class DraLedger(Reserving):
         self._built = -1
         self._out: tuple[PoolView, ...] = ()
         self.generation = 0
+        # told (pool id, node, joined) whenever a node starts or stops contributing to a pool
+        self.on_member: Callable[[str, str, bool], None] | None = None
 
     # -- reading -------------------------------------------------------------
 
@@ -399,11 +401,14 @@ class DraLedger(Reserving):
         if pool is None:
             return
         self._dirty.add(pid)
-        if node in pool.nodes:
+        was = node in pool.nodes
+        if was:
             pool.nodes.remove(node)
         rec = self._nodes.get(node)
         devs = pool.devs.get(node)
         if rec is None or not rec.contributes or not devs:
+            if was and self.on_member is not None:
+                self.on_member(pid, node, False)
             return
         free = sum(1 for k in devs if not self._taken.get(k)) - self._resv_on.get((pid, node), 0)
         view = NodeView(
@@ -416,6 +421,8 @@ class DraLedger(Reserving):
             labels=((HOSTNAME_LABEL, rec.hostname),) if rec.hostname else (),
         )
         pool.nodes.add(view)
+        if not was and self.on_member is not None:
+            self.on_member(pid, node, True)
 
 
 def _retain(table: dict, keep: set[str], remove) -> int:

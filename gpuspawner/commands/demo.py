@@ -145,7 +145,8 @@ def _hub_env(args: argparse.Namespace, workdir: Path, kubeconfig: Path, proxy: s
     return env
 
 
-async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str, stop: asyncio.Event) -> int:
+async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str, stop: asyncio.Event,
+                     kubeconfig: Path | None = None) -> int:
     """Wait for the hub to answer, say where everything is, then run until Ctrl-C or the hub exits."""
     if not await _wait_hub(hub, hub_url, stop):
         if hub.returncode is not None:
@@ -161,7 +162,8 @@ async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str
         f"  JupyterHub:     {hub_url}/  (log in with any user name and any password)\n"
         f"  Kubernetes API: {k8s_url}  (kubectl --server {k8s_url} get nodes)\n"
         f"  GPU capacity:   {hub_url}/hub/api/gpus\n"
-        "Press Ctrl-C to stop.\n",
+        + (f"  Check it:       KUBECONFIG={kubeconfig} gpuspawner doctor --config {DEMO_CONFIG}\n" if kubeconfig else "")
+        + "Press Ctrl-C to stop.\n",
         flush=True,
     )
     hub_exit = asyncio.ensure_future(hub.wait())
@@ -221,7 +223,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
             sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
             cwd=str(workdir), env=env, start_new_session=True,
         )
-        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop)
+        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop, kubeconfig)
     finally:
         if hub is not None and hub.returncode is None:
             await _stop_hub(hub)

@@ -37,14 +37,18 @@ EXPORTER_NAMESPACE, EXPORTER_SELECTOR = "gpu-operator", "app=nvidia-dcgm-exporte
 
 
 def culler_service(kubeconfig: str, prometheus_url: str | None, pythonpath: str | None) -> dict[str, Any]:
-    """What ``GPUSPAWNER_DEMO_CULLER`` carries: the service's command and environment, and its scopes."""
+    """What ``GPUSPAWNER_DEMO_CULLER`` carries: the service's command, environment and scopes, and the
+    rules and Prometheus the hub is told of (``gpu_cull_rules``, ``gpu_prometheus_url``)."""
     command = [sys.executable, "-m", "gpuspawner", "cull", "--idle-timeout", IDLE_TIMEOUT]
     if prometheus_url:
         command += ["--prometheus-url", prometheus_url]
     environment = {"KUBECONFIG": kubeconfig}
     if pythonpath:  # a source checkout: the culler imports the same gpuspawner as the demo
         environment["PYTHONPATH"] = pythonpath
-    return {"command": command, "environment": environment, "scopes": CULLER_SCOPES}
+    # the hub reads the same: the spawn page and the home page show the culler's rule, the home page
+    # each server's GPU use from the culler's Prometheus
+    return {"command": command, "environment": environment, "scopes": CULLER_SCOPES,
+            "rules": {"idle_timeout": IDLE_TIMEOUT}, "prometheus_url": prometheus_url}
 
 
 def _label_name(name: str) -> str:

@@ -33,7 +33,7 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_CANNOT_RUN = 0, 1, 2
 # trait names doctor reads from the hub's config (GPUSpawner and its bases)
 _HUB_TRAITS = ("gpu_profiles", "gpu_tolerated_taint_keys", "tolerations", "image", "profile_list",
                "cuda_policy", "cuda_check", "gpu_kueue_queues", "start_timeout", "gpu_image_pull_seconds",
-               "gpu_start_timeout_max")
+               "gpu_start_timeout_max", "gpu_prepull")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

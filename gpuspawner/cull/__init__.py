@@ -7,7 +7,8 @@ Pure policy (no JupyterHub, no Kubernetes or HTTP client):
 * ``activity``: DCGM exporter series -> each pod's GPU activity over a window;
 * ``servers``: the hub's user models and the server pods -> ``Server`` records;
 * ``policy``: one server's decision (cull, keep, skip) and why;
-* ``coverage``: GPU nodes whose activity the culler cannot see (for ``doctor``).
+* ``coverage``: GPU nodes whose activity the culler cannot see (for ``doctor``);
+* ``now``: a server's GPU use now and when its rule would stop it (the hub's home page).
 
 I/O: ``prometheus`` (a Prometheus server's HTTP API), ``scrape`` (the DCGM
 exporter pods, found through the Kubernetes API), ``hub`` (JupyterHub's REST

@@ -121,13 +121,13 @@ class PrometheusSource:
                                   "raise --metrics-step or shorten the idle timeout")
         return bytes(body)
 
-    async def _get(self, params: dict[str, str]) -> Any:
+    async def _get(self, params: dict[str, str], path: str = "query_range") -> Any:
         import aiohttp
 
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
-            async with self._session.get(f"{self.url}/api/v1/query_range", params=params,
+            async with self._session.get(f"{self.url}/api/v1/{path}", params=params,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout)) as r:
                 status, body = r.status, await self._read(r)
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
@@ -140,6 +140,10 @@ class PrometheusSource:
         except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser goes
             raise SourceError(f"Prometheus at {self.url} answered something that is not JSON: "
                               f"{str(e)[:100] or type(e).__name__}") from None
+
+    async def instant(self, query: str) -> Any:
+        """The answer of one instant query (``GET /api/v1/query``), parsed; ``SourceError`` as ``windows``."""
+        return await self._get({"query": query}, "query")
 
     async def windows(self, window: float, now: float) -> list[SeriesWindow]:
         """Every activity series over the ``window`` seconds before ``now`` (epoch seconds)."""

@@ -58,6 +58,7 @@ class HubFacts:
     start_timeout: float = 60.0
     image_pull_seconds: float = 600.0
     start_timeout_max: float = 3600.0
+    prepull: bool = False  # c.GPUSpawner.gpu_prepull
 
 
 def _tolerations(value: Any, where: str) -> list[Mapping[str, Any]]:
@@ -158,6 +159,7 @@ def hub_facts_from_values(
         start_timeout=_seconds(values, "start_timeout", 60.0),
         image_pull_seconds=_seconds(values, "gpu_image_pull_seconds", 600.0),
         start_timeout_max=_seconds(values, "gpu_start_timeout_max", 3600.0),
+        prepull=values.get("gpu_prepull") is True,
     )
 
 

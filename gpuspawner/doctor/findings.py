@@ -53,6 +53,7 @@ FINDING_IDS = (
     "cuda-check-error",
     "pod-pending-on-gpu",
     "scale-up-too-slow",
+    "image-not-cached",
     "profile-checks-skipped",
     "checks-skipped",
     "cull-no-gpu-metrics",

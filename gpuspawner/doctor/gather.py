@@ -4,9 +4,9 @@ Kubernetes I/O only (kubernetes_asyncio); the judging is ``doctor.checks``.
 
 * Credentials, first that applies: ``--server URL`` (no credentials; with
   ``--kubeconfig`` its credentials and the given server), ``--kubeconfig``,
-  the in-cluster service account (``KUBERNETES_SERVICE_HOST`` set: doctor runs
-  in a pod, e.g. ``kubectl exec`` into the hub), else ``$KUBECONFIG`` /
-  ``~/.kube/config`` as kubectl reads them.
+  ``$KUBECONFIG`` (as kubectl reads it), the in-cluster service account (doctor runs in a
+  pod, e.g. ``kubectl exec`` into the hub: ``KUBERNETES_SERVICE_HOST`` set and the pod's
+  token mounted), else ``~/.kube/config``.  A failure names only what was tried.
 * Nodes and pods are listed cluster-wide in pages (``limit`` + ``continue``,
   as ``kubectl get --chunk-size`` does; a ``410 Gone`` on an expired continue
   token restarts the list: apiserver ``storage/cacher``/etcd3 "continue"
@@ -81,24 +81,42 @@ class _Forbidden(Exception):
         self.message = message
 
 
+#: where Kubernetes mounts a pod's service account token (kubernetes.io/docs/tasks/run-application/
+#: access-api-from-pod/): with ``KUBERNETES_SERVICE_HOST``, the sign that doctor runs in a cluster
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def credentials_source(kubeconfig: str | None, server: str | None) -> tuple[str, str | None]:
+    """Which credentials doctor uses: ``("kubeconfig", path)``, ``("in-cluster", None)`` or
+    ``("none", None)`` (a bare ``--server``), in the order of the module's docstring."""
+    if kubeconfig:
+        return "kubeconfig", kubeconfig
+    if server:
+        return "none", None
+    if os.environ.get("KUBECONFIG"):
+        return "kubeconfig", os.environ["KUBECONFIG"]
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.isfile(SERVICE_ACCOUNT_TOKEN):
+        return "in-cluster", None
+    return "kubeconfig", os.path.expanduser("~/.kube/config")
+
+
 async def _configure(kubeconfig: str | None, context: str | None, server: str | None) -> Any:
     from kubernetes_asyncio import client, config
     from kubernetes_asyncio.config.config_exception import ConfigException
 
     cfg = client.Configuration()
+    kind, path = credentials_source(kubeconfig, server)
     try:
-        if kubeconfig:
-            await config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
-            )
-        elif server:
-            pass  # a bare server: no credentials (e.g. `kubectl proxy`, the simulated cluster)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if kind == "in-cluster":
             config.load_incluster_config(client_configuration=cfg)
-        else:
-            await config.load_kube_config(context=context, client_configuration=cfg, persist_config=False)
+        elif kind == "kubeconfig":
+            if not os.path.isfile(path) and os.pathsep not in path:
+                raise ConfigException(f"{path} does not exist")
+            await config.load_kube_config(
+                config_file=path, context=context, client_configuration=cfg, persist_config=False
+            )
     except (ConfigException, OSError, ValueError, TypeError, KeyError) as e:
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        where = "the pod's service account (in-cluster)" if kind == "in-cluster" else path
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise GatherError(
             f"cannot load Kubernetes credentials from {where}: {reason}; pass --kubeconfig PATH "

@@ -27,6 +27,7 @@ from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
 from gpuspawner.hub import serverfit
+from gpuspawner.hub.poolimages import FittingImages, images_json
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub import hublog
 from gpuspawner.hub.spawner import capacity_settings_class
@@ -57,6 +58,17 @@ class GPUCapacityHandler(APIHandler):
         settings = GPUSpawnerSettings.from_hub_config(self.config, capacity_settings_class(spawner_class))
         GPUCapacityHandler._settings_memo = (self.config, spawner_class, settings)
         return settings
+
+    _images_memo: tuple[object, object, FittingImages] | None = None
+
+    def fitting_images(self, settings: GPUSpawnerSettings) -> FittingImages:
+        """Each pool's fitting images, judged as the spawn page judges them (one per hub config)."""
+        spawner_class = self.settings.get("spawner_class")
+        memo = GPUCapacityHandler._images_memo
+        if memo is None or memo[0] is not self.config or memo[1] is not spawner_class:
+            fitting = FittingImages(settings, capacity_settings_class(spawner_class), self.config)
+            memo = GPUCapacityHandler._images_memo = (self.config, spawner_class, fitting)
+        return memo[2]
 
     def capacity_snapshot(self, settings: GPUSpawnerSettings, requests=None) -> CapacitySnapshot:
         hublog.adopt(self.log)  # the capacity cache's lines in the hub's log, with time and level
@@ -104,6 +116,11 @@ class GPUCapacityHandler(APIHandler):
             pool["display_name"] = names.get(pool["id"], pool["display_name"])  # an admin's name wins
             # per GPU profile: true, or why the pool's nodes can never hold its server (CPU, memory)
             pool["fits_profiles"] = serverfit.fits_profiles(pool_view, specs, requests)
+        # per pool, where the images of its fitting choices are cached (docs/prepull.md)
+        fitting = self.fitting_images(settings).by_pool(snapshot)
+        counts = settings.shared_capacity_cache().node_images if snapshot.synced else None
+        for pool in body["pools"]:
+            pool["images"] = images_json(pool["id"], fitting.get(pool["id"], ()), counts) if counts is not None else {}
         rules = settings.cull_rules()
         if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
             for pool in body["pools"]:

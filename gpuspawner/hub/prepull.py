@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from traitlets import Bool, Float, TraitError, Unicode, validate
-from traitlets.config import Configurable, LazyConfigValue
+from traitlets.config import Configurable
 
-from gpuspawner.cuda.custom import resolve_check
+from gpuspawner.hub.poolimages import FittingImages, spawner_values
 from gpuspawner.prepull.plan import PrepullSettings, plan
-from gpuspawner.prepull.reconcile import Prepuller
-from gpuspawner.spawn import cudafit
-from gpuspawner.spawn.profiles import build_offers, capacity_problem
+from gpuspawner.prepull.reconcile import Prepuller, error_text
+from gpuspawner.spawn.profiles import capacity_problem
 
 log = logging.getLogger("gpuspawner.prepull")
 
@@ -117,21 +117,6 @@ class GPUPrepullSettings(Configurable):
         return value
 
 
-def spawner_values(config: Any, spawner_class: type, names: tuple[str, ...]) -> dict[str, Any]:
-    """The values an admin gave traits ``names`` of ``spawner_class`` in ``config`` (any section of
-    its class, base first, as traitlets resolves them), else the traits' defaults."""
-    traits = spawner_class.class_traits()
-    values: dict[str, Any] = {}
-    for name in names:
-        value = traits[name].default()
-        for section in spawner_class.section_names():
-            if config is not None and section in config and name in config[section]:
-                raw = config[section][name]
-                value = raw.get_value(value) if isinstance(raw, LazyConfigValue) else raw
-        values[name] = value
-    return values
-
-
 def hub_namespace(configured: str | None) -> str:
     """Where the servers run: KubeSpawner's ``namespace`` when set, else the hub pod's own, else "default"."""
     if configured:
@@ -147,15 +132,9 @@ class HubPrepuller:
     """The pre-puller of one hub: builds the plan from the capacity cache and the hub's config."""
 
     def __init__(self, settings: Any, spawner_class: type, config: Any, cache: Any, daemonsets: Any,
-                 owner: dict[str, str] | None) -> None:
-        values = spawner_values(config, spawner_class,
-                                ("cuda_policy", "cuda_check", "gpu_tolerated_taint_keys", "gpu_max_per_server"))
-        self._specs = settings.gpu_profile_specs()
-        self._rules = settings.pool_rules()
-        self._policy = values["cuda_policy"]
-        self._check = resolve_check(values["cuda_check"])
-        self._count_limit = values["gpu_max_per_server"]
-        self._verdicts = cudafit.VerdictMemo()
+                 owner: dict[str, str] | None, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        values = spawner_values(config, spawner_class, ("gpu_tolerated_taint_keys",))
+        self._fitting = FittingImages(settings, spawner_class, config)
         self._cache = cache
         self.settings = PrepullSettings(
             namespace=daemonsets.namespace,
@@ -164,17 +143,13 @@ class HubPrepuller:
             allowed_taint_keys=tuple(values["gpu_tolerated_taint_keys"]),
             owner=owner,
         )
-        self.loop = Prepuller(daemonsets, self.source, log=log, interval=settings.gpu_prepull_interval)
-
-    def _fit(self, image, pool):
-        return cudafit.pool_fit(image, pool, self._policy, self._check, self._verdicts)
+        self.loop = Prepuller(daemonsets, self.source, log=log, interval=settings.gpu_prepull_interval, sleep=sleep)
 
     async def source(self):
         snapshot = self._cache.snapshot()
         if capacity_problem(snapshot) is not None:
             return None  # unknown or stale pools: touch nothing until they are live again
-        offers = build_offers(self._specs, snapshot, self._rules, fit=self._fit, count_limit=self._count_limit)
-        return plan(offers, snapshot.pools, self.settings)
+        return plan(self._fitting.offers(snapshot), snapshot.pools, self.settings)
 
 
 def _hub_settings(config: Any, spawner_class: Any) -> tuple[Any, type]:
@@ -193,11 +168,13 @@ async def _cache_client(settings: Any) -> Any:
     return (await _default_api(**settings.kube_api_overrides())).api_client
 
 
-async def run_for_hub(app: Any, settings_for: Any = _hub_settings, make_client: Any = _cache_client) -> None:
+async def run_for_hub(app: Any, settings_for: Any = _hub_settings, make_client: Any = _cache_client,
+                      sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
     """Run the pre-puller of the hub ``app`` (JupyterHub) until cancelled, if ``gpu_prepull`` is on.
 
     ``settings_for(config, spawner_class)``: (the hub's GPUSpawner settings, the class whose
-    config sections hold them); ``make_client(settings)``: an ``ApiClient``."""
+    config sections hold them); ``make_client(settings)``: an ``ApiClient``, closed when the
+    pre-puller stops; ``sleep``: its waits between passes and retries."""
     from gpuspawner.prepull.kube import KubeDaemonSets, owner_reference
 
     settings, klass = settings_for(app.config, app.spawner_class)
@@ -205,21 +182,24 @@ async def run_for_hub(app: Any, settings_for: Any = _hub_settings, make_client: 
         return
     namespace = hub_namespace(spawner_values(app.config, klass, ("namespace",)).get("namespace"))
     api_client = await make_client(settings)
-    daemonsets = KubeDaemonSets(api_client, namespace)
-    owner = None
-    while settings.gpu_prepull_owner and owner is None:
-        try:
-            owner = await owner_reference(api_client, namespace, settings.gpu_prepull_owner)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            log.error("gpuspawner pre-pull: c.GPUSpawner.gpu_prepull_owner %r in namespace %s could not be "
-                      "read (%s); retrying in a minute", settings.gpu_prepull_owner, namespace, e)
-            await asyncio.sleep(60)
-    cache = settings.shared_capacity_cache()
-    puller = HubPrepuller(settings, klass, app.config, cache, daemonsets, owner)
-    log.info("gpuspawner pre-pull: keeping GPU images warm per pool in namespace %s", namespace)
-    await puller.loop.run()
+    try:
+        daemonsets = KubeDaemonSets(api_client, namespace)
+        owner = None
+        while settings.gpu_prepull_owner and owner is None:
+            try:
+                owner = await owner_reference(api_client, namespace, settings.gpu_prepull_owner)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.error("gpuspawner pre-pull: c.GPUSpawner.gpu_prepull_owner %r in namespace %s could not be "
+                          "read (%s); retrying in a minute", settings.gpu_prepull_owner, namespace, error_text(e))
+                await sleep(60)
+        cache = settings.shared_capacity_cache()
+        puller = HubPrepuller(settings, klass, app.config, cache, daemonsets, owner, sleep=sleep)
+        log.info("gpuspawner pre-pull: keeping GPU images warm per pool in namespace %s", namespace)
+        await puller.loop.run()
+    finally:
+        await api_client.close()  # its connections go with the pre-puller (cancelled with the hub)
 
 
 _running: dict[Any, asyncio.Task] = {}

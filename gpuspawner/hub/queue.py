@@ -203,6 +203,26 @@ def note_stopped(spawner: Any) -> None:
         spawner.log.warning("Kueue stopped GPU server %s (%s): %s", spawner._log_name, state.kind, state.message)
 
 
+#: the key of the stop reason in the spawner's state (JupyterHub's database): kept across hub restarts
+STOP_STATE_KEY = "gpu_stop_message"
+#: the longest stop reason kept (Kueue's condition messages are short; anything longer is cut)
+MAX_STOP_MESSAGE = 1000
+
+
+def save_stop(spawner: Any, state: dict) -> None:
+    """``get_state``: keep why Kueue stopped the server, so the home page says it after a hub restart
+    too (JupyterHub saves the state when it cleans up a stopped server) until the next start."""
+    message = getattr(spawner, "gpu_stop_message", None)
+    if message:
+        state[STOP_STATE_KEY] = message
+
+
+def load_stop(spawner: Any, state: Mapping[str, Any]) -> None:
+    """``load_state``: the stop reason a state kept (anything but a string is not read)."""
+    message = state.get(STOP_STATE_KEY)
+    spawner.gpu_stop_message = message[:MAX_STOP_MESSAGE] if isinstance(message, str) and message else None
+
+
 def stop_notice(spawner: Any) -> str:
     """The spawn page's notice of why Kueue stopped this server last ('' when it did not)."""
     message = getattr(spawner, "gpu_stop_message", None)

@@ -26,6 +26,7 @@ from traitlets.config import Config
 
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
 from gpuspawner.hub import hublog, metrics
+from gpuspawner.hub.homesettings import GPUHomeSettings
 from gpuspawner.hub.prepull import GPUPrepullSettings
 from gpuspawner.hub.usagesettings import GPUHourSettings
 from gpuspawner.hub import metrics
@@ -73,7 +74,7 @@ _KUBE_API = {"k8s_api_host": "host", "k8s_api_ssl_ca_cert": "ssl_ca_cert", "k8s_
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
+class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPUHomeSettings):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;
@@ -197,6 +198,31 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
             c.GPUSpawner.gpu_image_pull_seconds = 900
         """,
     )
+    gpu_image_pull_mb_per_second = Float(
+        60.0,
+        config=True,
+        help="""
+        How fast a node pulls an image, in MB (10^6 bytes) per second, download and unpacking
+        together: the progress page estimates a pull on a node that does not hold the server's
+        image from the image's size (as other nodes report it in ``status.images``) at this
+        rate ("15 GB image, about 4 min"). ``gpu_image_pull_seconds`` stays the time a pull may
+        take at most.
+
+            c.GPUSpawner.gpu_image_pull_mb_per_second = 100
+        """,
+    )
+    gpu_prefer_warm_nodes = Bool(
+        True,
+        config=True,
+        help="""
+        Whether a GPU server's pod prefers the nodes of its pool that already hold its image
+        (``status.images``): one preferred node affinity term per such node, by name, after the
+        admin's own ``node_affinity_preferred``; never a requirement. Turn it off to leave the
+        choice among a pool's nodes to the scheduler alone (its ImageLocality score still counts).
+
+            c.GPUSpawner.gpu_prefer_warm_nodes = False
+        """,
+    )
     gpu_start_timeout_max = Float(
         3600.0,
         config=True,
@@ -296,6 +322,14 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
         name = proposal["trait"].name
         if not value >= 0 or value != value or (name == "gpu_start_timeout_max" and value <= 0):
             raise TraitError(f"{name} must be a number of seconds above 0, like 600, not {value!r}")
+        return value
+
+    @validate("gpu_image_pull_mb_per_second")
+    def _validate_pull_rate(self, proposal):
+        value = proposal["value"]
+        if not 0.1 <= value <= 100000:
+            raise TraitError(f"gpu_image_pull_mb_per_second must be MB per second from 0.1 to 100000, like 60, "
+                             f"not {value!r}")
         return value
 
     @validate("gpu_pool_rules")

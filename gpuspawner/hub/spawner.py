@@ -49,7 +49,7 @@ from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offer
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub import leftpod, logfilter, reaper
-from gpuspawner.hub import serverfit, startwait
+from gpuspawner.hub import poolimages, serverfit, startwait
 from gpuspawner.hub.formchoices import form_choices
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
@@ -534,7 +534,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             who.admin,
             fingerprint(static, self.user_options or {}, self._form_choices, self._quota_key(static),
                         repr(cull_rules), self.profile_form_template,
-                        self.additional_profile_form_template_paths, sorted(self._admin_option_keys())),
+                        self.additional_profile_form_template_paths, sorted(self._admin_option_keys()),
+                        poolimages.counts_version(self)),
         )
         offers = await self.gpu_offers(max_age)
         html = queue_glue.stop_notice(self) + self._form(offers, key, static, cull_rules)
@@ -620,6 +621,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             # gpu_kueue_queues: (profile, pool) -> LocalQueue; a full queued card says so (queue/pools.py)
             gpu_queues=queued_pool_ids(gpu_offers, self.queue_rules()),
             full_card_text=full_card_text,
+            image_ready=poolimages.ready_words(self),  # "Image ready on 3 of 5 nodes" (hub/poolimages.py)
         )
 
     # --- spawning ---------------------------------------------------------
@@ -630,6 +632,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         "extra_resource_limits",
         "extra_resource_guarantees",
         "node_affinity_required",
+        "node_affinity_preferred",  # warm nodes of the pool (hub/poolimages.prefer_warm)
         "tolerations",
         "extra_annotations",
         "init_containers",
@@ -919,6 +922,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         if self._gpu_dra_template is not None:
             # so that a hub restarted while the server runs still cleans up claim templates at its stop
             state["gpu_dra_template"] = self._gpu_dra_template
+        queue_glue.save_stop(self, state)  # why Kueue stopped it, shown until the next start
         return state
 
     def load_state(self, state):
@@ -927,6 +931,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         self.gpu_held = held if isinstance(held, int) and not isinstance(held, bool) else None
         template = state.get("gpu_dra_template")
         self._gpu_dra_template = template if isinstance(template, str) else None
+        queue_glue.load_stop(self, state)
 
     def clear_state(self):
         super().clear_state()
@@ -967,6 +972,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             raise self._refuse(400, f"{e}; choose another pool", reason=REFUSED_OTHER) from None
         for name, value in overrides.as_traits().items():
             setattr(self, name, value)
+        self.node_affinity_preferred = poolimages.prefer_warm(self, selection)  # warm nodes first
         self.extra_annotations = {
             **self.extra_annotations,
             POOL_ANNOTATION: pool.id,
@@ -1191,6 +1197,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             pool_name=info.pool_name,
             resource=info.resource,
             request=info.request,
+            **poolimages.pull_context(self),  # a cold node's pull estimate (hub/poolimages.py)
         )
 
     def _check_gpu_pod(self, pod: Mapping[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """The spawn form's templates and the autoescaping Jinja2 environment that renders them.
 
-The templates ship inside the package (``gpuspawner/hub/templates/``, package data), so a
-source checkout, an editable install and a wheel all find them the same way.
+The templates are shared files (``share/templates/`` in the checkout), installed under
+``<prefix>/share/gpuspawner/templates/`` as JupyterHub installs its own; ``gpuspawner.shared``
+finds them there, else in the checkout of an editable install.
 
 The form is rendered with autoescaping on: node labels and admin strings
 reach the page (KubeSpawner 7.1 renders ``profile_list`` without it,
@@ -17,19 +18,26 @@ from typing import Any
 
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
 
+from gpuspawner.shared import shared_dir
+
 FORM = "form.html"
-TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+
+
+@functools.lru_cache(maxsize=1)
+def template_dir() -> Path:
+    """gpuspawner's templates (``gpuspawner.shared``: the installed ones, else the checkout's)."""
+    return shared_dir("templates")
 
 
 def template_dirs() -> list[str]:
-    """The directories KubeSpawner's ``additional_profile_form_template_paths`` gets: the package's own."""
-    return [str(TEMPLATE_DIR)]
+    """The directories KubeSpawner's ``additional_profile_form_template_paths`` gets: gpuspawner's own."""
+    return [str(template_dir())]
 
 
 def hub_template_dir() -> str:
     """The directory the config snippet adds to ``c.JupyterHub.template_paths``: JupyterHub's pages
     gpuspawner extends (``home.html``: why Kueue stopped a server)."""
-    return str(TEMPLATE_DIR / "hub")
+    return str(template_dir() / "hub")
 
 
 @functools.lru_cache(maxsize=8)

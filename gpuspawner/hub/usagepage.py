@@ -7,7 +7,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from gpuspawner.hub import usage
+from gpuspawner.hub import mygpus, usage
 from gpuspawner.hub.templates import form_environment
 from gpuspawner.spawn.access import principal_of
 from gpuspawner.usage.accounting import fmt_hours, fmt_time
@@ -71,7 +71,8 @@ def home_vars(settings_of: Any) -> Any:
             st = _standing(settings, user.db, user)
             if st is None:
                 return None
-            return home_context(settings, st)
+            names = mygpus.pool_names(settings) if any(h.stop is None for h in st.holdings) else {}
+            return home_context(settings, st, names)
         except Exception as e:
             log.warning("The home page's GPU-hours could not be shown: %s: %s", type(e).__name__, e)
             return None
@@ -79,9 +80,11 @@ def home_vars(settings_of: Any) -> Any:
     return gpu_hours
 
 
-def home_context(settings: Any, st: Any) -> dict[str, Any]:
+def home_context(settings: Any, st: Any, names: Any = None) -> dict[str, Any]:
+    """The GPU-hours section's words; ``names``: pool id -> (model, name), for the pools' names
+    (``mygpus.pool_names``; a pool it does not know reads as its node group, never its raw id)."""
     servers = [
-        {"name": h.server, "gpus": h.gpus, "pool": h.pool, "rate": fmt_hours(h.rate),
+        {"name": h.server, "gpus": h.gpus, "pool": mygpus.pool_label(h.pool, names or {}), "rate": fmt_hours(h.rate),
          "cost": fmt_hours(h.hours(None, st.now))}
         for h in st.holdings if h.stop is None
     ]

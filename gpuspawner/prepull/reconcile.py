@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuspawner.kube.apierrors import explain, status_of
 from gpuspawner.prepull.plan import COMPONENT, MANAGED_BY, SPEC_ANNOTATION, PoolPull
 
 #: The label selector of every DaemonSet the pre-puller owns.
@@ -26,6 +27,15 @@ class DaemonSets(Protocol):
     async def replace(self, manifest: dict[str, Any]) -> None: ...
 
     async def delete(self, name: str) -> None: ...
+
+
+def error_text(e: BaseException) -> str:
+    """An error in a log line's words: a failed API call by its Status (code, reason, the server's
+    message; not the answer's headers, whose Date changes every second), else its type and text."""
+    code = getattr(e, "status", None)
+    if isinstance(code, int) and not isinstance(code, bool) and code >= 400:
+        return explain(status_of(code, getattr(e, "body", None)))
+    return f"{type(e).__name__}: {e}".strip()
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ class Prepuller:
 
     ``source`` returns the wanted DaemonSets and any problems (``plan.plan``), or None while the
     capacity is unknown (then nothing is touched: a pool missing from an unhealthy snapshot must
-    not lose its DaemonSet). An API error is logged once per distinct message and retried with
+    not lose its DaemonSet). An API error is logged once per distinct message (``error_text``) and retried with
     backoff (``interval`` doubling to ``max_backoff``, with jitter); it never ends the loop."""
 
     api: DaemonSets
@@ -108,7 +118,7 @@ class Prepuller:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the API, the plan's source: never end the loop
-                text = f"{type(e).__name__}: {e}"
+                text = error_text(e)
                 if text != self._last_error:
                     self.log.error("gpuspawner pre-pull failed (retrying with backoff): %s", text)
                     self._last_error = text

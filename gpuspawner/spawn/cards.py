@@ -12,7 +12,7 @@ from gpuspawner.capacity.names import model_name
 from gpuspawner.capacity.sharing import MIG, MPS, TIME_SLICING, mig_fraction
 from gpuspawner.spawn.scaleup import wait_words
 
-__all__ = ["CardWords", "card_words", "unit_of", "plural", "nodes_name"]
+__all__ = ["CardWords", "card_words", "unit_of", "plural", "nodes_name", "image_ready_words"]
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
@@ -114,3 +114,11 @@ def card_words(pool: PoolView, free: int | None = None) -> CardWords:
     unit = unit_of(pool)
     free = pool.free if free is None else free
     return CardWords(unit, _free_words(pool, unit, free), _sharing_words(pool), _memory_words(pool, unit))
+
+
+def image_ready_words(cached: int, nodes: int) -> str | None:
+    """``Image ready on 3 of 5 nodes``: of a pool's ``nodes`` (Ready, schedulable), ``cached`` hold the
+    image, so a server there starts without pulling it. None for a pool with no node now."""
+    if nodes <= 0:
+        return None
+    return f"Image ready on {min(cached, nodes)} of {plural(nodes, 'node')}"

@@ -372,9 +372,10 @@ class PoolFit:
         drivers = sorted({(g.verdict.driver or "unknown", g.verdict.driver_cuda or "unknown") for g in self.groups})
         drv = "; ".join(f"driver {d}, CUDA up to {c}" for d, c in drivers)
         pool = pool_name or self.pool_id
+        # the rule's name and the policy stay in the hub's log and in doctor, not in the user's words
         return (
-            f"The image {what} does not fit any node of GPU pool {pool} ({drv}): "
-            f"{v.reason} (rule: {v.rule}, policy: {self.policy}) {v.fix}".rstrip()
+            f"The image {what} does not fit any node of GPU pool {pool}{f' ({drv})' if drv else ''}: "
+            f"{v.reason} {v.fix}".rstrip()
         )
 
 

@@ -200,18 +200,35 @@ def check_size(user_options: Any, limit: int = MAX_OPTIONS_BYTES) -> None:
         )
 
 
-def _pool_list(ids: Sequence[str]) -> str:
-    shown = ", ".join(ids[:MAX_LISTED])
-    more = len(ids) - MAX_LISTED
-    return shown + (f" and {more} more (GET /hub/api/gpus lists them)" if more > 0 else "")
+#: the most pools a refusal suggests: a few, by the names the spawn page shows
+MAX_SUGGESTED = 3
 
 
-def _pools_hint(offer: ProfileOffer) -> str:
-    """The pools with the most room first, at most ``MAX_LISTED`` of them (a hub may offer hundreds)."""
-    usable = sorted(offer.usable, key=lambda p: -p.max_gpus)
+def _pool_list(pools: Sequence[PoolOffer]) -> str:
+    """Pools by the names users see (one entry per name: the same hardware in two node groups reads
+    the same), each with how many GPUs it gives now; at most ``MAX_SUGGESTED`` and a count of the rest."""
+    most: dict[str, int] = {}
+    for p in sorted(pools, key=lambda p: -p.max_gpus):
+        most.setdefault(printable(p.display_name), p.max_gpus)
+    shown = [f"{name} (up to {n})" for name, n in most.items()]
+    more = len(shown) - MAX_SUGGESTED
+    text = ", ".join(shown[:MAX_SUGGESTED])
+    return text + (f" and {more} more (the spawn page and GET /hub/api/gpus list them)" if more > 0 else "")
+
+
+def _fits_image(p: PoolOffer, image_key: str | None) -> bool:
+    fit = p.fit(image_key)
+    return fit is None or not fit.refused
+
+
+def _pools_hint(offer: ProfileOffer, image_key: str | None = None, besides: PoolOffer | None = None) -> str:
+    """The pools that would work for this image now (room, and a driver that runs it), the most room
+    first, a few of them by display name (a hub may offer hundreds)."""
+    usable = [p for p in offer.usable if p is not besides and _fits_image(p, image_key)]
     if not usable:
-        return f"no pool of profile {offer.spec.slug!r} has GPUs to give right now"
-    return "pools you can use: " + _pool_list([f"{p.pool.id} (up to {p.max_gpus})" for p in usable])
+        other = "other " if besides is not None else ""
+        return f"no {other}pool of profile {offer.spec.slug!r} can give GPUs for this image right now"
+    return "pools that would work for this image: " + _pool_list(usable)
 
 
 def _profile_slugs(profile_list: Sequence[Mapping[str, Any]]) -> str:
@@ -356,10 +373,11 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
     slug = offer.spec.slug
     gpus = parse_gpu_count(user_options[GPU_COUNT_OPTION]) if GPU_COUNT_OPTION in user_options else 1
     pool_id = user_options.get(GPU_POOL_OPTION)
+    image_key = offer.spec.images.key_for(user_options)
     if GPU_POOL_OPTION in user_options and (not isinstance(pool_id, str) or not pool_id):
         raise OptionError(
             f"`{GPU_POOL_OPTION}` must be a pool id string, not {show(pool_id)}; leave it out to get "
-            f"the pool with the most room, or choose one: {_pools_hint(offer)}",
+            f"the pool with the most room, or choose one ({_pools_hint(offer, image_key)})",
             reason=UNKNOWN_POOL,
         )
 
@@ -371,14 +389,9 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
             reason=CAPACITY_UNKNOWN,
         )
 
-    image_key = offer.spec.images.key_for(user_options)
     # count only the nodes the chosen image's driver fits: the pod is steered off
     # the others (profiles.PoolOffer.for_image), so a count only they could hold would wait Pending
     offer = offer.for_image(image_key)
-
-    def driver_fits(p: PoolOffer) -> bool:
-        fit = p.fit(image_key)
-        return fit is None or not fit.refused
 
     if not pool_id:
         # the first pool with room whose drivers fit the image best; if none
@@ -396,27 +409,28 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
             others = [s for s, o in offers.items() if s != slug and o.pool(pool_id)]
             if others:
                 raise OptionError(
-                    f"pool {pool_id!r} is not offered by profile {slug!r} (it is in profile "
-                    f"{others[0]!r}); {_pools_hint(offer)}",
+                    f"pool {show(pool_id)} is not offered by profile {slug!r} (it is in profile "
+                    f"{others[0]!r}); {_pools_hint(offer, image_key)}",
                     reason=NOT_ALLOWED,
                 )
-            raise OptionError(f"unknown pool {show(pool_id)}; {_pools_hint(offer)}", reason=UNKNOWN_POOL)
+            raise OptionError(f"unknown pool {show(pool_id)}; {_pools_hint(offer, image_key)}", reason=UNKNOWN_POOL)
         if not chosen.available:
             raise OptionError(
-                f"pool {pool_id!r} cannot give any GPU now: {chosen.reason}; "
-                f"choose another pool or try again later ({_pools_hint(offer)})",
+                f"{chosen.display_name} cannot give any GPU now: {chosen.reason}; "
+                f"choose another pool or try again later ({_pools_hint(offer, image_key, chosen)})",
                 reason=TOO_MANY_GPUS,
             )
     if gpus > chosen.max_gpus:
         where = " on the nodes whose driver fits this image" if chosen.narrowed else ""
         raise OptionError(
-            f"choose between 1 and {chosen.max_gpus} GPUs in pool {chosen.pool.id!r}{where} "
-            f"(asked for {show(gpus)}){'; ' + chosen.limit_note if chosen.limit_note else ''}; {_pools_hint(offer)}",
+            f"choose between 1 and {chosen.max_gpus} GPUs in {chosen.display_name}{where} "
+            f"(asked for {show(gpus)}){'; ' + chosen.limit_note if chosen.limit_note else ''}; "
+            f"{_pools_hint(offer, image_key, chosen)}",
             reason=TOO_MANY_GPUS,
         )
     fit = chosen.fit(image_key)
     if fit is not None and fit.refused:
-        others = [p.pool.id for p in offer.usable if p is not chosen and driver_fits(p)]
+        others = [p for p in offer.usable if p is not chosen and _fits_image(p, image_key)]
         hint = f" GPU pools whose drivers fit this image: {_pool_list(others)}." if others else ""
         raise CudaRefusal(fit.refusal(chosen.display_name) + hint)
     return Selection(profile=slug, offer=offer, pool=chosen, gpus=gpus, image_key=image_key, cuda=fit)

@@ -77,6 +77,7 @@ from gpuspawner.spawn.schedmsg import (
     scheduled_node,
     taint_in,
 )
+from gpuspawner.spawn.pulltime import pull_estimate, same_image
 from gpuspawner.spawn.taints import taint_key_allowed
 
 # Progress hints (percent) for the spawn page's bar.  KubeSpawner moves the bar
@@ -144,6 +145,11 @@ class SpawnContext:
     # (PoolView.largest); None: unknown
     request: tuple[int, ...] | None = None
     largest: tuple[int, ...] | None = None
+    # the server's image, its size as the nodes that hold it report it (bytes; None: no node holds
+    # it) and the pull rate (MB/s, ``gpu_image_pull_mb_per_second``): a cold node's pull estimate
+    image: str | None = None
+    image_bytes: int | None = None
+    pull_rate: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.pool_id, str) or not self.pool_id:
@@ -175,6 +181,9 @@ class SpawnContext:
         pool_name: str | None = None,
         resource: str | None = None,
         request: tuple[int, ...] | None = None,
+        image: str | None = None,
+        image_bytes: int | None = None,
+        pull_rate: float | None = None,
     ) -> SpawnContext:
         """The context for a spawn into ``pool`` (as the capacity cache sees it
         now; None when the pool is not in the snapshot, so nothing is known)."""
@@ -187,6 +196,9 @@ class SpawnContext:
                 queued_before=queued_before,
                 tolerated_taint_keys=tuple(tolerated_taint_keys),
                 request=request,
+                image=image,
+                image_bytes=image_bytes,
+                pull_rate=pull_rate,
             )
         # from the pool's driver groups, which the ledger keeps as it goes: not a walk over its nodes
         largest = pool.max_allocatable if pool.driver_groups else None
@@ -206,6 +218,9 @@ class SpawnContext:
             tolerated_taint_keys=tuple(tolerated_taint_keys),
             request=request,
             largest=pool.largest,
+            image=image,
+            image_bytes=image_bytes,
+            pull_rate=pull_rate,
         )
 
     @property
@@ -684,8 +699,14 @@ def _image(message: str) -> str:
 
 
 def _pulling(message: str, ctx: SpawnContext) -> Translation:
+    image = _image(message)
+    # the kubelet pulls only what the node lacks (IfNotPresent): this node is cold for the image
+    estimate = pull_estimate(ctx.image_bytes, ctx.pull_rate) if same_image(image, ctx.image) else None
+    if estimate:
+        return Translation(f"Downloading the image {image}: pulling {estimate} on a node that does not have it "
+                           "yet.", "image_pull", PROGRESS_PULLING)
     return Translation(
-        f"Downloading the image {_image(message)}. GPU images are large: the first start on a node can take "
+        f"Downloading the image {image}. GPU images are large: the first start on a node can take "
         "several minutes.",
         "image_pull",
         PROGRESS_PULLING,

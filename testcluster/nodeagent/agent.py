@@ -51,7 +51,8 @@ class NodeAgent:
                  concurrency: int = 16, pod_subnet: str | None = None,
                  restart_backoff: tuple[float, float] = (10.0, 300.0), workdir: str | None = None,
                  dcgm_exporter: bool = False, dcgm_interval: float = 1.0, kubelet_api: bool = False,
-                 kubelet_tls: Tls | None = None):
+                 kubelet_tls: Tls | None = None, image_sizes: dict[str, int] | None = None,
+                 pull_bytes_per_second: float | None = None):
         if (cluster_file is None) == (manifests is None):
             raise ValueError("give a cluster_file or manifests (one of them)")
         self.kubeconfig = kubeconfig
@@ -70,7 +71,8 @@ class NodeAgent:
         self.store = ApiStore(self.caches, self.pod_writes, self.event_writes, self._pod_uid)
         self.kubelet = AgentKubelet(self.store, ledger=DeviceLedger(), run_pods=run_pods,
                                     api_url=self.client.server, restart_backoff=restart_backoff,
-                                    pod_subnet=pod_subnet, workdir=workdir)
+                                    pod_subnet=pod_subnet, workdir=workdir, image_sizes=image_sizes,
+                                    pull_bytes_per_second=pull_bytes_per_second)
         self.dcgm: AgentDcgm | None = None
         if dcgm_exporter:
             if not run_pods:
@@ -105,7 +107,7 @@ class NodeAgent:
         mine = {img for n, img in self.kubelet.pulled if n == node}
         have = list((self.registered.images.get(node) if self.registered else None) or [])
         named = {name for i in have for name in i.get("names") or []}
-        return have + N.pulled_images({i for i in mine if i not in named})
+        return have + N.pulled_images({i for i in mine if i not in named}, self.kubelet.image_size)
 
     def _pod_uid(self, key: str) -> str | None:
         w = self.kubelet.workers.get(key)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION = 40  # the kubelet's nodeLeaseDurationSeconds
@@ -128,6 +128,7 @@ def slice_node(resource_slice: Mapping[str, Any]) -> str | None:
     return (resource_slice.get("spec") or {}).get("nodeName") or None
 
 
-def pulled_images(images: set[str]) -> list[dict[str, Any]]:
-    """``status.images`` entries for images the node pulled (no sizes: there are no images here)."""
-    return [{"names": [i], "sizeBytes": 0} for i in sorted(images)]
+def pulled_images(images: set[str], size: Callable[[str], int] = lambda image: 0) -> list[dict[str, Any]]:
+    """``status.images`` entries for images the node pulled, with the sizes the kubelet was given
+    (``size``; 0: there are no real images here)."""
+    return [{"names": [i], "sizeBytes": size(i)} for i in sorted(images)]

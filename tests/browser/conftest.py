@@ -64,6 +64,26 @@ GPU_PROFILE = {
 }
 
 
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+
+
+def axe_serious(page) -> tuple[list, dict]:
+    """axe-core (from the npm registry, ``node_modules/axe-core``) run on the page for WCAG 2.1 A and AA:
+    its serious and critical violations (rule, impact, first nodes, why) and its whole result."""
+    if not AXE.is_file():
+        pytest.fail(f"axe-core is not installed at {AXE}: run scripts/setup.sh (npm ci)")
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate(
+        """() => axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})"""
+    )
+    bad = [
+        (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:5], v["nodes"][0].get("failureSummary", ""))
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+    return bad, result
+
+
 def chromium_missing() -> str | None:
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         return (

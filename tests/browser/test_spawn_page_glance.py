@@ -5,27 +5,31 @@ nodes are too small, the form back with the user's choices after a refusal, and 
 text contrast at least 4.5:1.
 
 Hubs: the demo's default cluster (``hub`` of conftest), ``tests/fixtures/clusters/time-sliced-t4.yaml`` and
-``tests/fixtures/clusters/small-nodes.yaml`` with a GPU profile that asks for 8 CPUs and 32G.
+``tests/fixtures/clusters/small-nodes.yaml`` with a GPU profile that asks for 8 CPUs and 32G, and
+``tests/fixtures/clusters/warm-images.yaml`` (nodes that report the images they hold) with the same profile.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+import requests
 from playwright.sync_api import expect
 
 from tests.builders import BIG_GPU_PROFILE_CONFIG
 
 from ..e2e.harness import DemoHub
-from .conftest import ROOT, chromium_missing
+from .conftest import ROOT, axe_serious, chromium_missing
 from .test_spawn_page import H100_SPOT, T4, browser_test, open_spawn_page, pool_card, pool_radio
 
-AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 FIXTURES = ROOT / "tests" / "fixtures" / "clusters"
 VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
 SHARED_T4 = "t4shared:tesla-t4:nvidia.com/gpu.shared"
 SMALL_T4 = "gput4:tesla-t4:nvidia.com/gpu"
+WARM_A100 = "a100:nvidia-a100-pcie-80gb:nvidia.com/gpu"  # tests/fixtures/clusters/warm-images.yaml
+WARM_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"  # BIG_GPU_PROFILE_CONFIG's image
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -176,20 +180,61 @@ def test_a_pool_whose_nodes_are_too_small_cannot_be_chosen(small_hub, pages, vie
 @browser_test
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_axe_finds_no_serious_violation(hub, pages, viewport, theme, screenshot):
-    if not AXE.is_file():
-        pytest.fail(f"axe-core is not installed at {AXE}: run scripts/setup.sh (npm ci)")
     page = spawn_page(hub, pages, viewport, f"axel{theme}", theme)
     assert page.evaluate("document.documentElement.getAttribute('data-bs-theme')") == theme
-    page.add_script_tag(path=str(AXE))
-    result = page.evaluate(
-        """() => axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})"""
-    )
-    bad = [
-        (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:5], v["nodes"][0].get("failureSummary", ""))
-        for v in result["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
+    bad, result = axe_serious(page)
     screenshot(page, f"axe-{theme}-{viewport['width']}")
     assert bad == [], bad
     # axe checks text contrast against WCAG AA (4.5:1 for normal text) in rule color-contrast
     assert any(r["id"] == "color-contrast" for r in result["passes"] + result["incomplete"])
+
+
+@pytest.fixture(scope="module")
+def warm_hub(tmp_path_factory):
+    h = start_hub(tmp_path_factory, "warm-images.yaml", BIG_GPU_PROFILE_CONFIG)
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+def set_node_images(hub, node: str, images: list) -> None:
+    """What ``node``'s kubelet reports in ``status.images`` from now on (a merge patch of its status)."""
+    r = requests.patch(f"{hub.k8s_url}/api/v1/nodes/{node}/status", data=json.dumps({"status": {"images": images}}),
+                       headers={"Content-Type": "application/merge-patch+json"}, timeout=10)
+    r.raise_for_status()
+
+
+@browser_test
+def test_the_image_ready_line_follows_the_nodes_without_reload(warm_hub, pages):
+    page = pages(VIEWPORTS["desktop"])
+    sign_in(warm_hub.url, page, "yara")
+    open_spawn_page(warm_hub, page, refresh_s=1)
+    line = pool_card(page, WARM_A100).locator(".gs-warm")
+    expect(line).to_have_text("Image ready on 2 of 3 nodes.")
+    page.evaluate("window.gsNoReload = 'still here'")  # lost if the page were loaded again
+    nodes = warm_hub.nodes()
+    warm = [i for i in nodes["aks-a100-0"]["status"]["images"] if WARM_IMAGE in i["names"]]
+    held = nodes["aks-a100-2"]["status"].get("images") or []
+    set_node_images(warm_hub, "aks-a100-2", held + warm)  # the third node's pull finished
+    try:
+        expect(line).to_have_text("Image ready on 3 of 3 nodes.")
+        assert page.evaluate("window.gsNoReload") == "still here"
+    finally:
+        set_node_images(warm_hub, "aks-a100-2", held)  # the kubelet's garbage collection removed it again
+    expect(line).to_have_text("Image ready on 2 of 3 nodes.")
+    assert page.evaluate("window.gsNoReload") == "still here"
+
+
+@browser_test
+def test_the_card_says_on_how_many_nodes_the_image_is_ready(warm_hub, pages, viewport, screenshot):
+    page = spawn_page(warm_hub, pages, viewport, "wren")
+    # two of the pool's three nodes report the profile's image in status.images
+    line = pool_card(page, WARM_A100).locator(".gs-warm")
+    expect(line).to_have_text("Image ready on 2 of 3 nodes.")
+    expect(line).to_be_visible()
+    pool = next(p for p in warm_hub.gpus()["pools"] if p["id"] == WARM_A100)
+    assert pool["images"] == {WARM_IMAGE: {"cached_nodes": 2, "nodes": 3}}
+    bad, _ = axe_serious(page)
+    screenshot(page, f"warm-{viewport['width']}")
+    assert bad == [], bad

@@ -34,6 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpuspawner.capacity.model import DRIVER_LABELS, CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id
+from gpuspawner.capacity.nodeimages import NodeImages
 
 GKE = "cloud.google.com/gke-nodepool"
 HOSTNAME = "kubernetes.io/hostname"
@@ -394,6 +395,8 @@ class FakeCache:
         self._last: CapacitySnapshot | None = None
         self.clock = clock if clock is not None else [0.0]
         self._held: tuple[float, CapacitySnapshot] | None = None
+        # which nodes hold which images, as the real cache counts them (fed by a test: ``update``)
+        self.node_images = NodeImages()
 
     async def wait_synced(self, timeout: float) -> bool:
         return self.synced

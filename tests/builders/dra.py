@@ -5,7 +5,8 @@
   ``claim``, ``claim_template``, ``claim_pod``;
 * as the product's capacity, spawn, hub and doctor tests read them, device by device (allocated
   claims, classes with any selector, nodes in a node group): ``group_node``, ``gpu_device``,
-  ``mig_device``, ``resource_slice``, ``device_class``, ``resource_claim``.
+  ``mig_device``, ``resource_slice``, ``device_class``, ``resource_claim``; DRA pools of a real
+  DRA ledger whose nodes' images are counted as the capacity cache counts them: ``counted_dra_pools``.
 
 Nodes and pods of the device-plugin path: ``tests.builders.node`` / ``tests.builders.pod``.
 """
@@ -14,6 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuspawner.capacity import dra as capacity_dra
+from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.capacity.draledger import DraLedger
+from gpuspawner.capacity.model import PoolView
+from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.sim.dra import nvidia
 from tests.builders import GKE, node
 
@@ -169,3 +175,22 @@ def resource_claim(name: str, namespace: str = "jhub", *, devices: list[tuple[st
                                            "count": max(len(devices), 1)}}
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
             "spec": {"devices": {"requests": [request]}}, "status": status}
+
+
+def counted_dra_pools(counts: NodeImages, nodes: dict[str, tuple[int, dict[str, int]]],
+                      group: str = "dra-a100", **dev: Any) -> tuple[PoolView, ...]:
+    """The pools of a real ``DraLedger`` on ``nodes`` (name -> (full GPUs, the images it holds,
+    ref -> bytes)) in node group ``group``, its nodes joining ``counts`` as the capacity cache wires
+    them (``on_member``), each node's images noted as the cache notes a node without device-plugin GPUs."""
+    cfg = CapacityConfig()
+    ledger = DraLedger()
+    ledger.on_member = counts.dra_member
+    ledger.upsert_class(capacity_dra.class_record(device_class("gpu.nvidia.com", device_type="gpu")))
+    for name, (gpus, images) in nodes.items():
+        counts.update_other(name, images)
+        ledger.upsert_node(capacity_dra.dra_node(group_node(name, group), cfg.node_group_labels,
+                                                 cfg.is_gpu_resource))
+        ledger.upsert_slice(capacity_dra.slice_record(
+            resource_slice(f"{name}-gpus", name, [gpu_device(f"gpu-{i}", **dev) for i in range(gpus)]),
+            cfg.dra_drivers))
+    return ledger.pools()

@@ -212,24 +212,47 @@ class Cycle:
         return self.responders[i](q, pods)
 
 
+def vector(*samples: Mapping[str, Any]) -> dict[str, Any]:
+    """An instant query's (``/api/v1/query``) success answer holding ``samples``."""
+    return {"status": "success", "data": {"resultType": "vector", "result": list(samples)}}
+
+
+def sample(metric: str, pod: str, value: Any, **label_kw: Any) -> dict[str, Any]:
+    """One exporter sample of ``pod`` as Prometheus gives it (``exported_pod``), at a fixed time."""
+    return {"metric": {"__name__": metric, **dcgm_labels(pod, exported=True, **label_kw)}, "value": [1.7e9, value]}
+
+
+#: what the server answers an instant query with (the PromQL text -> answer)
+InstantResponder = Callable[[str], Answer]
+
+
 class FakePrometheus:
     """``/api/v1/query_range`` on loopback, answered by ``respond`` for the pods in ``pods`` (pod name ->
-    ``busy``/``idle``); ``queries`` counts the requests."""
+    ``busy``/``idle``), and ``/api/v1/query`` by ``instant`` (a document, or a responder); ``queries``
+    counts the requests, ``instant_queries`` holds the instant ones' PromQL."""
 
-    def __init__(self, pods: Mapping[str, str] | None = None, respond: Responder = clean):
+    def __init__(self, pods: Mapping[str, str] | None = None, respond: Responder = clean,
+                 instant: Mapping[str, Any] | InstantResponder | None = None):
         self.pods = dict(pods or {})
         self.respond = respond
+        self.instant = instant
         self.queries = 0
+        self.instant_queries: list[str] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
                 url = urlparse(self.path)
-                if url.path != "/api/v1/query_range":
+                params = {k: v[0] for k, v in parse_qs(url.query).items()}
+                if url.path == "/api/v1/query" and fake.instant is not None:
+                    fake.instant_queries.append(params["query"])
+                    instant = fake.instant
+                    status, body, content_type = instant(params["query"]) if callable(instant) else _json(instant)
+                elif url.path == "/api/v1/query_range":
+                    status, body, content_type = fake.respond(Query.parse(params), fake.pods)
+                else:
                     self.send_error(404)
                     return
-                params = {k: v[0] for k, v in parse_qs(url.query).items()}
-                status, body, content_type = fake.respond(Query.parse(params), fake.pods)
                 fake.queries += 1
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)

@@ -29,6 +29,9 @@ def test_the_culler_service_scrapes_directly_without_prometheus_and_reads_it_wit
     prom = culler_service("/tmp/kc", "http://127.0.0.1:9", "/src")
     assert prom["command"][-2:] == ["--prometheus-url", "http://127.0.0.1:9"]
     assert prom["environment"]["PYTHONPATH"] == "/src"
+    # the hub is told the same rule and Prometheus (spawn page, home page)
+    assert prom["rules"] == direct["rules"] == {"idle_timeout": "30m"}
+    assert prom["prometheus_url"] == "http://127.0.0.1:9" and direct["prometheus_url"] is None
 
 
 def test_the_demo_config_adds_the_culler_service_with_its_role(tmp_path, monkeypatch):
@@ -46,6 +49,8 @@ def test_the_demo_config_adds_the_culler_service_with_its_role(tmp_path, monkeyp
     given = config.JupyterHub.load_roles  # the snippet and the demo append: traitlets' lazy list
     roles = {r["name"]: r for r in (given.get_value([]) if hasattr(given, "get_value") else given)}
     assert roles["gpu-culler"] == {"name": "gpu-culler", "scopes": CULLER_SCOPES, "services": ["gpu-culler"]}
+    assert config.GPUSpawner.gpu_cull_rules == {"idle_timeout": "30m"}
+    assert config.GPUSpawner.gpu_prometheus_url is None  # no Prometheus: the home page says GPU use is not read
 
 
 def test_pod_targets_are_kubernetes_sd_s_one_per_container_port_none_without_an_ip():

@@ -98,6 +98,8 @@ def test_dra_pools_beside_device_plugin_pools(hub):
     assert (h100["nodes"], h100["total"], h100["max_free_per_node"]) == (2, 8, 4)
     assert (h100["driver_version"], h100["cuda_version"]) == ("570.172.8", "12.8")
     assert (mig["resource"], mig["product"], mig["total"]) == ("mig.nvidia.com", "NVIDIA A100-SXM4-80GB MIG 1g.10gb", 7)
+    # the images of its fitting choices are counted on the nodes its ResourceSlices name (none holds one yet)
+    assert h100["images"] and all(v == {"cached_nodes": 0, "nodes": 2} for v in h100["images"].values())
     plugin = [p for p in pools.values() if p["allocation"] == "device-plugin"]
     assert plugin and all("/" in p["resource"] for p in plugin)
     assert all(p["allocation"] in ("dra", "device-plugin") for p in pools.values())
@@ -191,6 +193,6 @@ def test_too_many_gpus_on_a_dra_pool_is_refused_before_any_object(hub):
     before = set(templates(hub))
     r = hub.api("POST", "/users/ivy/server", json={"profile": "gpu", "gpu_pool": H100, "gpus": 5})
     assert r.status_code == 400, r.text
-    assert f"choose between 1 and 4 GPUs in pool '{H100}'" in r.json()["message"]
+    assert "choose between 1 and 4 GPUs in NVIDIA H100 80GB (asked for 5)" in r.json()["message"]
     assert hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=ivy") == []
     assert set(templates(hub)) == before

@@ -26,7 +26,7 @@ if not shutil.which("configurable-http-proxy"):
 POOL_FIELDS = {
     "id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free",
     "max_free_per_node", "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas",
-    "fits_profiles", "queue",
+    "fits_profiles", "queue", "images",
 }
 
 
@@ -252,7 +252,8 @@ def test_spawn_through_the_rest_api_with_a_named_server(hub):
     "options, words",
     [
         pytest.param({"profile": "gpu", "gpu_pool": "no-such:pool:nvidia.com/gpu", "gpus": 1},
-                     "unknown pool 'no-such:pool:nvidia.com/gpu'; pools you can use: ", id="unknown-pool"),
+                     "unknown pool 'no-such:pool:nvidia.com/gpu'; pools that would work for this image: NVIDIA ",
+                     id="unknown-pool"),
         pytest.param({"profile": "gpu", "gpus": 0}, "`gpus` must be at least 1, not 0", id="zero-gpus"),
         pytest.param({"profile": "gpu", "gpus": "two"},
                      "`gpus` must be a whole number of GPUs written as digits, such as 1 or \"2\", not 'two'",

@@ -17,11 +17,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra import class_record, dra_node, slice_record
 from gpuspawner.capacity.draledger import DraLedger
+from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.hub import dra as dra_glue
 from gpuspawner.spawn.dra import CLAIM_NAME, TEMPLATE_LABELS
 from tests.builders import FakeCache
-from tests.builders.dra import device_class, gpu_device, group_node, mig_device, resource_slice
-from tests.hub.test_pod_manifest import GKE_A100, required_terms, spawner_factory  # noqa: F401
+from tests.builders.dra import counted_dra_pools, device_class, gpu_device, group_node, mig_device, resource_slice
+from tests.hub.test_pod_manifest import GKE_A100, preferred_terms, required_terms, spawner_factory  # noqa: F401
 from tests.spawn.test_dra import DRA_VERSIONS
 
 CFG = CapacityConfig()
@@ -150,6 +151,26 @@ async def test_the_driver_check_is_a_selector_not_an_affinity(dra_spawner, api):
     exprs = [sel["cel"]["expression"] for sel in
              api.templates[api.created[0]]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]]
     assert exprs[-1].endswith("cudaDriverVersion.compareTo(semver('12.4.0')) >= 0")
+
+
+@pytest.mark.parametrize("version", DRA_VERSIONS)
+async def test_a_dra_spawn_prefers_the_pools_nodes_that_hold_its_image(dra_spawner, install_cache, api, version):
+    s = dra_spawner()
+    image = "nvcr.io/nvidia/pytorch:24.05-py3"  # the profile's image
+    counts = NodeImages()
+    # the pool's nodes are those its ResourceSlices name; only dw-1 holds the image
+    (pool,) = counted_dra_pools(counts, {"dw-0": (4, {}), "dw-1": (4, {image: 15 << 30}), "dw-2": (4, {})},
+                                group="dra-warm")
+    s.test_cache = install_cache(FakeCache(pool, age_seconds=0.0, reservations_count=False))
+    s.test_cache.node_images = counts
+    m = await pod_for(s, {"profile": "gpu", "gpu_pool": pool.id, "gpus": 1})
+    kubernetes_validate.validate(m, version, strict=True)
+    assert preferred_terms(m) == [{"weight": 50, "preference": {"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": ["dw-1"]}]}}]
+    # a preference only: the pool's node group is still the one requirement, the claim still the GPUs
+    assert required_terms(m) == [{"matchExpressions": [
+        {"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["dra-warm"]}]}]
+    assert m["spec"]["resourceClaims"][0]["name"] == CLAIM_NAME
 
 
 async def test_same_request_reuses_the_template(dra_spawner, api):

@@ -14,14 +14,12 @@ from pathlib import Path
 import pytest
 from jupyterhub.tests.mocking import MockHub
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from tornado.httpserver import HTTPServer
-from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
 from gpuspawner import config_snippet
 import gpuspawner.capacity.cache as cache_module
-from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import ScaleUp
+from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.hub.handlers import GPUCapacityHandler
 from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as usage_scopes
 from gpuspawner.hub.usagehandlers import handlers as usage_handlers
@@ -29,11 +27,12 @@ from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner
 from tests.builders import FakeCache, make_spawner, pool_view
+from tests.builders.dra import counted_dra_pools
 
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
         "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas", "queue",
-        "fits_profiles"]
+        "fits_profiles", "images"]
 
 
 # two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
@@ -58,51 +57,23 @@ def load_snippet() -> Config:
     return c
 
 
-async def serve_mock_hub(c: Config):
-    """Initialize a MockHub (not started: no proxy) and serve it on loopback.
-    Returns (app, http server, base url of the hub's API, token of a plain user)."""
-    # "gpu" resolves through the installed entry point; the test tree may not be installed
-    c.JupyterHub.spawner_class = GPUSpawner
-    MockHub.clear_instance()
-    app = MockHub.instance(config=c)
-    await app.initialize([])
-    token = app.users["user"].new_api_token()
-    sockets = bind_sockets(0, "127.0.0.1")
-    server = HTTPServer(app.tornado_application)
-    server.add_sockets(sockets)
-    return app, server, f"http://127.0.0.1:{sockets[0].getsockname()[1]}{app.hub_prefix}api/", token
-
-
-async def close_mock_hub(app, server):
-    server.stop()
-    await CapacityCache.reset_shared()
-    app.db.close()
-    MockHub.clear_instance()
-
-
 @pytest.fixture
-async def hub():
-    """The snippet's config; yields (url of /hub/api/gpus, token of a plain user)."""
+async def hub(mock_hub):
+    """The snippet's config; (url of /hub/api/gpus, token of a plain user)."""
     c = load_snippet()
     c.GPUSpawner.gpu_pool_rules = [{"match": "secret:*", "hide": True}, {"match": "h100:*"}]
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        yield api + "gpus", token
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    return served.api + "gpus", served.token
 
 
 @pytest.fixture
-async def hub_for_spawn():
-    """A hub with a GPU profile; yields (base API url, token of the user 'user')."""
+async def hub_for_spawn(mock_hub):
+    """A hub with a GPU profile; (base API url, token of the user 'user')."""
     c = load_snippet()
     c.GPUSpawner.gpu_profiles = [{"slug": "gpu"}]
     c.GPUSpawner.profile_list = [{"display_name": "CPU", "slug": "cpu"}]
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        yield api, token
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    return served.api, served.token
 
 
 async def get(url, token=None):
@@ -144,7 +115,8 @@ async def test_capacity_for_a_plain_user_token(hub, install_cache):
     assert {p["allocation"] for p in body["pools"]} == {"device-plugin"}
     assert body["pools"][0]["scale_up"] == {"max_nodes": 4, "gpus_per_node": 8, "minutes": 6.5}
     # no gpu_kueue_queues: not queued; no CPU or memory asked: every profile fits
-    assert {k: v for k, v in body["pools"][1].items() if k != "fits_profiles"} == {**A100.to_json(), "queue": None}
+    assert {k: v for k, v in body["pools"][1].items() if k != "fits_profiles"} == {**A100.to_json(), "queue": None,
+                                                                                  "images": {}}  # no GPU profile
     assert all(set(p["fits_profiles"].values()) <= {True} for p in body["pools"])
     assert fake.snapshots == 1
 
@@ -228,7 +200,7 @@ def gpu_hub_spawner(no_kube_client, install_cache, monkeypatch):
 @pytest.mark.parametrize(
     "body, status, message",
     [
-        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 9}, 400, "choose between 1 and 5 GPUs in pool"),
+        ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 9}, 400, "choose between 1 and 5 GPUs in NVIDIA A100 80GB (asked for 9)"),
         ({"profile": "gpu", "gpus": "2.5"}, 400, "must be a whole number"),
         ({"profile": "gpu", "node_selector": {"kubernetes.io/hostname": "n1"}}, 400, "may not set `node_selector`"),
         ({"user_options": {"profile": "gpu", "gpu_pool": "nope"}}, 400, "unknown pool 'nope'"),
@@ -249,20 +221,60 @@ async def test_rest_spawn_mistakes_are_400_with_the_message(hub_for_spawn, gpu_h
     assert message in json.loads(reply)["message"]
 
 
-async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configured(install_cache):
+async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configured(install_cache, mock_hub):
     c = load_snippet()
     c.GPUSpawner.gpu_cull_rules = {"idle_timeout": "1h", "pools": {H100.id: {"idle_timeout": "30m"}}}
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        install_cache(fake_cache(A100, H100))
-        code, body = await get(api + "gpus", token)
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    install_cache(fake_cache(A100, H100))
+    code, body = await get(served.api + "gpus", served.token)
     assert code == 200
     rules = {p["id"]: p["idle_rule"] for p in body["pools"]}
     assert rules[H100.id].startswith("This server is stopped after 30m ")
     assert rules[A100.id].startswith("This server is stopped after 60m ")
     assert all(list(p) == KEYS + ["idle_rule"] for p in body["pools"])  # a new key after the exact ones
+
+
+async def test_each_pool_says_on_how_many_of_its_nodes_each_fitting_image_is_cached(install_cache):
+    c = load_snippet()
+    c.GPUSpawner.cuda_policy = "strict"
+    # the CUDA 12.6 choice cannot run on the pools' driver 535 (CUDA 12.2): it is no image of theirs
+    c.GPUSpawner.gpu_profiles = [{
+        "slug": "gpu", "cuda": "12.1", "kubespawner_override": {"image": "pt:cu121"},
+        "profile_options": {"image": {"choices": {
+            "cu121": {"display_name": "CUDA 12.1", "default": True},
+            "cu126": {"kubespawner_override": {"image": "pt:cu126"}, "cuda": "12.6"},
+            "plain": {"kubespawner_override": {"image": "quay.io/jupyter/base-notebook:2026"}},
+        }}},
+    }]
+    app, server, api, token = await serve_mock_hub(c)
+    try:
+        counts = NodeImages()
+        # a DRA pool (driver 550: CUDA 12.4) on d1 and d2, whose nodes come from their ResourceSlices
+        (dra,) = counted_dra_pools(counts, {"d1": (4, {"docker.io/library/pt:cu121": 15 << 30}), "d2": (4, {})})
+        fake = install_cache(fake_cache(A100, H100, dra))
+        fake.node_images = counts
+        # as the kubelet reports them: fully qualified, and by digest
+        fake.node_images.update("a1", [A100.id], {"docker.io/library/pt:cu121": 15 << 30})
+        fake.node_images.update("a2", [A100.id], {"docker.io/library/pt:cu121": 15 << 30,
+                                                  "quay.io/jupyter/base-notebook:2026": 1 << 30})
+        fake.node_images.update("a3", [A100.id], {"docker.io/library/pt:cu126": 15 << 30})
+        code, body = await get(api + "gpus", token)
+    finally:
+        await close_mock_hub(app, server)
+    assert code == 200
+    images = {p["id"]: p["images"] for p in body["pools"]}
+    assert images[A100.id] == {
+        "pt:cu121": {"cached_nodes": 2, "nodes": 3},
+        "quay.io/jupyter/base-notebook:2026": {"cached_nodes": 1, "nodes": 3},
+    }
+    assert images[H100.id] == {
+        "pt:cu121": {"cached_nodes": 0, "nodes": 0},
+        "quay.io/jupyter/base-notebook:2026": {"cached_nodes": 0, "nodes": 0},
+    }
+    assert images[dra.id] == {
+        "pt:cu121": {"cached_nodes": 1, "nodes": 2},
+        "quay.io/jupyter/base-notebook:2026": {"cached_nodes": 0, "nodes": 2},
+    }
 
 
 async def login(hub_url: str, name: str) -> str:
@@ -311,15 +323,12 @@ async def test_the_home_page_says_why_kueue_stopped_the_users_server(no_kube_cli
     assert 'id="start"' in page
 
 
-async def test_the_scope_can_be_taken_away_by_defining_the_user_role(install_cache):
+async def test_the_scope_can_be_taken_away_by_defining_the_user_role(install_cache, mock_hub):
     c = Config()
     c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self"]}]  # the admin's own, without the scope
     exec(compile(SNIPPET.read_text(), str(SNIPPET), "exec"), {"c": c, "get_config": lambda: c})
     assert c.JupyterHub.load_roles == [{"name": "user", "scopes": ["self"]}]  # left as the admin wrote it
     install_cache(fake_cache(A100))
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        code, body = await get(api + "gpus", token)
-        assert code == 403 and "custom:gpus:read" in body["message"]
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    code, body = await get(served.api + "gpus", served.token)
+    assert code == 403 and "custom:gpus:read" in body["message"]

@@ -236,3 +236,39 @@ async def test_respawn_does_not_stack_old_terms_or_probes(cuda_spawner):
         {"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["a100"]},
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
     ]}]
+
+
+def preferred_terms(m):
+    return (m["spec"].get("affinity") or {}).get("nodeAffinity", {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution") or []
+
+
+@pytest.mark.parametrize("version", [OLDEST, NEWEST], ids=["oldest-k8s", "newest-k8s"])
+async def test_the_pod_prefers_the_pools_nodes_that_hold_its_image(no_kube_client, install_cache, version):
+    warm_pool = pool("a100", "NVIDIA-A100-SXM4-80GB", nodes=(node("a-cold"), node("a-warm"), node("a-full", 0)))
+    cache = install_cache(FakeCache(warm_pool, age_seconds=0.0, reservations_count=False))
+    image = "quay.io/jupyter/pytorch-notebook:cuda12-latest"
+    cache.node_images.update("a-warm", [warm_pool.id], {image: 15 << 30})
+    cache.node_images.update("a-full", [warm_pool.id], {image: 15 << 30})
+    cache.node_images.update("a-cold", [warm_pool.id], {})
+    cache.node_images.update("b-other-pool", ["other"], {image: 15 << 30})
+    admin_term = {"weight": 10, "preference": {"matchExpressions": [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-a"]}]}}
+    s = make_spawner(user=MockUser("ada", id=7), namespace="jhub", node_affinity_preferred=[admin_term],
+                     gpu_profiles=[{"slug": "gpu", "kubespawner_override": {"image": image}}])
+    m = await manifest_for(s, {"profile": "gpu", "gpu_pool": warm_pool.id, "gpus": 1})
+    kubernetes_validate.validate(m, version, strict=True)
+    # the admin's own term kept; then the warm node with room, then the warm one without (never the cold
+    # node, nor a node of another pool); preferred only: the pool's required terms are unchanged
+    assert preferred_terms(m) == [admin_term] + [
+        {"weight": 50, "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}}
+        for n in ("a-warm", "a-full")]
+    # a respawn does not stack the terms
+    again = await manifest_for(s, {"profile": "gpu", "gpu_pool": warm_pool.id, "gpus": 1})
+    assert preferred_terms(again) == preferred_terms(m)
+    # turned off: the admin's own term only, the pod's other terms unchanged
+    s.gpu_prefer_warm_nodes = False
+    off = await manifest_for(s, {"profile": "gpu", "gpu_pool": warm_pool.id, "gpus": 1})
+    kubernetes_validate.validate(off, version, strict=True)
+    assert preferred_terms(off) == [admin_term]
+    assert required_terms(off) == required_terms(m)

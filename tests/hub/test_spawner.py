@@ -104,7 +104,7 @@ async def test_cpu_profile_keeps_kubespawner_behaviour(no_kube_client, cache):
 @pytest.mark.parametrize(
     "options, status, message",
     [
-        ({"profile": "gpu", "gpus": 4, "gpu_pool": A100.id}, 400, "choose between 1 and 3 GPUs in pool"),
+        ({"profile": "gpu", "gpus": 4, "gpu_pool": A100.id}, 400, "choose between 1 and 3 GPUs in NVIDIA A100 80GB (asked for 4)"),
         ({"profile": "gpu", "node_selector": {"x": "y"}}, 400, "may not set `node_selector`"),
         ({"profile": "cpu", "image": "evil"}, 400, "may not set `image`"),
         ({"profile": "gpu", "start_timeout": 1}, 400, "may not set `start_timeout`"),
@@ -395,10 +395,14 @@ async def test_no_fitting_node_refuses_before_any_pod(no_kube_client, driver_cac
         await s.load_user_options()
     message = e.value.log_message
     assert e.value.status_code == 400 and e.value.reason == "cuda-driver"
-    for part in ("pytorch:cu124 (CUDA 12.4)", "driver 470.82.01, CUDA up to 11.4", "rule: driver-too-old",
+    for part in ("pytorch:cu124 (CUDA 12.4)", "driver 470.82.01, CUDA up to 11.4",
                  "ask the admin to install driver 550.54.14 or newer",
-                 f"GPU pools whose drivers fit this image: {UNLABELLED.id}, {MVC_POOL.id}, {NEW_POOL.id}"):
+                 "GPU pools whose drivers fit this image: ",
+                 *{p.display_name for p in (UNLABELLED, MVC_POOL, NEW_POOL)}):
         assert part in message, (part, message)
+    # pools by the names users read: no pool id, no rule name
+    for internal in (UNLABELLED.id, MVC_POOL.id, NEW_POOL.id, "rule:", "driver-too-old"):
+        assert internal not in message, (internal, message)
     assert driver_cache.reservations == {}
 
 
@@ -434,7 +438,7 @@ async def test_strict_policy_refuses_what_minor_warns(no_kube_client, driver_cac
     s.user_options = {"profile": "gpu", "gpu_pool": MVC_POOL.id}
     with pytest.raises(SpawnException) as e:
         await s.load_user_options()
-    assert "policy: strict" in e.value.log_message
+    assert "the strict policy accepts only backward compatibility" in e.value.log_message
 
 
 async def test_admin_check_replaces_the_rules(no_kube_client, driver_cache):
@@ -447,7 +451,7 @@ async def test_admin_check_replaces_the_rules(no_kube_client, driver_cache):
     s.user_options = {"profile": "gpu", "gpu_pool": MVC_POOL.id}
     with pytest.raises(SpawnException) as e:
         await s.load_user_options()
-    assert "Our cluster rule. (rule: site, policy: minor) Ask #gpu-help." in e.value.log_message
+    assert "Our cluster rule. Ask #gpu-help." in e.value.log_message  # the site's words, not its rule's name
     s.user_options = {"profile": "gpu", "gpu_pool": OLD_POOL.id}
     await s.load_user_options()  # the site's rule accepts what the default refuses
 
@@ -687,6 +691,21 @@ async def test_progress_speaks_of_gpus_pools_and_the_queue(cluster, monkeypatch)
     assert messages[3] == "Spawn is taking a while (61 seconds)..."  # KubeSpawner's own notice, unchanged
     assert [e["progress"] for e in items[:3]] == [10, 40, 50]  # moved by what happened, never backwards
     assert items[0]["raw_event"]["reason"] == "FailedScheduling"  # kept for JupyterHub's event log
+
+
+async def test_a_pull_on_a_cold_node_is_estimated_from_the_size_other_nodes_report(cluster, monkeypatch):
+    monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "progress", fake_kubespawner_progress([
+        pod_event("Scheduled", "Successfully assigned jhub/jupyter-alice to t4-1"),
+        pod_event("Pulling", 'Pulling image "pytorch:cu124"'),
+    ]))
+    # t4-0 holds the image (as containerd names it); the pod landed on t4-1, which pulls it
+    cluster.cache.node_images.update("t4-0", [POOL_T4.id], {"docker.io/library/pytorch:cu124": 15_032_385_536})
+    s = starting_spawner(gpu_tolerated_taint_keys=["nvidia.com/gpu", "sku"], gpu_image_pull_mb_per_second=30)
+    s.user_options = {"profile": "gpu", "gpu_pool": POOL_T4.id, "gpus": 1}
+    await s.load_user_options()
+    messages = [e["message"] async for e in s.progress()]
+    assert messages[1] == ("Downloading the image pytorch:cu124: pulling 15 GB image, about 8 min on a node that "
+                           "does not have it yet.")
 
 
 async def test_progress_of_a_cpu_spawn_is_kubespawners(cluster, monkeypatch):

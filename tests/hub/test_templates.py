@@ -20,8 +20,8 @@ from tests.builders import steered_offers as offers_for
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_template_dirs_are_the_packages_own():
-    assert template_dirs() == [str((REPO / "gpuspawner" / "hub" / "templates").resolve())]
+def test_template_dirs_are_the_checkouts_in_an_editable_install():
+    assert template_dirs() == [str((REPO / "share" / "templates").resolve())]
 
 
 def _live_pools(html):
@@ -71,3 +71,52 @@ def test_spawn_form_shows_the_idle_rule_of_the_profile_and_pool_only_when_config
     html = render_form(template_dirs(), None, profile_list=profiles, user_options={}, gpu_offers=offers,
                        cull_rules=None, idle_rule=settings.idle_rule)
     assert _idle_lines(html) == [] and "Idle rule" not in html
+
+
+def _ready_lines(html):
+    return [re.sub(r"\s+", " ", t).strip() for t in re.findall(r'<p class="gs-warm"[^>]*>(.*?)</p>', html, re.S)]
+
+
+def test_each_pool_card_says_on_how_many_nodes_each_image_it_can_run_is_ready():
+    from gpuspawner.capacity.nodeimages import NodeImages
+    from gpuspawner.hub.poolimages import ready_words
+    from tests.builders import gpu_offers, pool_view
+
+    profile = {
+        "slug": "gpu", "cuda": "12.4", "kubespawner_override": {"image": "pt:cu124"},
+        "profile_options": {"image": {"choices": {
+            "cu124": {"display_name": "CUDA 12.4 <b>new</b>", "default": True},
+            "cu114": {"display_name": "CUDA 11.4", "kubespawner_override": {"image": "pt:cu114"}, "cuda": "11.4"},
+        }}},
+    }
+    a100 = pool_view("a100", "NVIDIA-A100-SXM4-80GB", driver="550.54.15", cuda="12.4")
+    t4 = pool_view("t4", "Tesla-T4", driver="470.82.01", cuda="11.4")  # cannot run the CUDA 12.4 image
+    counts = NodeImages()
+    for i in range(5):
+        counts.update(f"a{i}", [a100.id], {"docker.io/library/pt:cu124": 1} if i < 3 else {})
+    counts.update("t0", [t4.id], {"docker.io/library/pt:cu124": 1})
+    offers = gpu_offers([profile], a100, t4, policy="strict")
+    profiles, _ = merge_profiles([], offers)
+    spawner = type("S", (), {"shared_capacity_cache": lambda self: type("C", (), {"node_images": counts})()})()
+    html = render_form(template_dirs(), None, profile_list=profiles, user_options={}, gpu_offers=offers,
+                       image_ready=ready_words(spawner))
+    # one line per image and pool, labelled by its choice (escaped); none for the image the T4 cannot run
+    assert _ready_lines(html) == [
+        "Image ready on 3 of 5 nodes (CUDA 12.4 &lt;b&gt;new&lt;/b&gt;).",
+        "Image ready on 0 of 5 nodes (CUDA 11.4).",
+        "Image ready on 0 of 1 node (CUDA 11.4).",
+    ]
+    assert "<b>new</b>" not in html
+    # the script shows the chosen image's line only, as it does its CUDA line
+    assert 'data-gs-image-field="profile-option-gpu--image" data-gs-image-choice="cu114"' in html
+    # the live refresh finds each line by the image's key in the API's "images", with its label
+    assert re.findall(r'<p class="gs-warm" data-gs-image="([^"]*)" data-gs-image-label="([^"]*)"', html) == [
+        ("pt:cu124", "CUDA 12.4 &lt;b&gt;new&lt;/b&gt;"), ("pt:cu114", "CUDA 11.4"), ("pt:cu114", "CUDA 11.4")]
+    # a pool with no node now: an empty line (not shown), for the live refresh to fill
+    empty = pool_view("h100", "NVIDIA-H100-80GB-HBM3", driver="550.54.15", cuda="12.4")  # no node in the counts
+    html = render_form(template_dirs(), None, profile_list=profiles, user_options={},
+                       gpu_offers=gpu_offers([profile], empty, policy="strict"), image_ready=ready_words(spawner))
+    assert _ready_lines(html) == ["", ""] and ".gs-warm:empty { display: none; }" in html
+    # no counts (no capacity cache): no line
+    assert _ready_lines(render_form(template_dirs(), None, profile_list=profiles, user_options={},
+                                    gpu_offers=offers)) == []

@@ -16,7 +16,7 @@ from gpuspawner.hub.usagepage import home_context, standing_words
 from gpuspawner.usage import clock, store
 from gpuspawner.usage.store import UsageStore
 from tests.builders.usage import NOW, holding
-from tests.hub.test_handlers import close_mock_hub, load_snippet, serve_mock_hub
+from tests.hub.test_handlers import load_snippet
 
 A100 = "a100:nvidia-a100:nvidia.com/gpu"
 T4 = "t4:tesla-t4:nvidia.com/gpu"
@@ -24,7 +24,7 @@ KEYS = {"gpu_hours", "window", "budget", "remaining", "retry_at", "servers"}
 
 
 @pytest.fixture
-async def hub(db_url, monkeypatch):
+async def hub(db_url, monkeypatch, mock_hub):
     """A hub with budgets and groups; its ledger holds ann's and bob's holdings. Yields (api url, tokens)."""
     monkeypatch.setenv("JUPYTERHUB_TEST_DB_URL", db_url)
     clock.set_source(lambda: NOW)
@@ -39,7 +39,8 @@ async def hub(db_url, monkeypatch):
         {"name": "usage-reader", "scopes": ["custom:gpu-usage:read"], "users": ["reader"]},
         {"name": "student-lead", "scopes": ["custom:gpu-usage:read!group=students"], "users": ["lead"]},
     ]
-    app, server, api, _token = await serve_mock_hub(c)
+    served = await mock_hub(c)
+    app, api = served.app, served.api
     ledger = UsageStore(app.db).ready()
     ledger.open(holding("2026-11-27 09:00", "2026-11-27 11:00", user="ann", pool=A100))  # 2 GPU-hours
     ledger.open(holding("2026-11-27 11:00", user="ann", server="big", pool=T4, gpus=2, weight=0.5), pod_uid="u1")
@@ -49,7 +50,7 @@ async def hub(db_url, monkeypatch):
     try:
         yield api, tokens, app
     finally:
-        await close_mock_hub(app, server)
+        await served.close()
         clock.set_source(None)
 
 
@@ -147,6 +148,9 @@ async def test_home_page_words(hub):
     context = home_context(s, st)
     assert context["standing"] == ("You have 0 of your 2 GPU-hours left in the last day; "
                                    "1.02 GPU-hours come back on 28 November at 10:01 UTC.")
-    assert context["servers"] == [{"name": "big", "gpus": 2, "pool": T4, "rate": "1", "cost": "1"}]
+    # the pool by the name users read (here its node group: no capacity snapshot names it), never its id
+    assert context["servers"] == [{"name": "big", "gpus": 2, "pool": T4.split(":")[0], "rate": "1", "cost": "1"}]
+    named = home_context(s, st, {T4: ("NVIDIA T4", "T4 for teaching")})
+    assert named["servers"][0]["pool"] == "T4 for teaching"
     assert context["warning"].startswith("Your GPU-hour budget runs out on 27 November at 12:00 UTC")
     assert user is not None and standing_words(st) == context["standing"]

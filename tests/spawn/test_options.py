@@ -115,14 +115,19 @@ BAD_CASES = [
     ({"profile": "gpu", "gpus": True}, "must be a whole number"),
     ({"profile": "gpu", "gpus": "1e3"}, "must be a whole number"),
     ({"profile": "gpu", "gpus": float("nan")}, "must be a whole number"),
-    ({"profile": "gpu", "gpus": 10**30}, "choose between 1 and 3 GPUs in pool 'a100:"),
+    ({"profile": "gpu", "gpus": 10**30}, "choose between 1 and 3 GPUs in NVIDIA A100 80GB (asked for"),
     ({"profile": "gpu", "gpus": "9" * 40}, "is far more GPUs than any server can have"),
     ({"profile": "gpu", "gpus": [2]}, "must be a whole number"),
     ({"profile": "gpu", "gpus": {"n": 2}}, "must be a whole number"),
-    ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 4}, "choose between 1 and 3 GPUs in pool 'a100:"),
-    ({"profile": "gpu", "gpu_pool": T4.id, "gpus": 2}, "choose between 1 and 1 GPUs in pool 't4:"),
-    ({"profile": "big", "gpus": 5}, "choose between 1 and 4 GPUs in pool 'h100:"),
-    ({"profile": "gpu", "gpu_pool": "nope:x:nvidia.com/gpu"}, "unknown pool 'nope:x:nvidia.com/gpu'; pools you can use: a100:"),
+    ({"profile": "gpu", "gpu_pool": A100.id, "gpus": 4},
+     "choose between 1 and 3 GPUs in NVIDIA A100 80GB (asked for 4); pools that would work for this image: "
+     "NVIDIA T4 (up to 1)"),
+    ({"profile": "gpu", "gpu_pool": T4.id, "gpus": 2}, "choose between 1 and 1 GPUs in NVIDIA T4 (asked for 2)"),
+    ({"profile": "big", "gpus": 5},
+     "choose between 1 and 4 GPUs in NVIDIA H100 80GB (asked for 5); no other pool of profile 'big' can give GPUs"),
+    ({"profile": "gpu", "gpu_pool": "nope:x:nvidia.com/gpu"},
+     "unknown pool 'nope:x:nvidia.com/gpu'; pools that would work for this image: NVIDIA A100 80GB (up to 3), "
+     "NVIDIA T4 (up to 1)"),
     ({"profile": "gpu", "gpu_pool": HIDDEN.id}, "unknown pool"),
     ({"profile": "gpu", "gpu_pool": H100.id}, "is not offered by profile 'gpu' (it is in profile 'big')"),
     ({"profile": "gpu", "gpu_pool": FULL.id}, "cannot give any GPU now: all 8 GPUs are in use"),
@@ -341,7 +346,7 @@ def test_pool_whose_drivers_do_not_fit_is_refused_with_the_reason():
         validate_user_options({"profile": "gpu", "gpu_pool": old.id}, profiles, offers)
     assert e.value.status == 400 and e.value.reason == "cuda_mismatch"
     assert str(e.value).startswith("The image pt:cu124 (CUDA 12.4) does not fit any node of GPU pool")
-    assert str(e.value).endswith(f"GPU pools whose drivers fit this image: {new.id}.")
+    assert str(e.value).endswith("GPU pools whose drivers fit this image: NVIDIA A100 80GB (up to 3).")
 
 
 # --- counts on the nodes an image may land on (a pool mid driver upgrade)
@@ -374,8 +379,7 @@ def test_validation_admits_what_a_fitting_node_holds(options, gpus):
     "options, the_pool, message",
     [
         ({"gpus": "4"}, steered_pool(old(), new()),
-         "choose between 1 and 1 GPUs in pool 'a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu' on the nodes whose "
-         "driver fits this image (asked for 4)"),
+         "choose between 1 and 1 GPUs in NVIDIA A100 80GB on the nodes whose driver fits this image (asked for 4)"),
         ({"gpus": "2", "image": "cu124", "gpu_pool": POOL_ID}, steered_pool(old(), new()), "on the nodes whose driver fits"),
         ({"gpus": "1", "gpu_pool": POOL_ID}, steered_pool(old(), new(free=0)),
          "cannot give any GPU now: no GPU is free on the nodes whose driver fits this image"),

@@ -155,8 +155,13 @@ def test_names_in_messages_are_escaped_and_bounded(keys, shown):
     assert names(keys) == shown
 
 
+# seven models (as GPU Feature Discovery writes them): seven names users read
+PRODUCTS = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "Tesla-T4", "NVIDIA-L4", "NVIDIA-A10",
+            "Tesla-V100-SXM2-16GB", "NVIDIA-A100-SXM4-40GB")
+
+
 def _many_pools(n):
-    pools = tuple(pool_view(f"g{i:03d}", "NVIDIA-A100-SXM4-80GB", free=1 + i % 8, per_node=1 + i % 8)
+    pools = tuple(pool_view(f"g{i:03d}", PRODUCTS[i % len(PRODUCTS)], free=1 + i % 8, per_node=1 + i % 8)
                   for i in range(n))
     offers = build_offers([GPUProfileSpec.from_config({"slug": "gpu"})],
                           CapacitySnapshot(pools=pools, synced=True, age_seconds=1.0, generation=1), ())
@@ -170,11 +175,15 @@ def _many_pools(n):
      {"profile": "gpu", "gpu_pool": 7}],
     ids=["unknown-pool", "too-many", "pool-not-a-string"],
 )
-def test_a_refusal_names_at_most_five_pools_with_the_most_room(options):
+def test_a_refusal_names_a_few_pools_by_the_names_users_read(options):
     profiles, offers = _many_pools(414)
     with pytest.raises(OptionError) as e:
         validate_user_options(options, profiles, offers)
     message = str(e.value)
-    assert message.count("(up to ") == 5 and "and 409 more (GET /hub/api/gpus lists them)" in message
-    assert message.count("(up to 8)") == 5  # the pools with the most room
-    assert len(message) < 600
+    # three names (one per model, however many node groups hold it), the most room first, the rest counted
+    assert message.count("(up to ") == 3 and "and 4 more (the spawn page and GET /hub/api/gpus list them)" in message
+    assert message.count("(up to 8)") == 3
+    assert "pools that would work for this image: NVIDIA " in message
+    # no pool id, rule name or empty brackets: only what the user sent is quoted back
+    assert "g0" not in message and "()" not in message and "[" not in message
+    assert len(message) < 400

@@ -246,6 +246,25 @@ TRANSLATE_CASES = [
         id="pulling",
     ),
     pytest.param(
+        ev("Pulling", 'Pulling image "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-01"'),
+        {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-01", "image_bytes": 15_032_385_536,
+         "pull_rate": 60.0},
+        "image_pull",
+        False,
+        ["Downloading the image quay.io/jupyter/pytorch-notebook:cuda12-2026-11-01: pulling 15 GB image, "
+         "about 4 min on a node that does not have it yet."],
+        id="pulling-estimated-from-the-size-other-nodes-report",
+    ),
+    pytest.param(
+        ev("Pulling", 'Pulling image "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"'),
+        {"image": "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-01", "image_bytes": 15_032_385_536,
+         "pull_rate": 60.0},
+        "image_pull",
+        False,
+        ["nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", "several minutes"],
+        id="pulling-another-image-not-estimated",
+    ),
+    pytest.param(
         ev("Pulled", 'Successfully pulled image "quay.io/jupyter/pytorch-notebook:cuda12" in 1m2.345s '
                      '(1m2.345s including waiting). Image size: 6421837393 bytes.'),
         {},

@@ -3,22 +3,26 @@
 #
 # It loads jupyterhub_config.d/gpuspawner.py, the snippet an admin drops into a real hub, and then
 # adds what a site would: an authenticator, profiles, and a pool the autoscaler can create.
+# Read without the demo's variables (`gpuspawner doctor --config` on this file, while the demo runs
+# or not), it gives the same GPU settings, with JupyterHub's default ports and the current directory.
 import os
+
+import gpuspawner
 
 c = get_config()  # noqa: F821 - provided by traitlets when JupyterHub loads this file
 env = os.environ
 
-load_subconfig(env["GPUSPAWNER_DEMO_SNIPPET"])  # noqa: F821 - provided by traitlets
+load_subconfig(env.get("GPUSPAWNER_DEMO_SNIPPET") or str(gpuspawner.config_snippet()))  # noqa: F821 - traitlets'
 
-workdir = env["GPUSPAWNER_DEMO_DIR"]
+workdir = env.get("GPUSPAWNER_DEMO_DIR") or os.getcwd()
 
 # --- the hub, on loopback -------------------------------------------------------------------
 c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = int(env["GPUSPAWNER_DEMO_PORT"])
+c.JupyterHub.port = int(env.get("GPUSPAWNER_DEMO_PORT") or 8000)
 c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = int(env["GPUSPAWNER_DEMO_HUB_PORT"])
-c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env['GPUSPAWNER_DEMO_PROXY_API_PORT']}"
-c.ConfigurableHTTPProxy.command = [env["GPUSPAWNER_DEMO_PROXY"]]
+c.JupyterHub.hub_port = int(env.get("GPUSPAWNER_DEMO_HUB_PORT") or 8081)
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env.get('GPUSPAWNER_DEMO_PROXY_API_PORT') or 8001}"
+c.ConfigurableHTTPProxy.command = [env.get("GPUSPAWNER_DEMO_PROXY") or "configurable-http-proxy"]
 c.JupyterHub.db_url = f"sqlite:///{os.path.join(workdir, 'jupyterhub.sqlite')}"
 c.JupyterHub.cookie_secret_file = os.path.join(workdir, "jupyterhub_cookie_secret")
 c.JupyterHub.allow_named_servers = True
@@ -46,6 +50,9 @@ if culler:  # gpuspawner demo's GPU culler (gpuspawner/commands/demo_cull.py; --
     c.JupyterHub.services.append(
         {"name": "gpu-culler", "command": spec["command"], "environment": spec["environment"]})
     c.JupyterHub.load_roles.append({"name": "gpu-culler", "scopes": spec["scopes"], "services": ["gpu-culler"]})
+    # the culler's rule on the spawn page and the home page, and each server's GPU use from its Prometheus
+    c.GPUSpawner.gpu_cull_rules = spec["rules"]
+    c.GPUSpawner.gpu_prometheus_url = spec["prometheus_url"]
 
 c.GPUSpawner.namespace = "jupyterhub"
 c.GPUSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"

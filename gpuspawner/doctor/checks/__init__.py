@@ -4,6 +4,7 @@
 * ``gfd``: missing or deprecated GPU Feature Discovery labels;
 * ``taints``: taints on GPU nodes no GPU server tolerates;
 * ``images``: profile images whose CUDA fits no (or not every) node's driver;
+* ``warmth``: pools where an image of their profiles is on no node and pre-pulling is off;
 * ``pending``: pods stuck Pending on GPUs;
 * ``rbac``: access the hub lacks;
 * ``cull``: GPU nodes whose GPU activity the culler cannot see (only when culling is configured);
@@ -33,6 +34,7 @@ from gpuspawner.doctor.checks.pending import check_pending_pods
 from gpuspawner.doctor.checks.rbac import check_rbac
 from gpuspawner.doctor.checks.scaleup import check_scale_up
 from gpuspawner.doctor.checks.taints import check_taints
+from gpuspawner.doctor.checks.warmth import check_image_warmth
 from gpuspawner.doctor.dra import DraState
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.kueue import KueueState
@@ -44,6 +46,7 @@ __all__ = [
     "check_cull_coverage",
     "check_dra",
     "check_gfd_labels",
+    "check_image_warmth",
     "check_images",
     "check_kueue",
     "check_nodes",
@@ -120,6 +123,7 @@ def run_checks(
         out += check_gfd_labels(nodes, config)
         out += check_taints(nodes, hub, config)
         out += check_images(nodes, hub, config)
+        out += check_image_warmth(nodes, hub, config, dra)
         if cull is not None:
             out += check_cull_coverage(nodes, pods, cull.series, cull.prometheus_url)
     if pods is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import driver_versions, gpu_facts, node_record
+from gpuspawner.capacity.model import PoolView
 from gpuspawner.cuda.custom import safe_verdict
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.cuda.rules import POLICIES, NodeCuda, Verdict
@@ -24,7 +25,7 @@ from gpuspawner.doctor.findings import Finding, ObjectRef, names, node_ref, plur
 from gpuspawner.kube import objects
 from gpuspawner.spawn.cudafit import node_cuda
 
-__all__ = ["check_images"]
+__all__ = ["check_images", "fits_some_node", "fits_some_pool_node"]
 
 #: a judged node and the NVIDIA pools it is in
 Judged = tuple[Mapping[str, Any], list[str]]
@@ -93,6 +94,19 @@ def _judge(img: ProfileImage, judged: list[Judged], hub: HubFacts) -> tuple[Node
             elif v.level != "skip":
                 verdicts.append((node_ref(node), v))
     return verdicts, errors
+
+
+def fits_some_node(img: ProfileImage, nodes: Sequence[Mapping[str, Any]], hub: HubFacts) -> bool:
+    """Whether the hub's CUDA check lets ``img`` run on at least one of ``nodes`` (a node it cannot
+    judge, with no driver labels or a failing check, counts as fitting, as the spawner lets it)."""
+    return any(_verdict(hub, img.cuda, _node_cuda(node)).level != "fail" for node in nodes)
+
+
+def fits_some_pool_node(img: ProfileImage, pool: PoolView, hub: HubFacts) -> bool:
+    """:func:`fits_some_node` on a pool's own node views (a DRA pool: its devices' driver and CUDA
+    versions, from the ResourceSlices)."""
+    return any(_verdict(hub, img.cuda, node_cuda(v.name, v.driver_version, v.cuda_version, v.compute_capability,
+                                                 pool.product)).level != "fail" for v in pool.node_views)
 
 
 def _check_error(img: ProfileImage, errors: NodeVerdicts) -> Finding:

@@ -64,8 +64,13 @@ class Kubelet:
                  stand_in: bool = False, api_url: str | None = None, bin_dir: str | None = None,
                  restart_backoff: tuple[float, float] = (10.0, 300.0), workdir: str | None = None,
                  pod_subnet: str | None = None, isolation: str | None = None,
-                 mount_timeout: float = 123.0, volume_resync: float = 60.0):
+                 mount_timeout: float = 123.0, volume_resync: float = 60.0,
+                 image_sizes: dict[str, int] | None = None, pull_bytes_per_second: float | None = None):
         self.store = store
+        # what a first pull of an image takes: its size (bytes, 0 when not listed) over the rate;
+        # no rate: pulls are instant
+        self.image_sizes = dict(image_sizes or {})
+        self.pull_bytes_per_second = pull_bytes_per_second
         self.ledger = ledger or dev.DeviceLedger()
         self.run_pods = run_pods
         self.stand_in = stand_in
@@ -96,6 +101,15 @@ class Kubelet:
         self._tasks = Tasks()
         self._started = False
         self.synced = asyncio.Event()
+
+    def image_size(self, image: str) -> int:
+        """The size the node reports for ``image`` once pulled (0: not listed)."""
+        return int(self.image_sizes.get(image, 0))
+
+    def pull_seconds(self, image: str) -> float:
+        """How long a first pull of ``image`` takes on a node: its size over the pull rate."""
+        rate = self.pull_bytes_per_second
+        return self.image_size(image) / rate if rate else 0.0
 
     @property
     def isolation(self) -> str:

@@ -369,18 +369,29 @@ class PodWorker:
 
     # -- one container ----------------------------------------------------------------
 
-    def _pull_events(self, c: Container) -> None:
+    async def _pull(self, c: Container) -> bool:
+        """The kubelet's image pull: only what the node lacks (``IfNotPresent``), taking the image's
+        size over the kubelet's pull rate when both are set (``Kubelet.pull_seconds``); False when
+        the pod is deleted meanwhile."""
         image = c.spec.get("image", "")
         first_pull = (self.node, image) not in self.k.pulled
         policy = c.spec.get("imagePullPolicy") or ("Always" if image.endswith(":latest") or ":" not in image
                                                    else "IfNotPresent")
         if first_pull or policy == "Always":
             self.event("Normal", "Pulling", f'Pulling image "{image}"', c)
+            took = self.k.pull_seconds(image) if first_pull else 0.0
+            if took > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.deleting.wait(), took)
+                if self.deleting.is_set():
+                    return False
             self.k.pulled.add((self.node, image))
-            self.event("Normal", "Pulled", f'Successfully pulled image "{image}" in 0s (0s including waiting). '
-                                           f"Image size: 0 bytes.", c)
+            spent = (f"{took:.3f}".rstrip("0").rstrip(".") or "0") + "s"  # as Go prints a duration in seconds
+            self.event("Normal", "Pulled", f'Successfully pulled image "{image}" in {spent} ({spent} including '
+                                           f"waiting). Image size: {self.k.image_size(image)} bytes.", c)
         else:
             self.event("Normal", "Pulled", f'Container image "{image}" already present on machine', c)
+        return True
 
     def _not_started(self, c: Container, reason: str, message: str, start_error: bool = False) -> bool:
         """The container could not be created or started: it waits with ``reason``."""
@@ -396,7 +407,8 @@ class PodWorker:
         return False
 
     async def _start(self, c: Container) -> bool:
-        self._pull_events(c)
+        if not await self._pull(c):
+            return False
         runs = not self.stand_in and self.k.runs_processes(self.pod)
         try:
             env = self._env(c)

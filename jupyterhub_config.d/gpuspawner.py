@@ -10,9 +10,10 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
 * ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``) and the custom scope it
   needs, ``custom:gpus:read``, granted to JupyterHub's ``user`` role unless your config defines
   that role itself (docs/access.md);
-* a home page that says why Kueue stopped a user's server, when it did (docs/kueue.md), and the
-  user's GPU-hours (docs/usage.md); its directory goes first in ``c.JupyterHub.template_paths``
-  (a list you set replaces it), with its variable in ``c.JupyterHub.template_vars``;
+* a home page that says why Kueue stopped a user's server, when it did (docs/kueue.md), the user's
+  running GPU servers with their GPU use now and when the idle rule would stop them
+  (``c.GPUSpawner.gpu_prometheus_url``, docs/culling.md), and the user's GPU-hours (docs/usage.md); its directory goes first in ``c.JupyterHub.template_paths``
+  (a list you set replaces it), with its variables in ``c.JupyterHub.template_vars``;
 * ``GET /hub/api/users/{name}/gpu-usage`` and ``GET /hub/api/gpu-usage`` (GPU-hours from the ledger,
   ``gpuspawner.hub.usagehandlers``) and the custom scope ``custom:gpu-usage:read`` that guards them;
 * a full garbage collection and ``gc.freeze()`` once the imports are done: the
@@ -54,6 +55,8 @@ from gpuspawner.hub.handlers import grant_scope as _gpuspawner_grant_scope
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.templates import hub_template_dir as _gpuspawner_hub_templates
 from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
+from gpuspawner.hub.mygpus import HOME_VAR as _gpuspawner_servers_var
+from gpuspawner.hub.mygpus import home_gpu_servers as _gpuspawner_home_gpu_servers
 from gpuspawner.hub.prepull import start_with_hub as _gpuspawner_prepull
 from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as _gpuspawner_usage_scopes
 from gpuspawner.hub.usagehandlers import handlers as _gpuspawner_usage_handlers
@@ -75,7 +78,8 @@ else:
     c.JupyterHub.template_paths.prepend([_gpuspawner_hub_templates()])
 c.JupyterHub.extra_handlers.extend(_gpuspawner_usage_handlers)
 c.JupyterHub.custom_scopes.update(_gpuspawner_usage_scopes)
-c.JupyterHub.template_vars.update({_gpuspawner_home_var: _gpuspawner_home_gpu_hours})
+c.JupyterHub.template_vars.update({_gpuspawner_home_var: _gpuspawner_home_gpu_hours,
+                                   _gpuspawner_servers_var: _gpuspawner_home_gpu_servers})
 _gpuspawner_grant_scope(c)
 _gpuspawner_log_filter()
 _gpuspawner_check_config()
