@@ -1,45 +1,5 @@
 """The shared informer cache: list, then watch Nodes and Pods cluster-wide.
-
-One :class:`CapacityCache` per hub process and event loop (STYLE.md #7), fed
-by two informers with client-go reflector semantics
-(``k8s.io/client-go/tools/cache/reflector.go``, STYLE.md #8):
-
-* **list** in pages (``limit`` + ``continue``), raw JSON (``_preload_content=
-  False``) parsed here one item at a time (``listjson``), keeping only compact GPU
-  records (a pod that requests no GPU is not stored at all), yielding to the event
-  loop between pages and between slices of a page so the hub never stalls; the cyclic garbage collector
-  is paused while a page is parsed and applied, and (``gc_freeze``) what the
-  process holds is frozen after the first sync (``gcpolicy``: full collections
-  walk the whole heap, ~180 ms in a hub, and the page's objects would trigger them);
-* **watch** from the list's resourceVersion with ``allowWatchBookmarks`` and a
-  jittered ``timeoutSeconds``; after a normal close the next watch **resumes**
-  from the last resourceVersion seen (bookmarks advance it) with no re-list;
-* **re-list only after 410 Gone** (an ``ERROR`` event with code 410, or HTTP
-  410 on the watch or on a stale ``continue`` token);
-* **other failures back off** exponentially with full jitter, capped
-  (``delay = rand() * min(cap, base * 2**(n-1))``, the "full jitter" of the
-  AWS Architecture Blog "Exponential Backoff and Jitter"); a watch that stays
-  open but silent longer than ``stall_timeout`` (``CapacityConfig.stall_timeout``,
-  90 s by default), or a request that gets no answer for that long, is treated
-  as stuck and restarted after a fresh list: the API server's watch cache sends a bookmark about
-  once a minute (``k8s.io/apiserver/pkg/storage/cacher``, ``bookmarkFrequency``
-  = 1 min), so longer silence is abnormal.  Figures whose watch delivered
-  nothing (no event, no bookmark) for longer than that bound are **stale**: the
-  snapshot says so (``healthy`` False, ``error`` why) and a spawn is not admitted
-  on them; a stalled informer is trusted again only after a fresh list and a
-  watch that delivers (a list alone proves nothing about the watch);
-* **re-check on demand** (:meth:`CapacityCache.recheck`): when the scheduler
-  contradicts the counts (a pod admitted on them waits with ``Insufficient``
-  GPUs), both informers re-list at once, at most once per ``recheck_interval``;
-* **403** (the Zero to JupyterHub hub Role is namespaced) is reported in
-  :attr:`CapacityCache.health` and in ``CapacitySnapshot.error`` with the
-  ClusterRole rules to add; the informer keeps retrying slowly, so granting
-  the rights later heals it without a hub restart.
-
-Time is injected (``clock``, ``sleep``, ``rand``; STYLE.md #12) so tests assert
-backoff delays exactly.  Accounting is delegated to the pure
-:class:`~gpuspawner.capacity.ledger.Ledger`; answering :meth:`snapshot` makes
-no API call.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""What the capacity layer counts, and the pools an admin declares.
-
-Pure: stdlib only.  :class:`CapacityConfig` is built by the spawner glue from
-its traitlets; :meth:`DeclaredPool.from_config` validates one admin-written
-dict (``c.GPUSpawner.declared_pools``) and raises :class:`ValueError` with a
-message that names the field to fix.
-"""
+"""What the capacity layer counts, and the pools an admin declares.  Design notes: docs/capacity.md."""
 
 from __future__ import annotations
 

@@ -1,28 +1,5 @@
 """Dynamic Resource Allocation objects as compact records: slices, claims, classes, nodes.
-
-Reads the JSON of ``resource.k8s.io/v1`` objects (``staging/src/k8s.io/api/resource/v1/types.go``)
-into the named tuples :mod:`gpuspawner.capacity.draledger` counts with, as ``labels`` and
-``podres`` do for Nodes and Pods: only what GPU accounting needs, never the whole object.
-
-* A **device** (``ResourceSlice.spec.devices[]``) keeps its name, its string attributes (for
-  DeviceClass selectors) and what pools and the CUDA check need: ``type``, ``productName``,
-  ``profile`` (MIG), ``driverVersion``, ``cudaDriverVersion``, ``cudaComputeCapability`` and
-  the ``memory`` capacity, as NVIDIA's GPU driver publishes them (``cmd/gpu-kubelet-plugin/
-  deviceinfo.go`` of NVIDIA/k8s-dra-driver-gpu: unqualified names, so in the driver's own domain;
-  versions are semver strings such as ``"12.4.0"`` and ``"535.183.1"``).  Devices that consume
-  shared counters (partitionable devices), allow several allocations (consumable capacity), select
-  their own nodes, or carry a ``NoSchedule``/``NoExecute`` device taint are kept but marked not
-  ``usable``: gpuspawner does not offer them (docs/dra.md, "left out").
-* A **claim** keeps the devices its ``status.allocation.devices.results`` name, except results
-  with ``adminAccess``, which "ignore all ordinary claims to the device" and take nothing.
-* A **DeviceClass** keeps its CEL selectors when they are a conjunction of equalities on
-  ``device.driver`` and string attributes (the form vendors ship:
-  ``device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'``);
-  other selectors are not evaluated here, and such a class names no pool (docs/dra.md).
-* A **node** keeps what a DRA pool needs of it: Ready, schedulable, node group, taints,
-  hostname, and whether it also publishes GPUs through a device plugin.
-
-Pure: stdlib and the capacity layer's own readers.
+Design notes: docs/dra.md.
 """
 
 from __future__ import annotations

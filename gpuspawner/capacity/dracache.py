@@ -1,22 +1,5 @@
 """The DRA half of the capacity cache: discovery, three more informers, the DRA ledger.
-
-:class:`~gpuspawner.capacity.cache.CapacityCache` owns one :class:`DraSource`.  It finds out
-whether the cluster serves ``resource.k8s.io/v1`` (API discovery: ``GET
-/apis/resource.k8s.io/v1``, the APIResourceList a Kubernetes 1.34+ API server answers, 404 on
-older ones or where the group is turned off), and if it does, runs three more informers of the
-cache's own kind (the same client-go semantics: paged list, watch with bookmarks, resume, re-list
-only after 410, backoff with jitter, 403 reported with the rules to add) for ResourceSlices,
-ResourceClaims (all namespaces) and DeviceClasses.  Their events, and every Node event (a DRA
-pool needs the node group of nodes that publish no extended resource), feed a
-:class:`~gpuspawner.capacity.draledger.DraLedger`.
-
-DRA is optional: without the API group, or without the rights to read it, nothing else
-changes: device-plugin pools are counted and served as before, the cache's ``healthy`` and
-``error`` speak of them only, and ``health["dra"]`` (and one log line) says what is missing.
-DRA pools are served only once all three informers have listed once.
-
-No Kubernetes client import: the cache hands in its informer class and an async getter of the
-``resource.k8s.io/v1`` API object (``ResourceV1Api`` on the cache's own ApiClient).
+Design notes: docs/dra.md.
 """
 
 from __future__ import annotations

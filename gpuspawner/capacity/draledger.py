@@ -1,32 +1,5 @@
 """Incremental accounting of DRA GPUs: slices, claims, classes and nodes in; pools out.
-
-The DRA counterpart of :class:`gpuspawner.capacity.ledger.Ledger`, with the same shape:
-every event touches the few devices it names, per-node counts of the pools those devices are
-in are recomputed, pool sums move by the difference, and only pools marked dirty are rebuilt
-into :class:`~gpuspawner.capacity.model.PoolView` records (``allocation == "dra"``).
-
-Counting rules (issue #9, docs/capacity.md "DRA pools"):
-
-* A **resource pool** of a driver (``spec.pool.name``) is used only when it is complete: all
-  ``resourceSliceCount`` slices of its newest ``generation`` are present and no device name
-  repeats (types.go, ResourceSlice: "A consumer must only use ResourceSlices with the highest
-  generation number"; the scheduler's ``GatherPools`` marks such pools incomplete/invalid).
-* A **DRA pool** is the set of usable devices of node-local slices with the same DeviceClass
-  (the most specific readable class that takes the device), the same product (``productName``,
-  or ``productName`` and MIG ``profile``) and the same node group (the node's group label).
-  Its id is :func:`~gpuspawner.capacity.model.pool_id` of (group, product, class): a class name
-  has no ``/``, so it never equals a device-plugin pool's id.
-* **Taken** devices are those named by an allocated claim (adminAccess results excepted); a
-  device is never counted twice: each ``<driver>/<pool>/<device>`` is one entry.
-* A node that also publishes GPUs through a device plugin (positive allocatable of a GPU
-  extended resource) contributes none of its DRA devices: the kubelet's device plugin and the
-  DRA driver would hand out the same GPUs, and the device-plugin pool already counts them
-  (``gpuspawner doctor`` reports the node: ``dra-gpus-published-twice``).
-* Only Ready, schedulable nodes contribute; free on a node = its pool devices − taken −
-  reserved, never below 0.  Reservations are held until a claim owned by the pod is allocated
-  (then its devices count), the pod goes away, or they expire.
-
-Pure: stdlib only; time comes in as arguments.
+Design notes: docs/dra.md.
 """
 
 from __future__ import annotations

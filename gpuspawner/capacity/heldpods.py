@@ -1,8 +1,5 @@
 """The pods without GPUs that hold CPU, memory and a pod slot on a node, kept as small as can be.
-
-A hub watching 150,000 pods keeps one entry per bound pod: the hash of its key and one packed integer
-(node, CPU, memory, disk), so they add about 100 bytes each and nothing the cyclic garbage collector
-tracks. Pure: stdlib only.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations

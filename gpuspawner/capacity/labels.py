@@ -1,13 +1,5 @@
 """Reading GPU facts from a node: product, memory, driver, CUDA, node group.
-
-Small provider tables (STYLE.md #5) over one reader.  Label names and their
-history are in the project's reference notes on CUDA compatibility and GPU labels
-(cited below as "ref §x.y"; primary sources: NVIDIA/k8s-device-plugin
-``docs/gpu-feature-discovery/README.md``, ROCm/k8s-device-plugin, the GKE/EKS/AKS GPU guides).  This module also turns a Node object (the JSON
-dict of the API) into the compact :class:`NodeRecord` the ledger keeps: only
-what pool accounting and driver steering need, never the whole object.
-
-Pure: stdlib only.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations

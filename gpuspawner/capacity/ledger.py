@@ -1,29 +1,5 @@
 """Incremental GPU accounting: nodes, pods and reservations in, pools out.
-
-Modelled on the kube-scheduler's cache (``pkg/scheduler/backend/cache``):
-every event updates the per-node used/free numbers of the one node it
-touches, the grouped totals of that node's pools are adjusted by the
-difference, and a generation number lets a reader rebuild a summary only
-after a change.  Only the pools an event touched ("dirty") are rebuilt, and a
-pool rebuild reuses the cached :class:`NodeView` of every node that did not
-change, so the cost of a snapshot after one event is O(size of one pool),
-not O(cluster).  Each pool's contributing nodes are also summed per driver
-group (:class:`~gpuspawner.capacity.model.DriverGroup`: same driver, CUDA,
-compute capability and driver labels), as nodes join, leave or change, so
-what depends only on the driver (the CUDA fit, steering a pod by driver) is
-judged per group by its readers, never per node.
-
-Counting rules (issue #2): only Ready, schedulable nodes contribute; free on
-a node = allocatable - used - reserved, never below 0; a pool is known while
-at least one of its nodes exists (contributing or not) or while it is
-declared by the admin.
-
-Reservations are the scheduler's "assume": GPUs just handed to a spawn count
-at once, against the pool's node with the most free GPUs, until the watch
-shows the pod bound (then it counts as used), the pod goes away, the
-reservation expires, or it is released.
-
-Pure: stdlib only; time comes in as arguments.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations

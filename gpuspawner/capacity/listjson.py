@@ -1,14 +1,4 @@
-"""Reading a Kubernetes list response one item at a time.
-
-``json.loads`` of one list page (250 nodes or pods, about a megabyte) holds the hub's event
-loop for ~10 ms at once, and nothing can slice it: the C decoder runs to the end. This reads the
-same JSON with the standard library's decoder (``json.JSONDecoder.raw_decode``) one top-level
-value at a time, and one element of ``items`` at a time, so the caller can yield to the loop
-between items (``CapacityCache`` does, every 2 ms). Only the outer object's punctuation
-(``{``, ``"key":``, ``,``, ``[``, ``]``, ``}``) is walked here; every value, each item included,
-is decoded by ``json``. A list's top level is ``{"kind", "apiVersion", "metadata", "items"}``
-in any order (``k8s.io/apimachinery/pkg/apis/meta/v1`` ``List`` types). Stdlib only.
-"""
+"""Reading a Kubernetes list response one item at a time.  Design notes: docs/capacity.md."""
 
 from __future__ import annotations
 

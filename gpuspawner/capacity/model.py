@@ -1,9 +1,4 @@
-"""The records the capacity layer hands to the rest of gpuspawner.
-
-Pure data: no JupyterHub, no Kubernetes client.  The spawner, the REST handler
-and the spawn page read only these; the ledger (``gpuspawner.capacity.ledger``)
-and the informer cache (``gpuspawner.capacity.cache``) produce them.
-"""
+"""The records the capacity layer hands to the rest of gpuspawner.  Design notes: docs/capacity.md."""
 
 from __future__ import annotations
 

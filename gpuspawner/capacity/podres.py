@@ -1,22 +1,5 @@
 """What a pod holds on its node, counted the way the kube-scheduler counts it.
-
-The rule is ``k8s.io/component-helpers/resource/helpers.go`` ``PodRequests``
-(used by the scheduler's NodeResourcesFit plugin and by the kubelet's
-admission), see also the Kubernetes docs page "Sidecar containers",
-section "Resource sharing within containers":
-
-* app containers and sidecar init containers (``restartPolicy: Always``) run
-  together, so their requests add up;
-* a regular init container runs alone, next to the sidecars started before
-  it, so the pod needs at least ``its request + those sidecars``;
-* the pod's request is the larger of the two, plus ``spec.overhead``.
-
-For a container, the request of a resource is ``requests[r]`` or, when only
-a limit is set, ``limits[r]``: the API server defaults requests to limits
-(``pkg/apis/core/v1/defaults.go`` ``SetDefaults_ResourceRequirements``), and
-extended resources cannot be overcommitted, so both are equal when both are set.
-
-Pure: stdlib only.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations

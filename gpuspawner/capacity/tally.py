@@ -1,20 +1,5 @@
 """The pool-building steps both ledgers share: a pool's contributing nodes and their sums.
-
-:class:`~gpuspawner.capacity.ledger.Ledger` (device-plugin pools) and
-:class:`~gpuspawner.capacity.draledger.DraLedger` (DRA pools) count differently (extended
-resources on a node, or devices in ResourceSlices) but hand upward the same
-:class:`~gpuspawner.capacity.model.PoolView`.  What they share lives here, once:
-
-* :class:`NodeTally`: a pool's contributing nodes as :class:`NodeView` records, sorted by
-  name, with the running sums and histograms a view shows (GPUs in all and free, the most
-  free on one node, the lowest driver and CUDA), each moved by one node joining or leaving;
-  and the node a reservation goes to (the most free GPUs; ties: the first by name);
-* the taints a pool shows (passing node states left out, :data:`TRANSIENT_TAINT_PREFIXES`),
-  in one order;
-* reservations released by their owner or when their time is up (:class:`Reserving`);
-* the lowest of a set of dotted versions, a counter's ``+1``/``-1`` and a reservation's count.
-
-Pure: stdlib only.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations

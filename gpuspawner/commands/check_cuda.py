@@ -1,32 +1,5 @@
 """``gpuspawner check-cuda``: does an image's CUDA fit a node's NVIDIA driver?
-
-::
-
-    gpuspawner check-cuda --driver VERSION (--cuda X.Y | --require "EXPR")
-        [--driver-cuda X.Y] [--arch M.m] [--brand NAME] [--policy strict|minor|forward]
-
-``--cuda``: the verdict of :func:`gpuspawner.cuda.rules.decide` for an image
-built with that CUDA on a node with that driver, whose CUDA is
-``--driver-cuda`` or else derived from NVIDIA's table; the architecture floor
-applies when ``--arch`` is given.  This interface has no flag for cuda-compat
-or for the kind of GPU, so ``--policy forward`` assumes the image carries
-``cuda-compat`` of its own CUDA version and that the GPU is a data-center GPU
-unless ``--brand`` names a GeForce, TITAN, Quadro, RTX or NVS board; NVIDIA's
-branch matrix still applies.
-
-``--require``: that ``NVIDIA_REQUIRE_CUDA`` expression alone, decided as
-libnvidia-container would, with ``cuda`` = ``--driver-cuda`` or the table's
-newest CUDA whose minimum driver is <= ``--driver``.  When the driver is older
-than every table row the ``cuda`` value is unknown and, as libnvidia-container
-does with a value it cannot read, every ``cuda`` factor passes.  ``--arch`` and
-``--brand`` likewise pass when not given.  ``--brand`` is an NVML brand name,
-case-insensitive (``GeForce``, ``Tesla``, ``NVIDIA``, ``NVIDIA RTX``...), mapped
-the way libnvidia-container maps it (everything but Quadro, Tesla, NVS, GRID,
-GeForce and TITAN becomes ``Unknown``).
-
-Exit status: 0 fits (possibly with a warning), 1 does not fit, 2 invalid input.
-The first stdout line starts with ``fits:``, ``fits with a warning:``,
-``does not fit:`` or ``invalid:``.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations

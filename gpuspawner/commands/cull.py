@@ -1,15 +1,5 @@
 """``gpuspawner cull``: stop GPU servers whose GPUs and Jupyter activity have both been idle.
-
-Runs as a JupyterHub service (``JUPYTERHUB_API_URL`` and ``JUPYTERHUB_API_TOKEN``
-come from the hub), like jupyterhub-idle-culler::
-
-    gpuspawner cull --prometheus-url http://prometheus:9090 --idle-timeout 1h
-    gpuspawner cull --idle-timeout 2h --cull-every 10m          # scrape the DCGM exporters directly
-    gpuspawner cull --prometheus-url URL --once --dry-run       # what would be stopped now
-
-Exit codes: 0 (``--once``: the pass worked; otherwise stopped by a signal), 1 (``--once``: the
-pass could not read the hub, Kubernetes or the metrics, or a stop failed), 2 (bad options or
-configuration).  See docs/culling.md.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,5 @@
 """``gpuspawner probe``: check the GPUs and the driver from inside a server's pod.
-
-Runs as an opt-in init container that requests the same GPUs as the
-notebook container.  It confirms through NVML that
-
-1. a driver is visible at all (``NVMLError_LibraryNotFound`` means the NVIDIA
-   container runtime / device plugin did not inject it),
-2. at least ``--expect-gpus`` GPUs are visible,
-3. the driver fits the image: :func:`gpuspawner.cuda.rules.decide` for each
-   kind of visible GPU, with the requirement given by ``--cuda`` /
-   ``--require`` / ``--compat`` and ``--policy``.
-
-It writes a JSON report to ``--report`` (default ``/dev/termination-log``, the
-file Kubernetes turns into the container's ``terminated.message``; at most
-4096 bytes are kept, so the report is trimmed to fit), or to stdout when that
-file cannot be written, and prints one line for humans.  Exit status: 0 fits
-(possibly with a warning), 1 a check failed, 2 bad arguments.
-
-The spawner reads the report from the init container's termination message
-and shows ``message`` to the user as the spawn error.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations

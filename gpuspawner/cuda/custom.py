@@ -1,10 +1,5 @@
 """An admin's own CUDA decision (``c.GPUSpawner.cuda_check``): resolving it, and calling it
-without trusting it.  Pure, stdlib only.
-
-The spawner's trait validator and ``gpuspawner doctor`` resolve the setting with
-:func:`resolve_check`; the spawn page, a spawn and ``doctor`` call it through :func:`safe_verdict`,
-so a bug in the admin's callable shows as a ``skip`` verdict that says so, never as a crash or a
-refused spawn.
+without trusting it.  Pure, stdlib only.  Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations

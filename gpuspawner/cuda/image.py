@@ -1,27 +1,5 @@
 """What an image carries: its CUDA version, ``NVIDIA_REQUIRE_*`` and cuda-compat.
-
-Kubernetes never tells the hub what is inside an image, so admins declare it
-on the profile or image choice (the spawner glue passes the declaration to
-:func:`image_cuda`).  Accepted shapes, all optional::
-
-    None or {}                               # a CPU image: the CUDA check is skipped
-    "12.4"                                   # just the CUDA version
-    {"cuda": "12.4.1",                       # CUDA_VERSION of the image (X.Y or X.Y.Z)
-     "require": "cuda>=12.4 brand=tesla,driver>=535,driver<536",  # or a list of them
-     "compat": True,                         # the image has cuda-compat-<its X-Y>, or "12.8"
-     "disable_require": False,               # NVIDIA_DISABLE_REQUIRE
-     "env": {"CUDA_VERSION": "12.4.1",       # or paste the image's env (docker inspect)
-             "NVIDIA_REQUIRE_CUDA": "...", "NV_CUDA_COMPAT_PACKAGE": "cuda-compat-12-4"}}
-
-``env`` is read the way nvidia-container-toolkit reads an image
-(``internal/config/image/cuda_image.go``; reference section 3.1/3.2): every
-``NVIDIA_REQUIRE_*`` except ``NVIDIA_REQUIRE_JETPACK*``, a legacy
-``cuda>=X.Y`` from ``CUDA_VERSION`` when ``NVIDIA_REQUIRE_CUDA`` is absent,
-nothing when ``NVIDIA_DISABLE_REQUIRE`` is true.  Official nvidia/cuda images
-install ``cuda-compat-X-Y`` and name it in ``NV_CUDA_COMPAT_PACKAGE``
-(reference section 2.4).
-
-Pure: stdlib only.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,5 @@
 """Does an image's CUDA fit a node's NVIDIA driver?  The decision and its policies.
-
-Sources: reference ``cuda-compat-and-gpu-labels.md`` (section numbers below).
-
-1. **Backward compatibility** (section 2.1 [V-copy]): an image built with CUDA
-   X.Y runs on a driver whose CUDA (``nvmlSystemGetCudaDriverVersion``, GFD's
-   ``nvidia.com/cuda.runtime-version.*``) is >= X.Y.  -> ``ok``.
-2. **Minor-version compatibility** (section 2.2 [V-copy], CUDA >= 11): same
-   major, driver >= the family floor (11.x 450.80.02 [V], 12.x 525.60.13 [S],
-   13.x 580.65.06 [I]).  It works with caveats (PTX from a newer toolkit cannot
-   be JIT-compiled; some APIs return ``cudaErrorCallRequiresNewerDriver``).
-   -> ``warn``; refused by the ``strict`` policy.
-3. **Forward compatibility** (section 2.3 [V-copy]): the image carries
-   ``cuda-compat-X-Y``; only data-center GPUs, only the driver branches the
-   support matrix marks "C" for that package.  -> ``warn``; only with the
-   ``forward`` policy (opt-in).
-4. **Architecture floors** (section 2.5 [S]/[U]): CUDA 13 needs compute
-   capability >= 7.5, CUDA 12 dropped Kepler (>= 5.0).  -> ``fail``.
-5. **NVIDIA_REQUIRE_*** (section 3.3 [V]): evaluated as libnvidia-container
-   does.  A legacy-mode runtime refuses an unsatisfied image at start, but the
-   CDI modes most clusters now run do not check it at all (section 3.2), so by
-   default an unsatisfied requirement is a ``warn`` when rules 1-3 accept the
-   image, a ``fail`` when it is the only thing known about the image, and
-   always a ``fail`` with ``Facts(enforce_require=True)``.
-
-Rules resting on secondary [S], inferred [I] or uncertain [U] facts read them
-from :class:`Facts`, which an admin can replace (``dataclasses.replace(
-DEFAULT_FACTS, arch_floors={...})``).  The whole decision is a plain callable
-(:data:`CudaCheck`); the spawner's ``cuda_check`` trait defaults to
-:func:`decide`.
-
-Pure: stdlib only.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations

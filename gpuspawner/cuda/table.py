@@ -1,15 +1,5 @@
 """The CUDA toolkit -> minimum NVIDIA driver table, shipped as package data.
-
-``gpuspawner/data/cuda-driver-table.csv`` is NVIDIA's CUDA 13.2.2 release
-notes, Table 3 ("CUDA Toolkit and Corresponding Driver Versions", Linux
-x86_64) and Table 2 ("Minimum Required Driver Version for CUDA Minor Version
-Compatibility"), one row per toolkit release from 10.0 to 13.4 (reference
-``cuda-compat-and-gpu-labels.md`` section 1).  Each row carries a ``status``:
-``verified`` (read in NVIDIA's page), ``secondary`` (13.3: third-party copies
-of the 13.3.0 notes) or ``uncertain`` (13.4: no driver known; such rows never
-decide anything).
-
-Pure: stdlib only.  The table is read once and cached.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,5 @@
 """One culling pass: read the hub's servers, their pods and GPU activity; decide; stop.
-
-``Culler.run_pass()`` returns whether the pass worked: False when the hub,
-the Kubernetes API or the metric source could not be read, or a stop failed.
-Whatever failed, no server is stopped on missing evidence: a GPU server whose
-activity could not be read, or was bad data, is kept, and the log line says
-why.  One log line per decision: ``cull``/``would cull`` (``--dry-run``)/``keep``
-at INFO, ``skip`` (CPU-only, pending, not ready) at DEBUG; one WARNING per
-window whose series held bad samples.  No answer of the hub or the metric
-source ends a pass with an exception: what could not be read fails the pass.
-
-The clock is a seam (``clock``): tests pass a fixed time.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,5 @@
 """The culler's Prometheus metrics, served on its own port (``--metrics-port``).
-
-The culler is its own process (a hub-managed service), so its metrics cannot
-join the hub's ``/hub/metrics``; Prometheus scrapes the culler beside the hub.
-
-* ``gpuspawner_culled_servers_total{pool,reason}``: servers stopped, by GPU pool
-  and why (``idle``, ``max_age``);
-* ``gpuspawner_culled_gpu_hours_total{pool}``: GPU-hours the stopped servers had
-  provably held idle (GPUs x the time both signals were idle, at most the
-  window the culler checked): a lower bound of what culling reclaimed;
-* ``gpuspawner_cull_decisions{action,reason}``: the last pass's decisions
-  (``action`` ``cull``, ``would_cull`` under ``--dry-run``, ``keep``, ``skip``);
-* ``gpuspawner_cull_unusable_series``: series of the last pass that held bad
-  samples (``NaN``, infinities, out of range, not numbers; their servers were kept);
-* ``gpuspawner_cull_passes_total{outcome}`` (``ok``, ``failed``) and
-  ``gpuspawner_cull_last_pass_timestamp_seconds``.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

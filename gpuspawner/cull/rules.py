@@ -1,19 +1,5 @@
 """The culler's rules: which timeout applies to a server, and how users are told.  Pure.
-
-A rules file (YAML or JSON; ``gpuspawner cull --config FILE``)::
-
-    idle_timeout: 1h          # default for every GPU server
-    max_age: 24h              # stop any GPU server this old, busy or not (0 or absent: never)
-    noise_floor: 0.01         # GPU activity below this fraction counts as idle
-    exempt_groups: [admins]   # servers of these groups' members are never stopped
-    profiles:                 # by the server's profile slug (user_options["profile"])
-      gpu-long: {idle_timeout: 4h}
-    pools:                    # by the server's GPU pool id (the pod's gpuspawner.io/pool)
-      "gpu-h100:nvidia-h100-80gb-hbm3:nvidia.com/gpu": {idle_timeout: 30m, max_age: 12h}
-
-Each setting is taken from the most specific place that sets it: the
-server's pool, then its profile, then the defaults.  Durations are written
-as ``90s``, ``5m``, ``2h`` or ``1h30m`` (``kube.times.parse_duration``).
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

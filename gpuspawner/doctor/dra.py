@@ -1,9 +1,5 @@
 """What doctor reads of Dynamic Resource Allocation, and the DRA access the hub needs.  Pure, stdlib only.
-
-``gather`` lists DeviceClasses, ResourceSlices and ResourceClaims when the cluster serves
-``resource.k8s.io/v1``, asks the API server about each of :data:`REQUIRED_DRA_RBAC` (and, when
-it knows the hub's namespace, :data:`REQUIRED_DRA_NAMESPACED_RBAC`) and returns a
-:class:`DraState`; ``checks.dra`` judges it.
+Design notes: docs/dra.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The access the hub needs, and what doctor found out about it.  Pure, stdlib only.
-
-``gather`` asks the API server about each of :data:`REQUIRED_RBAC` (and, when it knows the
-hub's namespace, :data:`REQUIRED_NAMESPACED_RBAC`) and returns :class:`RbacFacts`;
-``checks.rbac`` turns the denials into a finding.
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,5 @@
 """A failed Kubernetes API call in plain words, and the cluster-wide rights the hub needs.
-Pure, stdlib only.
-
-The API server answers a failed call with a ``kind: Status`` body (``metav1.Status``:
-``code``, ``reason``, ``message``; ``k8s.io/apimachinery/pkg/apis/meta/v1/types.go``, whose
-``StatusReason`` constants name the reasons below, and ``k8s.io/apimachinery/pkg/api/errors``,
-which pairs each with its HTTP code).  A watch sends the same object in an ``ERROR`` event.
-:func:`status_of` reads either; :func:`explain` words it for a user or a log (the capacity
-cache's troubles, ``capacity/health.py``, and ``doctor``'s alike), :func:`meaning` says what the
-code alone means.
-
-The ClusterRole the hub needs (``deploy/rbac.yaml``) is described here once: the capacity
-cache's 403 message, the spawner's log line and ``doctor``'s RBAC check all use
-:data:`CLUSTER_ROLE_RULES`; its Dynamic Resource Allocation rules (:data:`DRA_CLUSTER_ROLE_RULES`)
-and the Role for a DRA spawn's claim templates (:data:`DRA_ROLE_RULES`) likewise.
+Pure, stdlib only.  Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations

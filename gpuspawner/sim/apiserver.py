@@ -1,14 +1,5 @@
 """A loopback HTTP server that speaks the Kubernetes core/v1 API over a Store.
-
-Unmodified clients (kubernetes_asyncio, KubeSpawner, ``kubectl --server``)
-talk to it.  Routing, status codes and bodies follow
-``k8s.io/apiserver/pkg/endpoints`` (installer.go, handlers/*.go); watch
-streaming follows handlers/watch.go (HTTP 200, chunked, one JSON event per
-line; errors after the stream started travel as ``{"type": "ERROR"}``).
-
-Resources, verbs and what is modelled are listed in
-docs/simulated-apiserver.md.  Test hooks live under ``/_sim/`` (a prefix the
-Kubernetes API never uses): fault injection and request counters.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

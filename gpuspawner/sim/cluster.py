@@ -1,18 +1,5 @@
 """``SimCluster``: the whole simulated cluster in one object.
-
-It assembles the in-process ``Store``, the HTTP ``ApiServer`` on loopback,
-the controllers (node lifecycle, garbage collector, namespace, persistent
-volume binding and protection, resource claims), node leases, a dynamic
-provisioner, the scheduler, the kubelet and, when asked, the DCGM exporters;
-loads the cluster file, and stops everything (every process the kubelet
-started) on ``stop()``::
-
-    async with SimCluster(cluster_file="cluster.yaml") as cluster:
-        cluster.write_kubeconfig("kubeconfig")
-        ...   # kubectl --kubeconfig kubeconfig get pods -A
-
-Without ``cluster_file`` and ``manifests`` the packaged default cluster
-(``gpuspawner/data/clusters/default.yaml``) is loaded.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,5 @@
 """The simulated garbage collector: dependents follow their owners (``metadata.ownerReferences``).
-
-Source: ``pkg/controller/garbagecollector/{garbagecollector,graph_builder,graph,operations}.go``.
-
-It watches every resource the store serves (``RESOURCES``: pods, services,
-secrets, PVCs, and whatever kinds are added later), keeps the owner ->
-dependents graph of the objects that take part (they have owners, dependents,
-or a garbage collector finalizer), and acts as the real one does:
-
-* an object whose owners are all gone (not found, or found with another uid)
-  is deleted, with the propagation its own finalizers ask for (Background by
-  default);
-* an owner deleted with ``propagationPolicy: Foreground`` carries the
-  ``foregroundDeletion`` finalizer: its dependents are deleted first, and the
-  finalizer is removed once no dependent with ``blockOwnerDeletion: true`` is
-  left, so the owner goes last;
-* an owner deleted with ``Orphan`` (or ``orphanDependents: true``) carries the
-  ``orphan`` finalizer: the reference to it is removed from every dependent,
-  then the finalizer;
-* a dependent that still has another owner keeps living: only the references
-  to gone or foreground-deleting owners are removed from it;
-* a reference whose kind is not served (a ReplicaSet, a Job, ...) never counts
-  as gone, as the real collector retries such a reference forever; a
-  cluster-scoped object may not be owned by a namespaced one;
-* a namespaced owner looked for in the dependent's namespace but found only
-  elsewhere gives the Warning event ``OwnerRefInvalidNamespace``.
-
-Like the real one it reads each owner from the API (here the store) before it
-deletes anything, so a graph that lags behind never deletes a live object.
-Not modelled: the absent-owner cache, parallel workers, the
-``/debug/controllers/garbagecollector/graph`` dump.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,5 @@
 """The NVIDIA GPUs of a simulated node, as DCGM would enumerate them.  Pure, stdlib only.
-
-A real node's GPUs are found by the driver; here they follow from the Node
-object, the way GPU Feature Discovery and the device plugin described them:
-
-* full GPUs: ``status.allocatable["nvidia.com/gpu"]`` (the device plugin's
-  count); their UUIDs are the ids the simulated plugin hands to pods
-  (``devices.device_id(node, "nvidia.com/gpu", i)``), so the ``UUID`` label
-  of a GPU's series equals an id in the pod's ``NVIDIA_VISIBLE_DEVICES``;
-* time-sliced GPUs: ``nvidia.com/gpu.shared`` replicas (GFD's
-  ``nvidia.com/gpu.replicas``, default 1) of ``nvidia.com/gpu.count``
-  physical GPUs; replica ``j`` belongs to GPU ``j // replicas``.  The real
-  plugin names replicas ``<GPU uuid>::<n>``; the simulated one gives each
-  replica its own id, so a GPU lists its replicas' ids as ``aliases``;
-* MIG (the ``mixed`` strategy's ``nvidia.com/mig-<profile>`` resources):
-  the node's ``nvidia.com/gpu.count`` GPUs beyond the full ones are in MIG
-  mode; each profile's instances are spread over them in order (instance
-  ``j`` of a profile on MIG GPU ``j // per_gpu``).  Each instance's UUID is
-  the plugin's ``MIG-...`` id.  GPU instance ids (``GPU_I_ID``) count from 1
-  per GPU, larger profiles first: real ids depend on the driver's placement,
-  so they are illustrative.
-
-``modelName`` is NVML's device name.  GFD writes it with blanks turned into
-dashes (``NVIDIA-A100-SXM4-40GB`` for ``NVIDIA A100-SXM4-40GB``), which cannot
-be undone exactly; the first dash (after the brand) is read as the blank,
-which is right for the A100/T4/H100 names of the packaged cluster except
-that H100's ``NVIDIA H100 80GB HBM3`` reads ``NVIDIA H100-80GB-HBM3``.
-PCI bus ids are illustrative.  AMD GPUs are not DCGM's: a node with only
-``amd.com/gpu`` has none here.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

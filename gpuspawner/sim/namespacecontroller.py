@@ -1,29 +1,5 @@
 """The simulated namespace controller: what happens after ``kubectl delete namespace``.
-
-Source: ``pkg/controller/namespace/namespace_controller.go`` and
-``pkg/controller/namespace/deletion/{namespaced_resources_deleter,status_condition_utils}.go``.
-
-The API server marks the namespace (``deletionTimestamp``, phase Terminating)
-and refuses new content in it.  This controller then, for a namespace with a
-``deletionTimestamp``:
-
-1. deletes every object of every namespaced resource in it, with the
-   Background propagation policy (pods gracefully, with their own grace period);
-2. counts what remains and writes the five deletion conditions with the real
-   types, reasons and messages (``NamespaceDeletionDiscoveryFailure``,
-   ``NamespaceDeletionGroupVersionParsingFailure``,
-   ``NamespaceDeletionContentFailure``, ``NamespaceContentRemaining``,
-   ``NamespaceFinalizersRemaining``);
-3. once nothing remains, removes ``kubernetes`` from ``spec.finalizers``
-   (``namespaces/{name}/finalize``) and deletes the namespace again, which
-   removes it.
-
-While content remains it looks again after ``estimate / 2 + 1`` seconds, where
-the estimate is the largest ``terminationGracePeriodSeconds`` of the
-namespace's running pods (15 s for objects held by finalizers), as the real
-controller does, but at most every ``max_wait`` seconds (default 1): the
-simulation is not slower than it needs to be.  Discovery never fails here, so
-the first two conditions always read False.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,5 @@
 """What each simulated node's kubelet keeps about itself: its Lease and the schedulable events.
-
-Sources: ``pkg/kubelet/nodelease`` (``k8s.io/component-helpers/apimachinery/lease/controller.go``)
-and ``pkg/kubelet/nodestatus/setters.go`` (``recordNodeSchedulableEvent``).
-
-* Every node has a ``coordination.k8s.io/v1`` Lease of its name in
-  ``kube-node-lease``: ``holderIdentity`` the node, ``leaseDurationSeconds`` 40,
-  owned by the Node (the garbage collector removes it with the node).  Its
-  ``renewTime`` is renewed while the node is Ready, every 10 s as a kubelet
-  does, but at most 50 renewals a second over all nodes (a cluster of
-  thousands of nodes renews less often).  ``kubectl describe node`` shows it.
-* A cordon or uncordon (``spec.unschedulable``) gives the node the event
-  ``NodeNotSchedulable`` / ``NodeSchedulable`` (``Node x status is now: ...``)
-  from the kubelet.
-
-Not modelled: the node lifecycle controller reading the leases (a node's Ready
-condition, set by a test or the cluster file, is what counts), heartbeats in
-the node status.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The simulated node lifecycle controller and the taint rules it keeps.
-
-Source: ``pkg/controller/nodelifecycle/node_lifecycle_controller.go``.  It keeps the
-``not-ready``/``unreachable``/``unschedulable`` taints in step with each node's Ready
-condition and ``spec.unschedulable``.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Quantities and a pod's resource requests, counted as the kube-scheduler counts them.  Pure.
-
-Sources: ``k8s.io/apimachinery/pkg/api/resource/quantity.go`` (the quantity syntax) and
-``k8s.io/component-helpers/resource/helpers.go`` (PodRequests: app containers summed, the
-largest init container, restartable init containers as sidecars, ``spec.overhead``).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,5 @@
 """CPU time of a process tree, read from Linux's ``/proc``.  Stdlib only.
-
-The simulated GPUs are busy when the pod holding them works: the simulated
-DCGM (``sim/dcgm.py``) turns the CPU time a pod's processes use into GPU
-activity.  A pod's processes are its containers' processes (the kubelet
-knows their pids) and every descendant: a Jupyter server starts its kernels
-in new sessions (``jupyter_client``'s launcher passes
-``start_new_session=True``), so a process group or session would miss them;
-the parent links (``ppid``) do not.
-
-``/proc/<pid>/stat`` (proc(5)): after the command name in parentheses (which
-may itself hold spaces and parentheses, hence the split at the *last* ``)``)
-come ``state`` (field 3), ``ppid`` (4), ... ``utime`` (14), ``stime`` (15),
-``cutime`` (16), ``cstime`` (17), in clock ticks.  A process's total is
-``utime + stime + cutime + cstime``: the children it has waited for are
-folded into ``cutime``/``cstime``, so the sum over a tree does not drop
-when a child exits and is reaped.  (A child that exits unreaped still
-counts through its own, zombie, entry; one reparented to init leaves the
-tree, as it leaves the pod's cgroup only in this simulation.)
-
-Linux only: elsewhere :func:`read_stats` returns an empty table and every
-tree uses 0 s.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

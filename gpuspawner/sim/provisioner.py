@@ -1,35 +1,5 @@
 """A simulated dynamic provisioner, behaving as kubernetes-csi/external-provisioner does.
-
-Sources: ``sigs.k8s.io/sig-storage-lib-external-provisioner/controller/controller.go``
-(``shouldProvision``, ``provisionClaimOperation``, ``deleteVolumeOperation``)
-and the CSI provisioner's topology handling.
-
-It provisions for claims the PV controller handed to it (the
-``volume.kubernetes.io/storage-provisioner`` annotation names it and the
-claim's StorageClass names it as ``provisioner``):
-
-* Immediate classes at once; WaitForFirstConsumer classes once the scheduler
-  has chosen a node (``volume.kubernetes.io/selected-node``);
-* the volume is ``pvc-<claim uid>``, with the claim's size, access modes and
-  volume mode, the class's reclaim policy and mount options, a ``claimRef``
-  to the claim (the PV controller completes the binding) and
-  ``pv.kubernetes.io/provisioned-by``;
-* topology: the volume is pinned by ``spec.nodeAffinity`` to the
-  ``topology.kubernetes.io/zone`` of the selected node, or for Immediate the
-  first zone (by name) that the class's ``allowedTopologies`` and the nodes
-  offer, as a zonal cloud disk is; nodes without a zone label give a volume
-  without affinity;
-* the data is a real directory (``spec.hostPath``, ``DirectoryOrCreate``)
-  under ``root`` on this machine, removed with the volume;
-* events ``Provisioning`` (``External provisioner is provisioning volume for
-  claim "ns/name"``) and ``ProvisioningSucceeded`` (``Successfully
-  provisioned volume pvc-...``) from ``<provisioner>_<host>_<id>``; a selected
-  node that does not exist gives ``ProvisioningFailed`` and the annotation is
-  removed so that the scheduler tries again.
-
-A Released volume it provisioned with the Delete policy is deleted.
-Not modelled: capacity limits, the ``external-provisioner.volume.kubernetes.io/finalizer``,
-volume expansion, snapshots and clones (``dataSource``).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

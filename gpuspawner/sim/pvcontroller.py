@@ -1,35 +1,5 @@
 """The simulated PersistentVolume controller: binds claims to volumes.
-
-Source: ``pkg/controller/volume/persistentvolume/pv_controller.go`` (``syncClaim``,
-``syncUnboundClaim``, ``syncBoundClaim``, ``syncVolume``, ``bind``,
-``provisionClaim``, ``emitEventForUnboundDelayBindingClaim``,
-``assignDefaultStorageClass``).
-
-For an unbound claim it finds the smallest matching available volume (or the
-one pre-bound to it) and binds both sides: the volume's ``claimRef``, the
-claim's ``volumeName`` and the ``pv.kubernetes.io/bind-completed`` /
-``bound-by-controller`` annotations, phases Bound, the claim's status
-capacity and access modes.  When none matches:
-
-* a claim of a WaitForFirstConsumer class that no scheduler has placed yet
-  gets ``WaitForFirstConsumer`` (``waiting for first consumer to be created
-  before binding``) or ``WaitForPodScheduled`` (``waiting for pod x to be
-  scheduled``);
-* a claim with a class is handed to its provisioner: an external one (any name
-  not starting with ``kubernetes.io/``) through the
-  ``volume.kubernetes.io/storage-provisioner`` annotation and the
-  ``ExternalProvisioning`` event; ``kubernetes.io/...`` names have no in-tree
-  plugin here (``ProvisioningFailed``: ``no volume plugin matched name: ...``);
-  a missing class gives ``ProvisioningFailed`` ``storageclass.storage.k8s.io "x" not found``;
-* a claim without class (and no default class to assign retroactively) gets
-  ``FailedBinding``: ``no persistent volumes available for this claim and no
-  storage class is set``.
-
-A volume whose claim is gone becomes Released; the Retain policy keeps it, an
-external provisioner deletes it for the Delete policy.  Claims and volumes are
-looked at again on every change and every 15 s (the controller's resync).
-Not modelled: Recycle, in-tree volume plugins, volume expansion, the
-``ExternalDeleting`` wait, metrics.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

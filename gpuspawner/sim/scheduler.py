@@ -1,19 +1,4 @@
-"""The simulated kube-scheduler.
-
-It runs in the simulation's event loop against the shared in-process ``Store``
-(``docs/architecture.md``) and uses only its documented API.  The filter and score
-rules live in ``gpuspawner.sim.plugins`` (pure), with the per-pod state of the volume
-plugins (``volumebinding``) and of DynamicResources (``dra.plugin``), whose Reserve and
-PreBind steps run here (volumes first, then claims, then the binding, in the background
-when volumes must be bound first); this module is the loop: it keeps an
-incremental cache of nodes and of what bound pods request (list, then watch, as the
-real scheduler's informers do), binds Pending pods with no ``spec.nodeName`` and
-``schedulerName: default-scheduler``, and parks pods that fit nowhere as
-unschedulable until a cluster event may help them (a node added or changed, a pod
-deleted or finished), with the scheduling queue's per-pod backoff (1 s doubling to
-10 s: ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``) and its periodic flush
-(``podMaxInUnschedulablePodsDuration``, 5 minutes).
-"""
+"""The simulated kube-scheduler.  Design notes: docs/simulated-cluster.md."""
 
 from __future__ import annotations
 

@@ -1,22 +1,5 @@
 """Storage API rules: StorageClass, PersistentVolume and PersistentVolumeClaim as the API server keeps them.
-
-Sources, each rule by its function:
-
-* defaulting: ``pkg/apis/core/v1/defaults.go`` (``SetDefaults_PersistentVolume``,
-  ``SetDefaults_PersistentVolumeClaim``), ``pkg/apis/storage/v1/defaults.go``
-  (``SetDefaults_StorageClass``) and the PV strategy's ``lastPhaseTransitionTime``;
-* validation: ``pkg/apis/core/validation`` (``ValidatePersistentVolumeSpec``,
-  ``ValidatePersistentVolumeClaimSpec``) and ``pkg/apis/storage/validation``
-  (``ValidateStorageClass``, ``ValidateStorageClassUpdate``), the subset that
-  users trip over;
-* admission: ``DefaultStorageClass`` (a claim without ``storageClassName``
-  gets the default class, the newest when several are marked) and
-  ``StorageObjectInUseProtection`` (the ``kubernetes.io/pvc-protection`` and
-  ``kubernetes.io/pv-protection`` finalizers);
-* helpers of ``k8s.io/component-helpers/storage/volume`` (class of a claim or
-  volume, ``CheckNodeAffinity``) and ``GetAccessModesAsString``.
-
-Pure: JSON dicts in, values out.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

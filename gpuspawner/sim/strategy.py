@@ -1,8 +1,5 @@
 """What the registry does to an object before it is stored: defaulting and validation.
-
-The rules follow ``pkg/apis/core/v1/defaults.go``, ``pkg/apis/core/validation`` and the
-admission plugins every cluster runs (ServiceAccount, DefaultTolerationSeconds, Priority);
-each function names its source.  Everything here is pure: JSON dicts in, JSON dicts out.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

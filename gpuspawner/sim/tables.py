@@ -1,14 +1,5 @@
 """Server-side printing: ``meta.k8s.io/v1`` Table responses for kubectl.
-
-kubectl asks for ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and
-prints the columns the server chooses.  The columns and cell rules follow
-``pkg/printers/internalversion/printers.go`` (printPod, printNode,
-printEvent, printNamespace, printService, printSecret, printConfigMap,
-printServiceAccount, printPersistentVolume, printPersistentVolumeClaim,
-printStorageClass); other kinds get the apiserver's default table
-(``k8s.io/apiserver/pkg/registry/rest/table.go``: Name, Created At).
-Ages use ``k8s.io/apimachinery/pkg/util/duration.HumanDuration``.
-Pure.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

@@ -1,37 +1,5 @@
 """The scheduler's volume plugins: VolumeBinding and VolumeZone.  Pure.
-
-Sources: ``pkg/scheduler/framework/plugins/volumebinding/{volume_binding,binder}.go``
-and ``plugins/volumezone/volume_zone.go``.
-
-PreFilter (the pod as a whole):
-
-* a claim that does not exist: ``persistentvolumeclaim "x" not found``; one
-  being deleted or Lost gets its own message; a generic ephemeral volume whose
-  claim is missing: ``waiting for ephemeral volume controller to create the
-  persistentvolumeclaim "x"``;
-* a claim of an Immediate class (or pre-bound) that is not bound yet:
-  ``pod has unbound immediate PersistentVolumeClaims``;
-* a claim bound to a volume that does not exist: ``persistentvolume "x" not found``
-  (VolumeZone's PreFilter).
-
-Filter (per node), UnschedulableAndUnresolvable, so preemption cannot help:
-
-* a bound volume whose ``spec.nodeAffinity`` excludes the node:
-  ``node(s) had volume node affinity conflict``;
-* a WaitForFirstConsumer claim with no available volume for the node and no
-  way to provision one there (no provisioner, ``allowedTopologies``, or a
-  ``selected-node`` that names another node):
-  ``node(s) didn't find available persistent volumes to bind``;
-* VolumeZone: a bound volume labelled with a zone or region the node is not in:
-  ``node(s) had no available volume zone``.
-
-For the chosen node, :meth:`PodVolumes.decisions` says which volumes to bind
-(a static PV for a claim) and which claims to provision (the scheduler then
-sets ``volume.kubernetes.io/selected-node`` on them), as Reserve/PreBind do.
-
-Not modelled: CSI storage capacity and volume limits (NodeVolumeLimits),
-ReadWriteOncePod conflicts (VolumeRestrictions), the in-tree volume types'
-conflicts.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,5 @@
 """The PVC and PV protection controllers: storage in use is not deleted under a pod.
-
-Sources: ``pkg/controller/volume/pvcprotection/pvc_protection_controller.go``
-and ``pkg/controller/volume/pvprotection/pv_protection_controller.go``.
-
-The API server's StorageObjectInUseProtection admission gives every claim the
-``kubernetes.io/pvc-protection`` finalizer and every volume
-``kubernetes.io/pv-protection``.  A deleted claim therefore stays
-Terminating until no scheduled, non-terminated pod uses it; then this
-controller removes the finalizer and the claim goes.  A deleted volume stays
-until it is no longer Bound.  Not modelled: adding the finalizers to objects
-created before the admission plugin was enabled.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

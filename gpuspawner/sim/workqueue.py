@@ -1,8 +1,5 @@
 """A controller's work queue: each key at most once, delayed adds, retries with back-off.
-
-Modelled on client-go ``util/workqueue`` (a key queued twice is processed once;
-``AddAfter``; ``AddRateLimited`` with the per-item exponential failure
-limiter, 5 ms doubling to 1000 s, here capped lower for a simulation).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

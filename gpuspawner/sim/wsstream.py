@@ -1,18 +1,5 @@
 """The ``channel.k8s.io`` WebSocket protocols of ``pods/exec`` and ``pods/attach``.
-
-Sources: ``k8s.io/apimachinery/pkg/util/httpstream/wsstream/conn.go`` (each binary message starts
-with its channel number; the ``base64.`` variants send text: the channel as an ASCII digit, then
-base64), the kubelet's ``cri/streaming/remotecommand/websocket.go`` (``v4.channel.k8s.io``,
-``v4.base64.channel.k8s.io``, ``channel.k8s.io``, ``base64.channel.k8s.io`` and no protocol;
-channels 0 stdin, 1 stdout, 2 stderr, 3 error, 4 resize; an empty message on the first output
-channel once connected), the API server's ``util/proxy/websocket.go`` (``v5.channel.k8s.io``,
-which adds the CLOSE signal: channel 255 with the number of the channel the client closes) and
-``httpstream.go``/``exec.go`` for the error channel: with v4 and v5 a ``metav1.Status`` as JSON
-(``Success``, or ``Failure`` with reason ``NonZeroExitCode`` and the exit code in
-``details.causes``), with the older protocols the error text only, and nothing on success.
-
-A handshake asking only for protocols not served is refused with 403, as golang.org/x/net/websocket
-refuses it.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

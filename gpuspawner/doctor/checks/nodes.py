@@ -1,10 +1,6 @@
 """GPU nodes: does a node have GPUs, does its device plugin advertise them, is it Ready and
 schedulable?  Findings ``gpu-node-no-allocatable``, ``gpu-node-not-ready``,
-``gpu-node-cordoned`` and ``no-gpu-nodes``.  Pure.
-
-Label names and their sources are in the project's reference notes on CUDA
-compatibility and GPU labels ("ref §x.y"; primary sources: NVIDIA/k8s-device-plugin
-``docs/gpu-feature-discovery/README.md``, ROCm/k8s-device-plugin, the GKE/EKS/AKS GPU guides).
+``gpu-node-cordoned`` and ``no-gpu-nodes``.  Pure.  Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Pods stuck Pending on GPUs: finding ``pod-pending-on-gpu``, with a fix that follows the
-scheduler's own words.  Pure.
-
-The scheduler's verdict is the ``PodScheduled=False`` condition; its message is read with the
-spawner's parser (``spawn.schedmsg``), so doctor and the spawn page sort a stuck pod alike.
+scheduler's own words.  Pure.  Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
 """``resource.k8s.io/v1`` objects: names, defaulting and validation, as the API server applies them.  Pure.
-
-Sources: ``staging/src/k8s.io/api/resource/v1/types.go`` (fields, limits), ``pkg/apis/resource/v1/defaults.go``
-(``allocationMode: ExactCount`` and ``count: 1``), ``pkg/apis/resource/validation/validation.go`` (the
-checks and their words) and the registry strategies (``pkg/registry/resource/*/strategy.go``: a claim's
-and a template's spec cannot change, a new claim's status is dropped, status updates change status
-only).  Modelled: the checks clients trip over (required fields, names, counts, modes, CEL selectors
-that do not compile, duplicates, one node selection field per slice, attribute values, versions,
-reservations without an allocation, an allocation rewritten); not modelled: admin access, device
-taints, counters (partitionable devices), binding conditions, consumable capacity, size limits
-beyond devices per slice and requests per claim.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,5 @@
 """CEL for DRA device selectors: cel-python with Kubernetes' CEL extensions on top.
-
-What a selector sees is ``k8s.io/dynamic-resource-allocation/cel/compile.go`` (``DeviceMatches``):
-one variable ``device`` with
-
-* ``device.driver`` (string);
-* ``device.attributes[domain][id]``: the slice's attributes by domain (an unqualified name is in the
-  driver's domain), ``int``/``bool``/``string`` values and ``version`` values as Semver;
-* ``device.capacity[domain][id]``: Quantities;
-* looking up a domain that the device does not have gives an empty map (``"x" in device.attributes``
-  stays false), so ``device.attributes["other"].foo`` fails with ``no such key: foo``.
-
-The functions are the ones DRA selectors use from the Kubernetes CEL libraries
-(``k8s.io/apiserver/pkg/cel/library``): ``semver``/``isSemver`` (with the tolerant second argument),
-``quantity``/``isQuantity``, ``isGreaterThan``/``isLessThan``/``compareTo`` on both,
-``major``/``minor``/``patch``, the quantity methods ``sign``, ``isInteger``, ``asInteger``,
-``asApproximateFloat``, ``add``, ``sub``; cel-go's string extension (``charAt``, ``indexOf``,
-``lastIndexOf``, ``lowerAscii``, ``upperAscii``, ``replace``, ``split``, ``substring``, ``trim``,
-``join``), the regex library's ``find``/``findAll``, the list library's ``isSorted``/``sum``/
-``indexOf``/``lastIndexOf``; and ``cel.bind`` (cel-go ``ext.Bindings``), which, like cel-go's macro,
-becomes a comprehension over a one-element list.  CEL itself (operators, macros, ``matches`` with
-RE2, ``size``, conversions) is cel-python's.
-
-Not modelled: the cost limit (``actual cost limit exceeded``), the type checker (a wrong type is a
-runtime ``no such overload``, not a compile error; only undeclared names and a literal non-bool
-result are caught at compile time), ``sets.*``, ``format``, IP/CIDR/URL libraries, optional types,
-list-type attributes (``includes``) and ``device.allowMultipleAllocations`` (alpha features).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

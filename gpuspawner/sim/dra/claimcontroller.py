@@ -1,20 +1,5 @@
 """The resource claim controller (``pkg/controller/resourceclaim/controller.go``).
-
-* **Pods** with ``spec.resourceClaims[].resourceClaimTemplateName`` get a ResourceClaim from the
-  template: ``generateName: <pod>-<claim>-`` (both cut in proportion to fit 57 characters), the
-  template's labels and annotations plus ``resource.kubernetes.io/pod-claim-name: <claim>``, an
-  ownerReference to the pod (``controller: true``, ``blockOwnerDeletion: true``) and the template's
-  ``spec.spec``; then ``status.resourceClaimStatuses`` names it.  An orphan made earlier for the same
-  pod claim is adopted instead.  A missing template gives the Warning event
-  ``FailedResourceClaimCreation`` (``PodResourceClaim gpu: resource claim template "t": ...``) and a
-  retry.  A pod being deleted gets nothing.
-* **Claims**: a ``reservedFor`` entry whose pod is gone, replaced (other uid) or done (Succeeded,
-  Failed, or deleted before it was scheduled) is removed; when no consumer is left, the
-  allocation is cleared and the ``resource.kubernetes.io/delete-protection`` finalizer removed.  An
-  unused claim generated for a pod that is done or was replaced (another uid) is deleted; one whose
-  pod no longer exists is left to the garbage collector (``garbagecollector.py``), which follows
-  the ownerReference this controller set.  Either may delete first: a claim already gone is no
-  error.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
 """What the kubelet gives a container for its allocated DRA devices.
-
-On a node, the kubelet's DRA manager asks the driver to prepare each claim and the driver writes
-a CDI spec; NVIDIA's (``gpu.nvidia.com``) CDI edits put the devices' UUIDs in
-``NVIDIA_VISIBLE_DEVICES`` (``GPU-…`` for full GPUs, ``MIG-…`` for MIG devices).  A container gets
-the devices of the claims it lists in ``resources.claims`` (all of a claim's results, or those of
-the one ``request`` it names), and of the requests that ``status.extendedResourceClaimStatus``
-maps to it (extended resources backed by DRA).  Such extended resources are not the device
-plugin's: :func:`device_plugin_requests` drops them from what the device manager allocates.
-
-Not modelled: other drivers' CDI edits, device nodes and mounts, sharing config (MPS, time-slicing).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

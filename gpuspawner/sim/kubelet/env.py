@@ -1,12 +1,5 @@
 """A container's environment and the downward API's values, as the kubelet computes them.  Pure.
-
-Sources: ``pkg/kubelet/kubelet_pods.go`` (``makeEnvironmentVariables``: ``envFrom`` then ``env``,
-``$(VAR)`` expansion against what came before, ``valueFrom``), ``podFieldSelectorRuntimeValue``
-and ``k8s.io/kubernetes/pkg/fieldpath`` (field values, ``FormatMap``),
-``pkg/api/v1/resource/helpers.go`` (``ExtractContainerResourceValue``: limits default to the node's
-allocatable), ``third_party/forked/golang/expansion`` (``$(VAR)``, ``$$``).
-
-Not modelled: the service links (``FOO_SERVICE_HOST`` for each Service of the namespace).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
 """The kubelet of every simulated node: watches pods and nodes, runs one ``PodWorker`` per pod.
-
-Pods bound to a node after the kubelet started are run (``worker.py``); pods already bound when
-it starts were loaded from a cluster file: they keep their state, never run, and take their
-devices first.  The API server reaches the kubelet in-process for the streaming subresources
-(where a real one proxies to the kubelet's port 10250): ``log_stream`` (``pods/log``),
-``exec`` (``pods/exec``), ``attach`` (``pods/attach``).
-
-``stop()`` kills every process the kubelet started: each container's whole PID namespace (or
-process tree), each exec.  Should the simulation itself be killed, the kernel kills the shims
-(``PR_SET_PDEATHSIG``) and with them the containers.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

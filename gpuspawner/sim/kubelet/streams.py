@@ -1,22 +1,5 @@
 """The kubelet's streaming server for ``pods/exec`` and ``pods/attach`` (WebSocket).
-
-On a real cluster the API server proxies v4 (and older) WebSocket requests to the kubelet's
-streaming server (``cri/streaming/remotecommand``), which refuses a container that is not running
-before upgrading (HTTP 500, ``container not found ("x")``), then runs the command and writes its
-status on the error channel; v5 requests are upgraded by the API server itself, whose stream
-translator reaches the kubelet over SPDY and reports any failure on the error channel as an
-``InternalError`` (``util/proxy/streamtranslator.go``).  Both paths are served here, with the
-channel protocols of ``wsstream.py``.
-
-Exec: the command runs in the container's namespaces, root, environment and working directory;
-stdin (``-i``), a terminal (``-t``, resized through channel 4), stdout and stderr (a terminal
-merges them); the v5 CLOSE signal for stdin closes the command's stdin.  When the client leaves
-first, the command's stdin is closed (a terminal gets SIGHUP) and it runs on until it ends or
-the container stops, as on a real node.
-
-Attach: the container's output from now on; stdin reaches the container's stdin when its spec
-has ``stdin: true`` (``stdinOnce``: closed when this attach ends); whether a terminal is used
-follows the container's ``tty``, as the kubelet decides.  The session ends when the container does.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

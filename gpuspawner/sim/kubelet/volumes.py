@@ -1,27 +1,5 @@
 """A pod's volumes, set up as the kubelet's volume plugins set them up.
-
-Each volume gets a directory ``<workdir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` (the
-kubelet's layout) that the runtime binds into the containers at their ``mountPath``:
-
-* ``emptyDir``: an empty directory (mode 0777) that lives as long as the pod (``medium: Memory``
-  is a plain directory here; ``sizeLimit`` is not enforced);
-* ``configMap``, ``secret``, ``downwardAPI``, ``projected`` (configMap, secret, downwardAPI and
-  serviceAccountToken sources): their payload written by the atomic writer
-  (``pkg/volume/util/atomic_writer.go``): a timestamped directory, the ``..data`` link to it, and a
-  link per top-level entry, so that updates swap atomically; ``items``, ``defaultMode`` (0644) and
-  per-item ``mode``, ``optional``; mounted read-only (these plugins' ``ReadOnly`` attribute);
-  re-projected on ``refresh()`` (the kubelet's periodic sync) except where bound with ``subPath``;
-* ``hostPath`` (with its ``type`` checks) and ``persistentVolumeClaim`` (the bound
-  PersistentVolume's ``hostPath`` or ``local`` path; any other PV gets a directory of this
-  kubelet's that outlives the pod, standing for the disk).
-
-Failures are worded as ``operation_generator.go`` and the plugins word them, e.g.
-``MountVolume.SetUp failed for volume "config" : configmap "app-config" not found`` or
-``configmap references non-existent config key: foo``.  The service account token is a JWT-shaped
-string with the claims a real one carries; its signature is random bytes (nothing verifies it).
-
-Not modelled: CSI and other network volume plugins, generic ephemeral volumes, ``fsGroup``
-ownership, image volumes, ``clusterTrustBundle`` projections.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

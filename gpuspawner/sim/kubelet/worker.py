@@ -1,27 +1,5 @@
 """The pod worker: one pod's life on its node, in the order the kubelet's ``SyncPod`` goes.
-
-1. admission: device ids from the ``DeviceLedger`` (the device manager's ``Allocate``); when they
-   are short the pod fails with ``UnexpectedAdmissionError``;
-2. volumes (``volumes.PodVolumes``): every volume set up before any container starts; while one
-   fails, Warning ``FailedMount`` events, retried with the operation executor's backoff (0.5 s
-   doubling to 2 min 2 s) and ``Unable to attach or mount volumes: ...: timed out waiting for
-   the condition`` every 2 min 3 s; the pod stays ``ContainerCreating``;
-3. the sandbox: the pod's own loopback address (``podIP``), ``PodReadyToStartContainers``;
-4. init containers one at a time, sidecars (``restartPolicy: Always`` init containers) kept
-   running, then the containers, each through the runtime (``runtime.py``/``shim.py``: a PID and
-   mount namespace of its own, volumes at their ``mountPath``), restarted per ``restartPolicy``
-   with CrashLoopBackOff (the first restart at once, then 10 s doubling to 5 min, reset after
-   10 min of running);
-5. probes (``probes.py``): readiness gates ``ready``, a failed liveness or startup probe kills the
-   container (``Killing``: ``Container x failed liveness probe, will be restarted``);
-6. deletion: SIGTERM to each container's main process, SIGKILL of the whole container after the
-   grace period, apps first then sidecars in reverse order (KEP-753), then the store's
-   ``finalize_delete``.
-
-``0.0.0.0`` in command, args and env values is rewritten to the pod IP: pods share the machine's
-network, where ``0.0.0.0`` would mean every address (KubeSpawner puts it in
-``JUPYTERHUB_SERVICE_URL``).  Not modelled: lifecycle hooks, image pulls (events only), resource
-limits, security contexts, ephemeral containers.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
