@@ -1,4 +1,4 @@
-"""The docs say what the code does, and nothing of one machine (issue #7, section 4).
+"""The docs say what the code does, and nothing of one machine.
 
 * no machine-specific path (a virtual environment or notes outside the repository) in the docs,
   the README, the package (its data and docstrings), the scripts or the benchmarks;

@@ -65,7 +65,7 @@ def sanitise_product(name: str) -> str:
 
 
 def family(arch: str | None) -> str:
-    """GFD's ``nvidia.com/gpu.family`` from the compute capability (section 4.1)."""
+    """GFD's ``nvidia.com/gpu.family`` from the compute capability (GFD ``internal/lm``)."""
     if not arch:
         return "undefined"
     try:

@@ -158,7 +158,7 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
         name=text(name) if name is not None else None,
         uuid=text(uuid) if uuid is not None else None,
         brand=int(brand) if isinstance(brand, int) else None,
-        # GFD: gpu.memory = GetMemoryInfo().Total / 2^20 (reference section 4.1)
+        # GFD: gpu.memory = GetMemoryInfo().Total / 2^20 (k8s-device-plugin ``internal/lm``)
         memory_mib=int(total) // (1 << 20) if isinstance(total, int) else None,
         arch=f"{int(cc[0])}.{int(cc[1])}" if cc is not None else None,
         mig_capable=mig is not None,

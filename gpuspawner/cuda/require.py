@@ -26,7 +26,7 @@ class RequireError(ValueError):
 # Brands
 # --------------------------------------------------------------------------
 
-# nvmlBrandType_t (nvml.h; reference section 5).  Names are our keys.
+# nvmlBrandType_t (nvml.h).  Names are our keys.
 NVML_BRANDS: dict[int, str] = {
     0: "unknown",
     1: "quadro",
@@ -55,7 +55,7 @@ _ALIASES = {
     "vgaming": "cloudgaming",
 }
 # libnvidia-container src/driver.c maps only these NVML brands; every other
-# one becomes "Unknown" (reference section 3.3, commit 947344949f [V]).
+# one becomes "Unknown" (libnvidia-container commit 947344949f [V]).
 _LNC_BRANDS = {
     "quadro": "Quadro",
     "tesla": "Tesla",

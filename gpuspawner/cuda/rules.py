@@ -98,8 +98,8 @@ CudaCheck = Callable[[ImageCuda, NodeCuda, str], Verdict]
 # Facts an admin may override
 # --------------------------------------------------------------------------
 
-# Forward-compatibility support matrix (section 2.3 [V-copy], NVIDIA's
-# forward-compatibility page): cuda-compat package X.Y -> the driver branches
+# Forward-compatibility support matrix ([V-copy], NVIDIA's
+# forward-compatibility page, https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html): cuda-compat package X.Y -> the driver branches
 # (major driver versions) marked "C".  Branches not listed are end of life or
 # New Feature Branches and "not supported targets"; "N/A" (the branch's own
 # CUDA) needs no compat package and is covered by backward compatibility.
@@ -121,7 +121,7 @@ _NOT_DATACENTER_BRANDS = frozenset(
     {"geforce", "geforcertx", "titan", "titanrtx", "quadro", "quadrortx", "nvidiartx", "nvs"}
 )
 # [S] current data-center parts report NVML brand NVIDIA (H100, GH200, T4 on
-# 530+), older ones Tesla (section 3.3 / 6).
+# 530+), older ones Tesla (libnvidia-container ``src/driver.c``; nvml.h).
 _DATACENTER_BRANDS = frozenset({"tesla", "nvidia"})
 _NOT_DATACENTER_WORDS = frozenset({"geforce", "titan", "quadro", "rtx", "nvs"})
 # [I] data-center model numbers in GFD product names: A100, H100, H200, B200,

@@ -90,7 +90,7 @@ def cuda_from_int(value: int) -> tuple[int, int]:
 
     nvml.h ``NVML_CUDA_DRIVER_VERSION_MAJOR(v) = v/1000`` and
     ``NVML_CUDA_DRIVER_VERSION_MINOR(v) = (v%1000)/10``; GPU Feature Discovery
-    uses the same (reference section 4.1).
+    uses the same (k8s-device-plugin ``internal/lm``).
     """
     if not isinstance(value, int) or isinstance(value, bool) or value < 1000:
         raise VersionError(f"CUDA driver version {value!r} from NVML is not a number like 12020")

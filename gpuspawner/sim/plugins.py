@@ -168,7 +168,7 @@ class MessageStyle:
     """Wording choices that changed between Kubernetes releases.
 
     ``taint_details``: releases up to 1.34.1 name the taint
-    (``node(s) had untolerated taint {sku: gpu}``); kubernetes PR #134740
+    (``node(s) had untolerated taint {sku: gpu}``); kubernetes/kubernetes pull 134740
     (1.35, cherry-picked to 1.34.2) replaced it with
     ``node(s) had untolerated taint(s)``.
     ``dra_postfilter``: with DynamicResourceAllocation enabled (GA in 1.34)
