@@ -5,7 +5,7 @@
 * docs/simulated-apiserver.md lists every resource and subresource the simulated API server serves,
   and says no API group is served only when none is;
 * the pod-usage rule, in the README and docs/capacity.md, includes ``spec.overhead`` (as
-  ``capacity/podres.py`` counts it).
+  ``capacity/pod_requests.py`` counts it).
 """
 
 from __future__ import annotations

@@ -13,16 +13,16 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable, ClassVar, Iterable
 
-from gpuspawner.capacity import gcpolicy
+from gpuspawner.capacity import gc_policy
 from gpuspawner.capacity import health as words
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dracache import DRA_KINDS, DraSource
+from gpuspawner.capacity.dra_source import DRA_KINDS, DraSource
 from gpuspawner.capacity.labels import node_record
-from gpuspawner.capacity.listjson import ITEM, iter_list
+from gpuspawner.capacity.list_response import ITEM, iter_list
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import CapacitySnapshot
-from gpuspawner.capacity.podres import base_record, pod_key, pod_record
-from gpuspawner.kube.apierrors import dra_missing_rules_message, missing_rules_message, status_of
+from gpuspawner.capacity.pod_requests import base_record, pod_key, pod_record
+from gpuspawner.kube.api_errors import dra_missing_rules_message, missing_rules_message, status_of
 
 log = logging.getLogger(__name__)
 
@@ -324,14 +324,14 @@ class _Informer:
         One page at a time (the other informer's waits for the lock), so that the two
         informers' work never adds up in one turn of the loop; a yield whenever a stretch of
         work exceeds the slice budget, so the hub's loop never stalls long (<= 25 ms); no
-        cyclic collection while the page's objects live (``gcpolicy.paused``): they die with
+        cyclic collection while the page's objects live (``gc_policy.paused``): they die with
         the page, so none is promoted and they trigger no full collection.
         """
         meta: dict = {}
         async with self.cache._page_lock:
-            with gcpolicy.paused():
+            with gc_policy.paused():
                 began = time.perf_counter()
-                # item by item (listjson): json.loads of a whole page would hold the loop ~10 ms
+                # item by item (list_response): json.loads of a whole page would hold the loop ~10 ms
                 for field, value in iter_list(body):
                     if field is ITEM:
                         key = self._apply(value)
@@ -604,13 +604,13 @@ class CapacityCache:
         if self._gc_freeze:
             # the hub is up by now (the first view, spawn or API request starts the cache): what
             # it holds is long-lived, and a full collection during the sync must not walk it
-            gcpolicy.freeze("the GPU capacity cache starts")
+            gc_policy.freeze("the GPU capacity cache starts")
         for inf in self._informers.values():
             self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}"))
         self._tasks.append(asyncio.create_task(self._run_dra(), name="gpuspawner-capacity-dra"))
 
     async def _run_dra(self) -> None:
-        """Discover ``resource.k8s.io/v1``; once served, run the DRA informers (dracache.py)."""
+        """Discover ``resource.k8s.io/v1``; once served, run the DRA informers (dra_source.py)."""
         await self._dra.discover()
         await asyncio.gather(*(inf.run() for inf in self._dra.informers.values()))
 
@@ -691,11 +691,11 @@ class CapacityCache:
     def _first_sync_done(self) -> None:
         """When both informers have listed for the first time, with ``gc_freeze``: move what
         the process holds (the hub's objects, the ledger's records) out of the cyclic
-        collector's reach (:func:`gcpolicy.freeze`), so its full passes stay short. (``start``
+        collector's reach (:func:`gc_policy.freeze`), so its full passes stay short. (``start``
         froze what the hub held before the cache started.)"""
         if self._gc_freeze and self.synced:
             self._gc_freeze = False  # once per cache
-            gcpolicy.freeze("the GPU capacity cache has read the cluster")
+            gc_policy.freeze("the GPU capacity cache has read the cluster")
 
     def _changed_health(self) -> None:
         # a first snapshot waits for DRA to settle too (absent, listed or forbidden), so the spawn

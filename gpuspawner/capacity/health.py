@@ -9,7 +9,7 @@ import errno
 import json
 from collections.abc import Mapping
 
-from gpuspawner.kube.apierrors import REASONS, ApiStatus, explain
+from gpuspawner.kube.api_errors import REASONS, ApiStatus, explain
 
 __all__ = ["KINDS", "describe_failure", "combine", "age_words", "figures_age", "silent_message", "stalled_message", "syncing_message"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpuspawner.capacity.model import Taint, pool_id
-from gpuspawner.capacity.noderes import node_base
+from gpuspawner.capacity.node_resources import node_base
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 from gpuspawner.capacity.warnonce import warn_once
 from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
@@ -317,7 +317,7 @@ class NodeRecord(NamedTuple):
     taints: tuple[Taint, ...]
     # the labels a NodeView carries: what pins a pod to this node or driver
     labels: tuple[tuple[str, str], ...]
-    # allocatable CPU (millicores), memory, ephemeral storage (bytes) and pods (noderes.node_base)
+    # allocatable CPU (millicores), memory, ephemeral storage (bytes) and pods (node_resources.node_base)
     base: tuple[int, ...] = ()
 
     @property

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from gpuspawner.capacity.config import DeclaredPool
-from gpuspawner.capacity.heldpods import HeldPods
+from gpuspawner.capacity.held_pods import HeldPods
 from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for
 from gpuspawner.capacity.model import (
     DriverGroup,
@@ -23,11 +23,11 @@ from gpuspawner.capacity.model import (
     group_order,
     with_groups,
 )
-from gpuspawner.capacity.noderes import fits as fits_in
-from gpuspawner.capacity.noderes import room
-from gpuspawner.capacity.podres import PodRecord
+from gpuspawner.capacity.node_resources import fits as fits_in
+from gpuspawner.capacity.node_resources import room
+from gpuspawner.capacity.pod_requests import PodRecord
 from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
-from gpuspawner.capacity.tally import (
+from gpuspawner.capacity.pool_totals import (
     TRANSIENT_TAINT_PREFIXES,
     NodeTally,
     Reserving,
@@ -219,7 +219,7 @@ class Ledger(Reserving):
 
     def upsert_base_pod(self, key: str, rec: tuple[str, int, int, int]) -> bool:
         """A pod without GPUs that holds CPU, memory and a pod slot on node ``rec[0]``
-        (``podres.base_record``)."""
+        (``pod_requests.base_record``)."""
         if key in self._pods:
             self.remove_pod(key)
         old = self._base_pods.get(key)

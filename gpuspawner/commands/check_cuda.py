@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from gpuspawner.cuda import require as req
-from gpuspawner.cuda import rules, table
+from gpuspawner.cuda import compatibility, table
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.cuda.versions import VersionError, fmt_cuda, parse_arch, parse_cuda, parse_driver
 
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policy",
-        choices=rules.POLICIES,
+        choices=compatibility.POLICIES,
         default="minor",
         help="strict: backward compatibility only; minor (default): also "
         "minor-version compatibility, with a warning; forward: also "
@@ -92,9 +92,9 @@ def main(args: argparse.Namespace) -> int:
 def _main_cuda(cuda, driver_text, driver_cuda, arch, brand, policy) -> int:
     datacenter = None
     if policy == "forward":
-        dc = rules.datacenter_from_node(rules.NodeCuda(brand=brand)) if brand else None
+        dc = compatibility.datacenter_from_node(compatibility.NodeCuda(brand=brand)) if brand else None
         datacenter = dc is not False
-    node = rules.NodeCuda(
+    node = compatibility.NodeCuda(
         driver=driver_text,
         driver_cuda=fmt_cuda(driver_cuda) if driver_cuda else None,
         arch=fmt_cuda(arch) if arch else None,
@@ -102,7 +102,7 @@ def _main_cuda(cuda, driver_text, driver_cuda, arch, brand, policy) -> int:
         datacenter=datacenter,
     )
     image = ImageCuda(cuda=cuda, compat=cuda if policy == "forward" else None)
-    verdict = rules.decide(image, node, policy)
+    verdict = compatibility.decide(image, node, policy)
     if verdict.level == "ok":
         _print("fits", verdict.reason)
         return EXIT_FITS

@@ -97,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rules(args: argparse.Namespace):
-    from gpuspawner.cull.rules import CullRules, load_rules
+    from gpuspawner.cull.idle_timeouts import CullRules, load_rules
 
     rules = load_rules(args.config) if args.config else CullRules()
     if args.idle_timeout is not None:
@@ -123,7 +123,7 @@ def _problems(args: argparse.Namespace) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gpuspawner.cull.rules import RulesError
+    from gpuspawner.cull.idle_timeouts import RulesError
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")

@@ -5,7 +5,7 @@ Design notes: docs/cuda-compatibility.md.
 from gpuspawner.cuda.custom import resolve_check, safe_verdict
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
 from gpuspawner.cuda.require import Properties, RequireError, check, evaluate, lnc_brand, requirements_from_env
-from gpuspawner.cuda.rules import (
+from gpuspawner.cuda.compatibility import (
     DEFAULT_FACTS,
     POLICIES,
     CudaCheck,

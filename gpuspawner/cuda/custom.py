@@ -8,7 +8,7 @@ import importlib
 from typing import Any
 
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.cuda.rules import LEVELS, CudaCheck, NodeCuda, Verdict
+from gpuspawner.cuda.compatibility import LEVELS, CudaCheck, NodeCuda, Verdict
 
 __all__ = ["resolve_check", "safe_verdict"]
 

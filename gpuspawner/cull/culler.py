@@ -17,7 +17,7 @@ from gpuspawner.cull.hub import HubClient, HubError
 from gpuspawner.cull.kube import KubeError
 from gpuspawner.cull.metrics import CullMetrics
 from gpuspawner.cull.policy import NO_METRICS, PARTIAL_METRICS, UNUSABLE_METRICS, Action, Decision, decide
-from gpuspawner.cull.rules import CullRules, rule_for
+from gpuspawner.cull.idle_timeouts import CullRules, rule_for
 from gpuspawner.cull.servers import Server, pod_index, servers_from_users
 from gpuspawner.kube.times import format_duration
 

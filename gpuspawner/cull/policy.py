@@ -9,7 +9,7 @@ from datetime import datetime
 from enum import Enum
 
 from gpuspawner.cull.activity import PodActivity, show
-from gpuspawner.cull.rules import AppliedRule, CullRules
+from gpuspawner.cull.idle_timeouts import AppliedRule, CullRules
 from gpuspawner.cull.servers import Server
 from gpuspawner.kube.times import format_duration
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.podres import pod_usage
+from gpuspawner.capacity.pod_requests import pod_usage
 from gpuspawner.kube.times import parse_time
 from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION
 

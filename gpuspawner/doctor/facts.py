@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.cuda.rules import POLICIES, NodeCuda, Verdict, decide
+from gpuspawner.cuda.compatibility import POLICIES, NodeCuda, Verdict, decide
 from gpuspawner.queue.rules import QueueRule, parse_rules
 from gpuspawner.spawn.profiles import GPUProfileSpec
 

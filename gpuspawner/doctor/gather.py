@@ -10,10 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.doctor.dra import DRA_GROUP, REQUIRED_DRA_NAMESPACED_RBAC, REQUIRED_DRA_RBAC, DraState
+from gpuspawner.doctor.dra_state import DRA_GROUP, REQUIRED_DRA_NAMESPACED_RBAC, REQUIRED_DRA_RBAC, DraState
 from gpuspawner.doctor.rbac import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
 from gpuspawner.doctor.kueue import ADMISSION_GATE, VISIBILITY_APISERVICE, KueueState, probe_pod
-from gpuspawner.kube.apierrors import explain, status_of
+from gpuspawner.kube.api_errors import explain, status_of
 
 __all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
 

@@ -17,13 +17,13 @@ import yaml
 from . import loader
 from .devices import DeviceLedger
 from .controller import MERGE, now_rfc3339
-from .dra.claimcontroller import ResourceClaimController
+from .dra.claim_controller import ResourceClaimController
 from .garbagecollector import GarbageCollector
-from .namespacecontroller import NamespaceController
+from .namespace_controller import NamespaceController
 from .nodelease import NodeLeases
 from .nodelifecycle import NodeLifecycleController
 from .provisioner import HostPathProvisioner
-from .pvcontroller import PersistentVolumeController
+from .pv_controller import PersistentVolumeController
 from .volumeprotection import VolumeProtectionController
 from .plugins import MessageStyle
 from .scheduler import Scheduler

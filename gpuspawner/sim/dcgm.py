@@ -15,8 +15,8 @@ from typing import Any
 
 from . import devices as dev
 from . import podresources as rules
-from . import proctree
-from .gpuhw import Gpu, driver_version, has_nvidia_gpus, node_gpus
+from . import process_tree
+from .gpu_hardware import Gpu, driver_version, has_nvidia_gpus, node_gpus
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Dcgm:
 
     def __init__(self, store, ledger: dev.DeviceLedger, pod_pids: Callable[[str, str], list[int]], *,
                  interval: float = 1.0, host: str = "127.0.0.1",
-                 read_stats: Callable[[], Mapping[int, proctree.ProcStat]] = proctree.read_stats):
+                 read_stats: Callable[[], Mapping[int, process_tree.ProcStat]] = process_tree.read_stats):
         self.store = store
         self.ledger = ledger
         self.pod_pids = pod_pids
@@ -190,7 +190,7 @@ class Dcgm:
             keys |= self._held_keys(node["metadata"]["name"])
         pids = {k: self.pod_pids(*k.split("/", 1)) for k in keys}
         stats = self.read_stats() if any(pids.values()) else {}
-        self.meter.sample(time.monotonic(), {k: proctree.tree_cpu_seconds(p, stats) for k, p in pids.items()})
+        self.meter.sample(time.monotonic(), {k: process_tree.tree_cpu_seconds(p, stats) for k, p in pids.items()})
 
     def exporter_pod(self, node: str) -> dict[str, Any]:
         """The pod the GPU Operator's DaemonSet would create for ``node``."""

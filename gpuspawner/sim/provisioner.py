@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import storageapi as sa
+from . import storage_api as sa
 from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
 from .workqueue import WorkQueue
 

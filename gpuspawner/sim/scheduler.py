@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Callable
 
-from . import plugins, storageapi, volumebinding
+from . import plugins, storage_api, volumebinding
 from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
 from .dra.plugin import PLUGIN as DRA_PLUGIN, Cycle, DynamicResources, FilterStage, SchedulerError
 from .podresources import QuantityError, pod_requests
@@ -395,11 +395,11 @@ class Scheduler:
                    "uid": pvc["metadata"]["uid"], "apiVersion": "v1",
                    "resourceVersion": pvc["metadata"]["resourceVersion"]}
             self.store.patch("persistentvolumes", pv["metadata"]["name"],
-                             {"metadata": {"annotations": {storageapi.ANN_BOUND_BY_CONTROLLER: "yes"}},
+                             {"metadata": {"annotations": {storage_api.ANN_BOUND_BY_CONTROLLER: "yes"}},
                               "spec": {"claimRef": ref}}, MERGE)
         for pvc in provision:
             self.store.patch("persistentvolumeclaims", pvc["metadata"]["name"],
-                             {"metadata": {"annotations": {storageapi.ANN_SELECTED_NODE: node}}}, MERGE, ns)
+                             {"metadata": {"annotations": {storage_api.ANN_SELECTED_NODE: node}}}, MERGE, ns)
         claims = [pvc["metadata"]["name"] for _, pvc in static] + [p["metadata"]["name"] for p in provision]
         deadline = self.clock() + self.BIND_TIMEOUT
         while self.clock() < deadline and not self._stopping.is_set():
@@ -422,8 +422,8 @@ class Scheduler:
         for name in claims:
             pvc = self.store.get("persistentvolumeclaims", name, ns)
             ann = pvc["metadata"].get("annotations") or {}
-            if name in provisioned and ann.get(storageapi.ANN_SELECTED_NODE) != node:
+            if name in provisioned and ann.get(storage_api.ANN_SELECTED_NODE) != node:
                 return f'provisioning failed for PVC "{name}"'
-            if not (pvc["spec"].get("volumeName") and storageapi.ANN_BIND_COMPLETED in ann):
+            if not (pvc["spec"].get("volumeName") and storage_api.ANN_BIND_COMPLETED in ann):
                 return False
         return True

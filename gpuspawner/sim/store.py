@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any, Callable, Generator, Iterable, Iterator
 
-from . import deletion, patching, storageapi
+from . import deletion, patching, storage_api
 from .errors import (CONTINUE_EXPIRED, LIST_EXPIRED, MODIFIED, ApiError, already_exists, bad_request, conflict,
                      expired, invalid, not_found)
 from .resources import (DEFAULT_NAMESPACES, GENERATE_NAME_ALPHABET, IMMORTAL_NAMESPACES, MAX_GENERATED_BASE,
@@ -194,7 +194,7 @@ class Store:
             meta["creationTimestamp"] = self.now()
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
         default_object(plural, obj, self._next_cluster_ip)
-        storageapi.admit(plural, obj, self._objects["storageclasses"].values())
+        storage_api.admit(plural, obj, self._objects["storageclasses"].values())
         stored = self._commit("ADDED", info, key, obj, None)
         if plural == "namespaces":
             # The serviceaccounts controller creates "default" in every new

@@ -11,7 +11,7 @@ import marshal
 import re
 from typing import Any, Callable
 
-from . import storageapi, validation
+from . import storage_api, validation
 from .dra import api as dra_api
 from .errors import bad_request, invalid
 from .resources import RESOURCES
@@ -234,7 +234,7 @@ def default_object(plural: str, obj: dict[str, Any], next_cluster_ip: Callable[[
     elif plural == "services":
         _default_service(obj, next_cluster_ip())
     elif plural in ("persistentvolumeclaims", "persistentvolumes", "storageclasses"):
-        storageapi.default_storage_object(plural, obj, meta.get("creationTimestamp") or "")
+        storage_api.default_storage_object(plural, obj, meta.get("creationTimestamp") or "")
     elif plural == "secrets":
         obj.setdefault("type", "Opaque")
         string_data = obj.pop("stringData", None)
@@ -281,7 +281,7 @@ def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool,
         causes += validation.taints(spec.get("taints"))
     if plural == "pods":
         causes += validation.tolerations(spec.get("tolerations"))
-    causes += storageapi.validate_storage_object(plural, obj, None if on_create else old)
+    causes += storage_api.validate_storage_object(plural, obj, None if on_create else old)
     if plural == "pods" and on_create:
         containers = (obj.get("spec") or {}).get("containers")
         if not containers:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import storageapi as sa
+from . import storage_api as sa
 from .plugins import Status
 
 __all__ = ["ERR_BIND_CONFLICT", "ERR_NODE_CONFLICT", "ERR_PV_NOT_EXIST", "ERR_UNBOUND_IMMEDIATE", "ERR_ZONE_CONFLICT",

@@ -8,7 +8,7 @@ import asyncio
 import logging
 from typing import Any
 
-from . import storageapi as sa
+from . import storage_api as sa
 from .controller import MERGE, TERMINAL, Tasks, code_of, informer
 from .workqueue import WorkQueue
 

@@ -62,7 +62,7 @@ from typing import Any
 from gpuspawner.capacity.model import DRIVER_LABELS, DriverGroup, PoolView, driver_key
 from gpuspawner.cuda.custom import safe_verdict
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
-from gpuspawner.cuda.rules import CudaCheck, NodeCuda, Verdict
+from gpuspawner.cuda.compatibility import CudaCheck, NodeCuda, Verdict
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # the key of the profile's own image when no profile option chooses the image

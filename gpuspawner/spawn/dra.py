@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuspawner.capacity.dra import ATTR_CUDA, ATTR_DRIVER, ATTR_PRODUCT, ATTR_PROFILE, ATTR_TYPE, semver_text
+from gpuspawner.capacity.dra_objects import ATTR_CUDA, ATTR_DRIVER, ATTR_PRODUCT, ATTR_PROFILE, ATTR_TYPE, semver_text
 from gpuspawner.capacity.labels import version_key
 from gpuspawner.capacity.model import DriverGroup, NodeView, PoolView
 from gpuspawner.kube.times import parse_time

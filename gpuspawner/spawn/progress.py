@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
-from gpuspawner.capacity.noderes import request_words, shortfall_words
+from gpuspawner.capacity.node_resources import request_words, shortfall_words
 from gpuspawner.kube import objects
 from gpuspawner.spawn.schedmsg import (
     AFFINITY,

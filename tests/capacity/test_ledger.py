@@ -6,7 +6,7 @@ from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import DriverGroup, ScaleUp, Taint, driver_groups, pool_id
-from gpuspawner.capacity.podres import pod_record
+from gpuspawner.capacity.pod_requests import pod_record
 
 from tests.builders import DECLARED_H100 as H100
 from tests.builders import GFD_A100, node, pod

@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuspawner.sim import devices as dev
 from gpuspawner.sim.cluster import SimCluster, default_cluster_file
 from gpuspawner.sim.dcgm import ActivityMeter, cpu_to_activity, parse_activity
-from gpuspawner.sim.gpuhw import model_name, node_gpus
+from gpuspawner.sim.gpu_hardware import model_name, node_gpus
 from gpuspawner.sim.loader import load_file
-from gpuspawner.sim.proctree import ProcStat, parse_stat, tree_cpu_seconds
+from gpuspawner.sim.process_tree import ProcStat, parse_stat, tree_cpu_seconds
 
 
 def default_node(name: str) -> dict:

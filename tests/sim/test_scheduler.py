@@ -12,7 +12,7 @@ import pytest
 from gpuspawner.sim.controller import MERGE
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.scheduler import Scheduler
-from gpuspawner.sim.storageapi import ANN_BIND_COMPLETED, ANN_SELECTED_NODE
+from gpuspawner.sim.storage_api import ANN_BIND_COMPLETED, ANN_SELECTED_NODE
 from gpuspawner.sim.store import Store
 from tests.builders import sim as sv
 from tests.builders.dra import claim as dra_claim, device_classes, dra_node, gpu_slice

@@ -18,7 +18,7 @@ from gpuspawner.doctor.checks.pending import check_pending_pods
 from gpuspawner.doctor.checks.rbac import check_rbac
 from gpuspawner.doctor.checks.scaleup import check_scale_up
 from gpuspawner.doctor.checks.taints import check_taints
-from gpuspawner.doctor.dra import DraState
+from gpuspawner.doctor.dra_state import DraState
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.kueue import KueueState
 from gpuspawner.doctor.findings import Finding, ObjectRef, by_severity

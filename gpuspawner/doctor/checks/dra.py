@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import choose_class, class_record, dra_node, slice_record
-from gpuspawner.capacity.draledger import DraLedger
-from gpuspawner.doctor.dra import DRA_GROUP, DraState
+from gpuspawner.capacity.dra_objects import choose_class, class_record, dra_node, slice_record
+from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.doctor.dra_state import DRA_GROUP, DraState
 from gpuspawner.doctor.findings import Finding, ObjectRef
-from gpuspawner.kube.apierrors import (
+from gpuspawner.kube.api_errors import (
     CLUSTER_ROLE_NAME,
     DRA_CLUSTER_ROLE_RULES,
     DRA_ROLE_NAME,

@@ -12,7 +12,7 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import driver_versions, gpu_facts, node_record
 from gpuspawner.cuda.custom import safe_verdict
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.cuda.rules import POLICIES, NodeCuda, Verdict
+from gpuspawner.cuda.compatibility import POLICIES, NodeCuda, Verdict
 from gpuspawner.cuda.table import min_driver_for_cuda
 from gpuspawner.doctor.facts import HubFacts, ProfileImage
 from gpuspawner.doctor.findings import Finding, ObjectRef, names, node_ref, plural

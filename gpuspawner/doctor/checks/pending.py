@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.noderes import request_words
-from gpuspawner.capacity.podres import pod_base, pod_usage
+from gpuspawner.capacity.node_resources import request_words
+from gpuspawner.capacity.pod_requests import pod_base, pod_usage
 from gpuspawner.doctor.findings import Finding, ObjectRef
 from gpuspawner.kube import objects
 from gpuspawner.kube.times import format_duration

@@ -48,7 +48,7 @@ class SelectorCache:
 
     def matches(self, expression: str, rs: Mapping[str, Any], index: int) -> tuple[bool, str | None]:
         """(match, error); the error is the CEL compile or runtime message."""
-        from . import celenv  # cel-python loads with the first selector
+        from . import cel_environment  # cel-python loads with the first selector
 
         meta = rs.get("metadata") or {}
         dev_key = (meta.get("uid"), meta.get("resourceVersion"), index, id(rs) if not meta.get("uid") else 0)
@@ -60,19 +60,19 @@ class SelectorCache:
             self._results.clear()
             self._vars.clear()
         try:
-            program = celenv.compile_expression(expression)
-        except celenv.CelCompileError as e:
+            program = cel_environment.compile_expression(expression)
+        except cel_environment.CelCompileError as e:
             out: tuple[bool, str | None] = (False, f"CEL compile error: {e}")
         else:
             try:
                 var = self._vars.get(dev_key)
                 if var is None:
                     device = ((rs.get("spec") or {}).get("devices") or [])[index]
-                    var = self._vars[dev_key] = celenv.device_variable((rs.get("spec") or {}).get("driver", ""),
+                    var = self._vars[dev_key] = cel_environment.device_variable((rs.get("spec") or {}).get("driver", ""),
                                                                       device)
                 self.evaluations += 1
                 out = (program.matches(var), None)
-            except celenv.CelRuntimeError as e:
+            except cel_environment.CelRuntimeError as e:
                 out = (False, f"CEL runtime error: {e}")
         self._results[key] = out
         return out

@@ -123,11 +123,11 @@ def validate_selectors(selectors: Any, path: str) -> list[Cause]:
         if len(expr) > CEL_EXPRESSION_MAX_LENGTH:
             return [("FieldValueTooLong", f"{p}.cel.expression",
                      f"Too long: may not be more than {CEL_EXPRESSION_MAX_LENGTH} bytes")]
-        from . import celenv  # cel-python loads only when a selector is checked
+        from . import cel_environment  # cel-python loads only when a selector is checked
 
         try:
-            celenv.compile_expression(expr)
-        except celenv.CelCompileError as e:
+            cel_environment.compile_expression(expr)
+        except cel_environment.CelCompileError as e:
             return [invalid(f"{p}.cel.expression", expr, str(e))]
         return []
     return _set(selectors, 32, path, lambda s: None, one)

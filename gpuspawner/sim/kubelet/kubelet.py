@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from .. import devices as dev
 from .. import podresources as rules
 from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
-from ..dra import kubeletenv as dra_env
+from ..dra import kubelet_env as dra_env
 from ..errors import bad_request
 from . import logs, streams, volumes
 from . import runtime as rt

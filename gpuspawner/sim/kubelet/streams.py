@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from .. import wsstream as ws
+from .. import websocket_stream as ws
 from . import runtime as rt
 from .logs import STDOUT
 from .worker import ExecError

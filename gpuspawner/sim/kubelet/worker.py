@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import devices as dev
 from .. import podresources as rules
 from ..controller import MERGE, now_rfc3339, pod_key
-from ..dra import kubeletenv as dra_env
+from ..dra import kubelet_env as dra_env
 from . import env as envmod
 from . import runtime as rt
 from . import volumes as vol

@@ -84,7 +84,7 @@ def test_broken_cuda_check_is_reported(check):
 
 
 def test_the_hubs_cuda_check_decides():
-    from gpuspawner.cuda.rules import Verdict
+    from gpuspawner.cuda.compatibility import Verdict
 
     calls = []
 

@@ -3,12 +3,12 @@ with the Kubernetes extensions (expectations from dynamic-resource-allocation/ce
 
 import pytest
 
-from gpuspawner.sim.dra import celenv, semver
+from gpuspawner.sim.dra import cel_environment, semver
 
 ATTRS = {"bool": {"bool": True}, "int": {"int": 1}, "string": {"string": "fish"}, "version": {"version": "1.0.0"},
          "services": {"string": "some_example_value"}, "sym": {"string": "asymetric"},
          "other.example.com/name": {"bool": True}}
-DEVICE = celenv.device_variable("dra.example.com", {"attributes": ATTRS, "capacity": {"quantity": {"value": "1Mi"}}})
+DEVICE = cel_environment.device_variable("dra.example.com", {"attributes": ATTRS, "capacity": {"quantity": {"value": "1Mi"}}})
 D = 'device.attributes["dra.example.com"]'
 
 MATCHES = [
@@ -48,7 +48,7 @@ MATCHES = [
 
 @pytest.mark.parametrize("expression,expected", MATCHES, ids=[m[0][:60] for m in MATCHES])
 def test_selector_matches_as_kubernetes_does(expression, expected):
-    assert celenv.compile_expression(expression).matches(DEVICE) is expected
+    assert cel_environment.compile_expression(expression).matches(DEVICE) is expected
 
 
 RUNTIME_ERRORS = [
@@ -64,8 +64,8 @@ RUNTIME_ERRORS = [
 
 @pytest.mark.parametrize("expression,message", RUNTIME_ERRORS, ids=[e[0][:60] for e in RUNTIME_ERRORS])
 def test_runtime_errors_use_cel_go_words(expression, message):
-    with pytest.raises(celenv.CelRuntimeError, match=message):
-        celenv.compile_expression(expression).matches(DEVICE)
+    with pytest.raises(cel_environment.CelRuntimeError, match=message):
+        cel_environment.compile_expression(expression).matches(DEVICE)
 
 
 COMPILE_ERRORS = [
@@ -80,13 +80,13 @@ COMPILE_ERRORS = [
 
 @pytest.mark.parametrize("expression,message", COMPILE_ERRORS, ids=[e[0] for e in COMPILE_ERRORS])
 def test_compile_errors(expression, message):
-    with pytest.raises(celenv.CelCompileError, match=message):
-        celenv.compile_expression(expression)
+    with pytest.raises(cel_environment.CelCompileError, match=message):
+        cel_environment.compile_expression(expression)
 
 
 def test_version_attribute_that_is_not_semver_is_a_runtime_error():
-    with pytest.raises(celenv.CelRuntimeError, match="attribute v: parse semantic version"):
-        celenv.device_variable("d.example.com", {"attributes": {"v": {"version": "12.8"}}})
+    with pytest.raises(cel_environment.CelRuntimeError, match="attribute v: parse semantic version"):
+        cel_environment.device_variable("d.example.com", {"attributes": {"v": {"version": "12.8"}}})
 
 
 @pytest.mark.parametrize("text,version", [
@@ -112,4 +112,4 @@ def test_semver_precedence():
 
 def test_tolerant_semver_normalizes():
     assert semver.normalize("v12.4") == "12.4.0"
-    assert celenv.compile_expression('semver("v12.4", true) == semver("12.4.0")').matches(DEVICE) is True
+    assert cel_environment.compile_expression('semver("v12.4", true) == semver("12.4.0")').matches(DEVICE) is True

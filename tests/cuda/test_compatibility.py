@@ -1,4 +1,4 @@
-"""The compatibility decision (gpuspawner.cuda.rules.decide) and image declarations."""
+"""The compatibility decision (gpuspawner.cuda.compatibility.decide) and image declarations."""
 
 import dataclasses
 
@@ -13,7 +13,7 @@ from gpuspawner.cuda import (
     decide,
     image_cuda,
 )
-from gpuspawner.cuda.rules import datacenter_from_node, worst
+from gpuspawner.cuda.compatibility import datacenter_from_node, worst
 
 from tests.builders import require_samples
 

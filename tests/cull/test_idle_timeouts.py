@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.cull.rules import CullRules, Limits, RulesError, describe, load_rules, rule_for, rules_from_mapping
+from gpuspawner.cull.idle_timeouts import CullRules, Limits, RulesError, describe, load_rules, rule_for, rules_from_mapping
 
 RULES = CullRules(
     idle_timeout=3600, max_age=86400,

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from gpuspawner.capacity.dra import (
+from gpuspawner.capacity.dra_objects import (
     HOSTNAME_LABEL,
     ClaimRecord,
     ClassRecord,
@@ -20,7 +20,7 @@ from gpuspawner.capacity.dra import (
 )
 from gpuspawner.capacity.model import DraFacts, NodeView, PoolView, Taint, pool_id
 from gpuspawner.capacity.sharing import MIG, NONE
-from gpuspawner.capacity.tally import NodeTally, Reserving, bump, check_count, lowest, pool_taints, sorted_taints
+from gpuspawner.capacity.pool_totals import NodeTally, Reserving, bump, check_count, lowest, pool_taints, sorted_taints
 
 __all__ = ["DraLedger", "DraReservation", "product_label"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.sim import storageapi as sa
+from gpuspawner.sim import storage_api as sa
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.store import Store
 from tests.builders.sim import claim, storage_class, volume

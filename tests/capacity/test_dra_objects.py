@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import (
+from gpuspawner.capacity.dra_objects import (
     DevKey,
     choose_class,
     claim_record,

@@ -1,4 +1,4 @@
-"""gpuspawner.capacity.gcpolicy and how the capacity cache uses it: the cyclic collector is
+"""gpuspawner.capacity.gc_policy and how the capacity cache uses it: the cyclic collector is
 paused while a list page is parsed and applied, and what the process holds is frozen once
 after the first sync (docs/capacity.md, "Garbage collection")."""
 
@@ -8,7 +8,7 @@ import gc
 
 import pytest
 
-from gpuspawner.capacity import gcpolicy
+from gpuspawner.capacity import gc_policy
 from gpuspawner.capacity.config import CapacityConfig
 
 from .test_cache import NODE_LIST, POD_LIST, ScriptedApi, listing, make_cache  # noqa: F401 (a fixture)
@@ -23,13 +23,13 @@ def restore_gc():
 
 
 def test_paused_disables_and_restores_collection():
-    with gcpolicy.paused():
+    with gc_policy.paused():
         assert not gc.isenabled()
     assert gc.isenabled()
 
 
 def test_paused_nests_across_overlapping_blocks():
-    outer, inner = gcpolicy.paused(), gcpolicy.paused()
+    outer, inner = gc_policy.paused(), gc_policy.paused()
     outer.__enter__()
     inner.__enter__()
     outer.__exit__(None, None, None)  # the nodes informer's page is done, the pods' is not
@@ -40,13 +40,13 @@ def test_paused_nests_across_overlapping_blocks():
 
 def test_paused_never_enables_a_collector_someone_else_disabled():
     gc.disable()
-    with gcpolicy.paused():
+    with gc_policy.paused():
         assert not gc.isenabled()
     assert not gc.isenabled()
 
 
 def test_paused_restores_on_an_exception():
-    with pytest.raises(ZeroDivisionError), gcpolicy.paused():
+    with pytest.raises(ZeroDivisionError), gc_policy.paused():
         1 / 0
     assert gc.isenabled()
 
@@ -54,7 +54,7 @@ def test_paused_restores_on_an_exception():
 def test_freeze_moves_what_is_alive_out_of_reach():
     gc.unfreeze()
     keep = [{"a": [i]} for i in range(1000)]  # tracked containers
-    gcpolicy.freeze("test")
+    gc_policy.freeze("test")
     assert gc.get_freeze_count() >= 1000
     assert all(gc.is_tracked(x) for x in keep[:3])  # still tracked, in the permanent generation
 
@@ -83,7 +83,7 @@ async def test_cache_freezes_when_it_starts_and_once_after_its_first_sync(make_c
     import gpuspawner.capacity.cache as cache_module
 
     frozen = []
-    monkeypatch.setattr(cache_module.gcpolicy, "freeze", lambda reason: frozen.append(reason))
+    monkeypatch.setattr(cache_module.gc_policy, "freeze", lambda reason: frozen.append(reason))
     api = ScriptedApi(list_node=[listing(NODE_LIST)], list_pod_for_all_namespaces=[listing(POD_LIST)])
     cache = make_cache(api, CapacityConfig(), gc_freeze=freeze)
     assert frozen == (["the GPU capacity cache starts"] if freeze else [])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import claim_record, class_record, dra_node, slice_record
-from gpuspawner.capacity.draledger import DraLedger
+from gpuspawner.capacity.dra_objects import claim_record, class_record, dra_node, slice_record
+from gpuspawner.capacity.dra_ledger import DraLedger
 from gpuspawner.capacity.model import Taint
 from tests.builders.dra import NVIDIA, device_class, gpu_device, mig_device, resource_claim, resource_slice
 from tests.builders.dra import group_node as node

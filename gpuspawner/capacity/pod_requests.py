@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping, NamedTuple
 
-from gpuspawner.capacity.noderes import base_of
+from gpuspawner.capacity.node_resources import base_of
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 from gpuspawner.capacity.warnonce import warn_once
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuspawner.doctor.rbac import RbacCheck
-from gpuspawner.kube.apierrors import DRA_CLUSTER_ROLE_RULES, DRA_GROUP, DRA_ROLE_RULES, INFORMER_VERBS
+from gpuspawner.kube.api_errors import DRA_CLUSTER_ROLE_RULES, DRA_GROUP, DRA_ROLE_RULES, INFORMER_VERBS
 
 __all__ = ["DRA_GROUP", "REQUIRED_DRA_RBAC", "REQUIRED_DRA_NAMESPACED_RBAC", "DraState"]
 
 #: (verb, resource) the capacity cache's DRA informers need at the cluster scope
-#: (``kube.apierrors.DRA_CLUSTER_ROLE_RULES``)
+#: (``kube.api_errors.DRA_CLUSTER_ROLE_RULES``)
 REQUIRED_DRA_RBAC: tuple[tuple[str, str], ...] = tuple(
     (verb, resource) for resource, _ in DRA_CLUSTER_ROLE_RULES for verb in INFORMER_VERBS
 )
-#: (verb, resource) a DRA spawn needs in the hub's namespace (``kube.apierrors.DRA_ROLE_RULES``)
+#: (verb, resource) a DRA spawn needs in the hub's namespace (``kube.api_errors.DRA_ROLE_RULES``)
 REQUIRED_DRA_NAMESPACED_RBAC: tuple[tuple[str, str], ...] = tuple(
     (verb, resource) for resource, verbs in DRA_ROLE_RULES for verb in verbs
 )

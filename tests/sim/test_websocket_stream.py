@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpuspawner.sim import wsstream as ws
+from gpuspawner.sim import websocket_stream as ws
 
 
 @pytest.mark.parametrize("header,protocol", [

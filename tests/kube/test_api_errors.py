@@ -1,4 +1,4 @@
-"""A failed Kubernetes API call in plain words, and the hub's ClusterRole (gpuspawner.kube.apierrors)."""
+"""A failed Kubernetes API call in plain words, and the hub's ClusterRole (gpuspawner.kube.api_errors)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuspawner.kube.apierrors import (
+from gpuspawner.kube.api_errors import (
     CLUSTER_ROLE_NAME,
     CLUSTER_ROLE_RULES,
     DRA_CLUSTER_ROLE_RULES,

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gpuspawner.sim.errors import ApiError
-from gpuspawner.sim.namespacecontroller import NamespaceController, deletion_conditions, updated_conditions
+from gpuspawner.sim.namespace_controller import NamespaceController, deletion_conditions, updated_conditions
 from gpuspawner.sim.store import Store
 from tests.builders.sim import pod
 

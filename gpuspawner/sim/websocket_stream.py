@@ -56,7 +56,7 @@ def exit_status(code: int, argv: list[str], protocol: str) -> dict[str, Any]:
 
 
 def internal_error(message: str) -> dict[str, Any]:
-    """``apierrors.NewInternalError``."""
+    """``api_errors.NewInternalError``."""
     return _status("Failure", f"Internal error occurred: {message}", "InternalError",
                    {"causes": [{"message": message}]}, 500)
 

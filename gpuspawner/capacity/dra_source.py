@@ -10,10 +10,10 @@ import logging
 from typing import Any, Awaitable, Callable
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import claim_record, class_record, dra_node, slice_record
-from gpuspawner.capacity.draledger import DraLedger
+from gpuspawner.capacity.dra_objects import claim_record, class_record, dra_node, slice_record
+from gpuspawner.capacity.dra_ledger import DraLedger
 from gpuspawner.capacity.model import PoolView
-from gpuspawner.kube.apierrors import DRA_GROUP, dra_missing_rules_message
+from gpuspawner.kube.api_errors import DRA_GROUP, dra_missing_rules_message
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Reading a list response item by item (gpuspawner.capacity.listjson): the same values as
+"""Reading a list response item by item (gpuspawner.capacity.list_response): the same values as
 json.loads, the same refusals, whatever the spacing and the order of the top-level fields."""
 
 import json
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gpuspawner.capacity.listjson import ITEM, iter_list
+from gpuspawner.capacity.list_response import ITEM, iter_list
 
 
 def split(body):

@@ -8,7 +8,7 @@ import asyncio
 import logging
 from typing import Any
 
-from . import storageapi as sa
+from . import storage_api as sa
 from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
 from .workqueue import WorkQueue
 

@@ -1,7 +1,7 @@
 import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.podres import PodRecord, pod_counts, pod_record, pod_usage
+from gpuspawner.capacity.pod_requests import PodRecord, pod_counts, pod_record, pod_usage
 
 from tests.builders import container, pod
 
