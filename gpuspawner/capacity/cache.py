@@ -14,7 +14,7 @@ import weakref
 from typing import Any, Awaitable, Callable, ClassVar, Iterable
 
 from gpuspawner.capacity import gc_policy
-from gpuspawner.capacity import health as words
+from gpuspawner.capacity import health
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_source import DRA_KINDS, DraSource
 from gpuspawner.capacity.labels import node_record
@@ -258,7 +258,7 @@ class _Informer:
                 log.warning("capacity %s: %s; re-listing and restarting the watch", self.kind, e)
             except Exception as e:  # network errors, 5xx, bad JSON: back off and retry
                 self._failing = True
-                self.error = words.describe_failure(e, timeout=self.cache._request_timeout)
+                self.error = health.describe_failure(e, timeout=self.cache._request_timeout)
                 wait = getattr(e, "retry_after", None)
                 log.warning(
                     "capacity %s %s failed (%d in a row): %s [%s]",
@@ -663,17 +663,17 @@ class CapacityCache:
         forbidden = [k for k, i in self._informers.items() if i.forbidden]
         if forbidden:
             return missing_rules_message(forbidden)
-        failing = words.combine({k: i.error or "" for k, i in self._informers.items()})
+        failing = health.combine({k: i.error or "" for k, i in self._informers.items()})
         if failing:
             return failing
         if not self.synced:
-            return words.syncing_message()
+            return health.syncing_message()
         stalled = self._stalled()
         if stalled:
-            return words.stalled_message(stalled, self._stale_after)
+            return health.stalled_message(stalled, self._stale_after)
         age = self._age() if age is None else age
         if age > self._stale_after:
-            return words.silent_message(self._stale_after)
+            return health.silent_message(self._stale_after)
         return None
 
     def _age(self) -> float:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.capacity import labels as _labels
+from gpuspawner.capacity.labels import NODE_GROUP_PROVIDERS, product_label_for
 from gpuspawner.capacity.model import Taint, pool_id
 
 __all__ = [
@@ -29,7 +29,7 @@ DEFAULT_GPU_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shar
 DEFAULT_GPU_RESOURCE_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
 #: Node-group labels of the managed Kubernetes offerings, first present wins
 #: (see ``labels.NODE_GROUP_PROVIDERS`` for their sources).
-DEFAULT_NODE_GROUP_LABELS: tuple[str, ...] = tuple(p.label for p in _labels.NODE_GROUP_PROVIDERS)
+DEFAULT_NODE_GROUP_LABELS: tuple[str, ...] = tuple(p.label for p in NODE_GROUP_PROVIDERS)
 
 #: DRA drivers whose devices are GPUs (``ResourceSlice.spec.driver``): NVIDIA's GPU driver
 #: (kubernetes-sigs/dra-driver-nvidia-gpu, formerly NVIDIA/k8s-dra-driver-gpu; docs/dra.md).
@@ -242,7 +242,7 @@ def _declared_labels(where: str, raw: Any, resource: str, product: str | None, g
     if group_label is not None:
         if labels.setdefault(group_label, group) != group:
             raise _err(where, f"labels[{group_label!r}] = {labels[group_label]!r} contradicts node_group {group!r}")
-    product_label = _labels.product_label_for(resource)
+    product_label = product_label_for(resource)
     if product is not None and product_label is not None:
         if labels.setdefault(product_label, product) != product:
             raise _err(where, f"labels[{product_label!r}] = {labels[product_label]!r} contradicts product {product!r}")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuspawner.cuda import require as req
-from gpuspawner.cuda import compatibility, table
+from gpuspawner.cuda import compatibility, require, table
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.cuda.versions import VersionError, fmt_cuda, parse_arch, parse_cuda, parse_driver
 
@@ -67,8 +66,8 @@ def _checked(args: argparse.Namespace):
     brand = None
     if args.brand is not None:
         try:
-            brand = req.brand_key(args.brand)
-        except req.RequireError as e:
+            brand = require.brand_key(args.brand)
+        except require.RequireError as e:
             raise _Invalid(str(e)) from None
     return driver, driver_cuda, arch, cuda, brand
 
@@ -130,15 +129,15 @@ def _main_require(expr, driver_text, driver, driver_cuda, arch, brand) -> int:
                 " (its CUDA is unknown: the driver is older than every release in NVIDIA's "
                 "table, so cuda factors pass, as libnvidia-container treats an unknown value)"
             )
-    props = req.Properties(
+    props = require.Properties(
         cuda=fmt_cuda(driver_cuda) if driver_cuda else None,
         driver=driver_text,
         arch=fmt_cuda(arch) if arch else None,
-        brand=req.lnc_brand(brand) if brand else None,
+        brand=require.lnc_brand(brand) if brand else None,
     )
     try:
-        outcome = req.check([expr], [props])
-    except req.RequireError as e:
+        outcome = require.check([expr], [props])
+    except require.RequireError as e:
         _print("invalid", f"{e}.")
         return EXIT_INVALID
     node = f"driver {driver_text}{note}"

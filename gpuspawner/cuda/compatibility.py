@@ -9,8 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.cuda import require as _require
-from gpuspawner.cuda import table as _table
+from gpuspawner.cuda import require, table
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.cuda.versions import (
     Version,
@@ -137,8 +136,8 @@ def datacenter_from_node(node: NodeCuda) -> bool | None:
         return node.datacenter
     if node.brand:
         try:
-            key = _require.brand_key(node.brand)
-        except _require.RequireError:
+            key = require.brand_key(node.brand)
+        except require.RequireError:
             key = None
         if key in _DATACENTER_BRANDS:
             return True
@@ -162,13 +161,13 @@ def brand_from_node(node: NodeCuda) -> str | None:
     if not node.brand:
         return None
     try:
-        return _require.lnc_brand(node.brand)
-    except _require.RequireError:
+        return require.lnc_brand(node.brand)
+    except require.RequireError:
         return None
 
 
 def _default_mvc_floors() -> dict[int, Version]:
-    return {major: floor for major, (floor, _status) in _table.mvc_floors().items()}
+    return {major: floor for major, (floor, _status) in table.mvc_floors().items()}
 
 
 @dataclass(frozen=True)
@@ -228,7 +227,7 @@ def _driver_words(
 
 
 def _min_driver_words(cuda: tuple[int, int]) -> str:
-    row = _table.min_driver_for_cuda(cuda)
+    row = table.min_driver_for_cuda(cuda)
     if row is None or row.min_driver is None:
         return f"a driver that supports CUDA {fmt_cuda(cuda)}"
     return f"driver {row.min_driver_text} or newer"
@@ -285,7 +284,7 @@ def decide(
         )
     derived = False
     if driver_cuda is None and driver is not None:
-        found = _table.cuda_for_driver(driver)
+        found = table.cuda_for_driver(driver)
         if found:
             driver_cuda, derived = found[0], True
     if driver is None and driver_cuda is None:
@@ -298,17 +297,17 @@ def decide(
     drv_words = _driver_words(node.driver, driver_cuda, derived)
 
     # ---- NVIDIA_REQUIRE_*, as libnvidia-container decides it
-    req_outcome: _require.Outcome | None = None
+    req_outcome: require.Outcome | None = None
     if image.requirements:
-        props = _require.Properties(
+        props = require.Properties(
             cuda=fmt_cuda(driver_cuda) if driver_cuda else None,
             driver=node.driver.strip() if node.driver else None,
             arch=fmt_cuda(arch) if arch else None,
             brand=facts.brand_of(node),
         )
         try:
-            req_outcome = _require.check(list(image.requirements), [props])
-        except _require.RequireError as e:
+            req_outcome = require.check(list(image.requirements), [props])
+        except require.RequireError as e:
             return verdict(
                 "fail",
                 "nvidia-require-invalid",
@@ -319,7 +318,7 @@ def decide(
 
     if cuda is None:
         # only a requirement is known (has_cuda guarantees one): it decides alone
-        outcome = req_outcome or _require.Outcome(True, "")
+        outcome = req_outcome or require.Outcome(True, "")
         if outcome.satisfied:
             return verdict(
                 "ok",
@@ -427,7 +426,7 @@ def _decide_cuda(
                 driver_cuda is None or driver_cuda[0] == cuda[0]
             )
         elif driver_cuda is not None and driver_cuda[0] == cuda[0]:
-            row = _table.min_driver_for_cuda(driver_cuda)
+            row = table.min_driver_for_cuda(driver_cuda)
             mvc = bool(row and row.min_driver and compare(row.min_driver, mvc_floor) >= 0)
     if mvc and policy != "strict":
         return (

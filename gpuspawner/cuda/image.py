@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuspawner.cuda import require as _require
+from gpuspawner.cuda.require import MAX_REQUIREMENTS, RequireError, require_disabled, requirements_from_env, validate
 from gpuspawner.cuda.versions import VersionError, fmt_cuda, parse_cuda
 
 _COMPAT_PACKAGE = re.compile(r"cuda-compat-(\d+)-(\d+)")
@@ -144,19 +144,19 @@ def image_cuda(declaration: object, name: str | None = None) -> ImageCuda:
             )
     try:
         if env:
-            from_env = _require.requirements_from_env(env)
-            if _require.require_disabled(env):
+            from_env = requirements_from_env(env)
+            if require_disabled(env):
                 disable = True
             reqs.extend(r for r in from_env if r not in reqs)
         if disable:
             reqs = []
         for r in reqs:
-            _require.validate(r)
-        if len(reqs) > _require.MAX_REQUIREMENTS:
-            raise _require.RequireError(
-                f"too many requirements ({len(reqs)}; at most {_require.MAX_REQUIREMENTS})"
+            validate(r)
+        if len(reqs) > MAX_REQUIREMENTS:
+            raise RequireError(
+                f"too many requirements ({len(reqs)}; at most {MAX_REQUIREMENTS})"
             )
-    except _require.RequireError as e:
+    except RequireError as e:
         raise ImageDeclarationError(f"{where}: {e}") from None
 
     compat_raw = declaration.get("compat", None)

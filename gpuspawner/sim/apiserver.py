@@ -16,7 +16,7 @@ import yaml
 from aiohttp import web
 
 from . import connect, deletion, protobuf, tables
-from . import tls as tls_certs
+from .tls import self_signed
 from .faults import Faults, RequestCounters
 from .errors import ApiError, bad_request
 from .resources import RESOURCES, SUBRESOURCE_GROUPS, SUBRESOURCES, ResourceInfo, group_versions
@@ -167,7 +167,7 @@ class ApiServer:
         self.counters = RequestCounters()
         self.url: str | None = None
         # tls.ServingCert when serving HTTPS: its CA goes into the kubeconfig
-        self.serving_cert = tls_certs.self_signed(host) if tls else None
+        self.serving_cert = self_signed(host) if tls else None
         # the node agent pods/log, pods/exec and pods/attach reach (connect.py): the simulated kubelet
         self.kubelet: Any = None
         self._watches: set[Watcher] = set()

@@ -18,13 +18,13 @@ from . import loader
 from .devices import DeviceLedger
 from .controller import MERGE, now_rfc3339
 from .dra.claim_controller import ResourceClaimController
-from .garbagecollector import GarbageCollector
+from .garbage_collector import GarbageCollector
 from .namespace_controller import NamespaceController
-from .nodelease import NodeLeases
-from .nodelifecycle import NodeLifecycleController
+from .node_lease import NodeLeases
+from .node_lifecycle import NodeLifecycleController
 from .provisioner import HostPathProvisioner
 from .pv_controller import PersistentVolumeController
-from .volumeprotection import VolumeProtectionController
+from .volume_protection import VolumeProtectionController
 from .plugins import MessageStyle
 from .scheduler import Scheduler
 from .store import Store

@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Coroutine, TypeVar
 
-from .workqueue import WorkQueue
+from .work_queue import WorkQueue
 
 log = logging.getLogger(__name__)
 

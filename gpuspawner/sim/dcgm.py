@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import devices as dev
-from . import podresources as rules
+from .devices import DeviceLedger, split_for_containers
+from . import pod_resources
 from . import process_tree
 from .gpu_hardware import Gpu, driver_version, has_nvidia_gpus, node_gpus
 
@@ -70,7 +70,7 @@ class ActivityMeter:
 
 def _holders(pod: Mapping[str, Any], allocation: Mapping[str, list[str]]) -> dict[str, str]:
     """device id -> the container of ``pod`` holding it (the device manager's split)."""
-    split = dev.split_for_containers(pod, allocation, rules.container_requests)
+    split = split_for_containers(pod, allocation, pod_resources.container_requests)
     out: dict[str, str] = {}
     for container, resources in split.items():
         for ids in resources.values():
@@ -91,7 +91,7 @@ def _fields(activity: float, memory_mib: int, held: bool, whole_gpu: bool) -> di
 class Dcgm:
     """The simulated DCGM of every node, its HTTP host engine, and the exporter pods."""
 
-    def __init__(self, store, ledger: dev.DeviceLedger, pod_pids: Callable[[str, str], list[int]], *,
+    def __init__(self, store, ledger: DeviceLedger, pod_pids: Callable[[str, str], list[int]], *,
                  interval: float = 1.0, host: str = "127.0.0.1",
                  read_stats: Callable[[], Mapping[int, process_tree.ProcStat]] = process_tree.read_stats):
         self.store = store

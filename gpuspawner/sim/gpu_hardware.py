@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import devices as dev
-from .podresources import QuantityError, scheduler_units
+from . import devices
+from .pod_resources import QuantityError, scheduler_units
 
 __all__ = ["Gpu", "MigInstance", "driver_version", "node_gpus", "has_nvidia_gpus"]
 
@@ -102,7 +102,7 @@ def _mig_instances(name: str, labels: Mapping[str, str], alloc: Mapping[str, int
         share = max(1, math.ceil(count / mig_gpus))
         for j in range(count):
             per_gpu.setdefault(min(j // share, mig_gpus - 1), []).append(
-                (slices, profile, dev.device_id(name, resource, j), memory))
+                (slices, profile, devices.device_id(name, resource, j), memory))
     return {g: [(p, u, mem) for _, p, u, mem in sorted(items, key=lambda t: (-t[0], t[1]))]
             for g, items in per_gpu.items()}
 
@@ -125,12 +125,12 @@ def node_gpus(node: Mapping[str, Any]) -> list[Gpu]:
 
     def add(aliases: tuple[str, ...] = (), instances: tuple[MigInstance, ...] = ()) -> None:
         i = len(gpus)
-        gpus.append(Gpu(i, dev.device_id(name, FULL, i), model, memory, f"00000000:{0x10 + i:02X}:00.0",
+        gpus.append(Gpu(i, devices.device_id(name, FULL, i), model, memory, f"00000000:{0x10 + i:02X}:00.0",
                         aliases, instances))
     for _ in range(full):
         add()
     for k in range(physical_shared):
-        add(tuple(dev.device_id(name, SHARED, j) for j in range(k * replicas, min((k + 1) * replicas, shared))))
+        add(tuple(devices.device_id(name, SHARED, j) for j in range(k * replicas, min((k + 1) * replicas, shared))))
     layout = _mig_instances(name, labels, alloc, mig_gpus) if mig else {}
     for g in range(mig_gpus):
         add(instances=tuple(MigInstance(n + 1, p, u, mem) for n, (p, u, mem) in enumerate(layout.get(g, []))))

@@ -16,7 +16,7 @@ import yaml
 from . import timestamps
 from .dra import api as dra_api
 from .errors import ApiError
-from .podresources import QuantityError, parse_quantity
+from .pod_resources import QuantityError, parse_quantity
 from .resources import RESOURCES
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it

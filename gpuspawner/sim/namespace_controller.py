@@ -86,7 +86,7 @@ class NamespaceController:
     """Empties and removes namespaces that are being deleted."""
 
     def __init__(self, store, *, clock: Callable[[], float] = time.time, max_wait: float = 1.0) -> None:
-        from .workqueue import WorkQueue
+        from .work_queue import WorkQueue
 
         self.store = store
         self.clock = clock

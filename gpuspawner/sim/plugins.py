@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
 
-from .podresources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
+from .pod_resources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
 
 # ---------------------------------------------------------------------------
 # node accounting (the scheduler cache's NodeInfo)
@@ -182,7 +182,7 @@ class MessageStyle:
 
 class CyclePlugin(Protocol):
     """A filter plugin with state from its PreFilter for one pod (the scheduler's CycleState):
-    ``volumebinding.PodVolumes`` (VolumeBinding and VolumeZone), the scheduler's DynamicResources."""
+    ``volume_binding.PodVolumes`` (VolumeBinding and VolumeZone), the scheduler's DynamicResources."""
 
     @property
     def plugin(self) -> str:

@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import storage_api as sa
+from . import storage_api
 from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
-from .workqueue import WorkQueue
+from .work_queue import WorkQueue
 
 __all__ = ["HostPathProvisioner", "PROVISIONER"]
 
@@ -77,12 +77,12 @@ class HostPathProvisioner:
         ann = meta.get("annotations") or {}
         if spec.get("volumeName") or meta.get("deletionTimestamp"):
             return None
-        if (ann.get(sa.ANN_STORAGE_PROVISIONER) or ann.get(sa.ANN_BETA_STORAGE_PROVISIONER)) != self.name:
+        if (ann.get(storage_api.ANN_STORAGE_PROVISIONER) or ann.get(storage_api.ANN_BETA_STORAGE_PROVISIONER)) != self.name:
             return None
-        cls = self._get("storageclasses", sa.claim_class(pvc)) if sa.claim_class(pvc) else None
+        cls = self._get("storageclasses", storage_api.claim_class(pvc)) if storage_api.claim_class(pvc) else None
         if cls is None or cls.get("provisioner") != self.name:
             return None
-        if cls.get("volumeBindingMode") == "WaitForFirstConsumer" and sa.ANN_SELECTED_NODE not in ann:
+        if cls.get("volumeBindingMode") == "WaitForFirstConsumer" and storage_api.ANN_SELECTED_NODE not in ann:
             return None
         if self._get("persistentvolumes", f"pvc-{meta['uid']}") is not None:
             return None  # provisioned already; the PV controller binds it
@@ -101,7 +101,7 @@ class HostPathProvisioner:
                                f'failed to provision volume with StorageClass "{cls["metadata"]["name"]}": {error}')
             # rescheduling: the scheduler picks a node again once the annotation is gone
             self.store.patch("persistentvolumeclaims", name,
-                             {"metadata": {"annotations": {sa.ANN_SELECTED_NODE: None}}}, MERGE, namespace)
+                             {"metadata": {"annotations": {storage_api.ANN_SELECTED_NODE: None}}}, MERGE, namespace)
             return
         pv = self._volume(pvc, cls, zone)
         (self.root / pv["metadata"]["name"]).mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ class HostPathProvisioner:
 
     def _zone(self, pvc: dict, cls: dict) -> tuple[str | None, str | None]:
         """The zone to create the volume in, or an error."""
-        selected = ((pvc["metadata"].get("annotations") or {}).get(sa.ANN_SELECTED_NODE))
+        selected = ((pvc["metadata"].get("annotations") or {}).get(storage_api.ANN_SELECTED_NODE))
         if selected is not None:
             node = self._get("nodes", selected)
             if node is None:
@@ -143,7 +143,7 @@ class HostPathProvisioner:
             pv_spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zone]}]}]}}
         return {"apiVersion": "v1", "kind": "PersistentVolume",
-                "metadata": {"name": name, "annotations": {sa.ANN_PROVISIONED_BY: self.name}}, "spec": pv_spec}
+                "metadata": {"name": name, "annotations": {storage_api.ANN_PROVISIONED_BY: self.name}}, "spec": pv_spec}
 
     # -- deleting --
     def sync_volume(self, name: str) -> None:
@@ -151,7 +151,7 @@ class HostPathProvisioner:
         pv = self._get("persistentvolumes", name)
         if pv is None or (pv.get("status") or {}).get("phase") != "Released":
             return
-        if (pv["metadata"].get("annotations") or {}).get(sa.ANN_PROVISIONED_BY) != self.name:
+        if (pv["metadata"].get("annotations") or {}).get(storage_api.ANN_PROVISIONED_BY) != self.name:
             return
         if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Delete":
             return

@@ -8,9 +8,9 @@ import asyncio
 import logging
 from typing import Any
 
-from . import storage_api as sa
+from . import storage_api
 from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
-from .workqueue import WorkQueue
+from .work_queue import WorkQueue
 
 __all__ = ["PersistentVolumeController"]
 
@@ -95,7 +95,7 @@ class PersistentVolumeController:
         return get_or_none(self.store, plural, name, namespace)
 
     def _class(self, pvc: dict) -> dict | None:
-        name = sa.claim_class(pvc)
+        name = storage_api.claim_class(pvc)
         return self._get("storageclasses", name) if name else None
 
     # -- claims --
@@ -103,7 +103,7 @@ class PersistentVolumeController:
         pvc = self._get("persistentvolumeclaims", name, namespace)
         if pvc is None:
             return
-        if sa.ANN_BIND_COMPLETED in (pvc["metadata"].get("annotations") or {}):
+        if storage_api.ANN_BIND_COMPLETED in (pvc["metadata"].get("annotations") or {}):
             self._sync_bound_claim(pvc)
         else:
             self._sync_unbound_claim(pvc)
@@ -115,16 +115,16 @@ class PersistentVolumeController:
             return
         cls = self._class(pvc)
         delay = bool(cls) and cls.get("volumeBindingMode") == "WaitForFirstConsumer"
-        volume = sa.find_matching_volume(pvc, self.store.list_page("persistentvolumes")[1], None, delay)
+        volume = storage_api.find_matching_volume(pvc, self.store.list_page("persistentvolumes")[1], None, delay)
         if volume is not None:
             self._bind(volume, pvc)
             return
         if self._assign_default_class(pvc):
             return
         annotations = pvc["metadata"].get("annotations") or {}
-        if delay and sa.ANN_SELECTED_NODE not in annotations:
+        if delay and storage_api.ANN_SELECTED_NODE not in annotations:
             self._wait_for_consumer(pvc)
-        elif sa.claim_class(pvc):
+        elif storage_api.claim_class(pvc):
             self._provision(pvc, cls)
             return
         else:
@@ -138,7 +138,7 @@ class PersistentVolumeController:
         if volume is None:
             self._claim_status(pvc, "Pending", None)
             return
-        if not (volume.get("spec") or {}).get("claimRef") or sa.is_volume_bound_to_claim(volume, pvc):
+        if not (volume.get("spec") or {}).get("claimRef") or storage_api.is_volume_bound_to_claim(volume, pvc):
             self._bind(volume, pvc)
         else:
             self._claim_status(pvc, "Pending", None)  # claimed by someone else: retry later
@@ -167,7 +167,7 @@ class PersistentVolumeController:
         """``assignDefaultStorageClass`` (RetroactiveDefaultStorageClass, GA 1.28)."""
         if "storageClassName" in (pvc.get("spec") or {}):
             return False
-        default = sa.default_class(self.store.list_page("storageclasses")[1])
+        default = storage_api.default_class(self.store.list_page("storageclasses")[1])
         if default is None:
             return False
         self.store.patch("persistentvolumeclaims", pvc["metadata"]["name"],
@@ -196,18 +196,18 @@ class PersistentVolumeController:
         """``provisionClaim``: hand the claim to its provisioner."""
         if cls is None:
             self.recorder.emit(pvc, "Warning", "ProvisioningFailed",
-                               f'storageclass.storage.k8s.io "{sa.claim_class(pvc)}" not found')
+                               f'storageclass.storage.k8s.io "{storage_api.claim_class(pvc)}" not found')
             return
         provisioner = str(cls.get("provisioner") or "")
         if provisioner.startswith("kubernetes.io/"):
             self.recorder.emit(pvc, "Warning", "ProvisioningFailed", f"no volume plugin matched name: {provisioner}")
             return
         annotations = pvc["metadata"].get("annotations") or {}
-        if annotations.get(sa.ANN_STORAGE_PROVISIONER) != provisioner:
+        if annotations.get(storage_api.ANN_STORAGE_PROVISIONER) != provisioner:
             pvc = self.store.patch("persistentvolumeclaims", pvc["metadata"]["name"],
                                    {"metadata": {"resourceVersion": pvc["metadata"]["resourceVersion"],
-                                                 "annotations": {sa.ANN_STORAGE_PROVISIONER: provisioner,
-                                                                 sa.ANN_BETA_STORAGE_PROVISIONER: provisioner}}},
+                                                 "annotations": {storage_api.ANN_STORAGE_PROVISIONER: provisioner,
+                                                                 storage_api.ANN_BETA_STORAGE_PROVISIONER: provisioner}}},
                                    MERGE, pvc["metadata"]["namespace"])
         self.recorder.emit(pvc, "Normal", "ExternalProvisioning",
                            f"Waiting for a volume to be created either by the external provisioner '{provisioner}' "
@@ -217,21 +217,21 @@ class PersistentVolumeController:
     # -- binding (pv_controller.go bind) --
     def _bind(self, volume: dict, pvc: dict) -> None:
         meta = pvc["metadata"]
-        if not sa.is_volume_bound_to_claim(volume, pvc) or not volume["spec"]["claimRef"].get("uid"):
+        if not storage_api.is_volume_bound_to_claim(volume, pvc) or not volume["spec"]["claimRef"].get("uid"):
             ref = {"kind": "PersistentVolumeClaim", "namespace": meta["namespace"], "name": meta["name"],
                    "uid": meta["uid"], "apiVersion": "v1", "resourceVersion": meta["resourceVersion"]}
             patch: dict[str, Any] = {"metadata": {"resourceVersion": volume["metadata"]["resourceVersion"]},
                                      "spec": {"claimRef": ref}}
             if not (volume.get("spec") or {}).get("claimRef"):
-                patch["metadata"]["annotations"] = {sa.ANN_BOUND_BY_CONTROLLER: "yes"}
+                patch["metadata"]["annotations"] = {storage_api.ANN_BOUND_BY_CONTROLLER: "yes"}
             volume = self.store.patch("persistentvolumes", volume["metadata"]["name"], patch, MERGE)
         self._volume_phase(volume, "Bound")
         annotations = dict(meta.get("annotations") or {})
         if (pvc.get("spec") or {}).get("volumeName") != volume["metadata"]["name"] or \
-                sa.ANN_BIND_COMPLETED not in annotations:
-            new_ann = {sa.ANN_BIND_COMPLETED: "yes"}
+                storage_api.ANN_BIND_COMPLETED not in annotations:
+            new_ann = {storage_api.ANN_BIND_COMPLETED: "yes"}
             if not (pvc.get("spec") or {}).get("volumeName"):
-                new_ann[sa.ANN_BOUND_BY_CONTROLLER] = "yes"
+                new_ann[storage_api.ANN_BOUND_BY_CONTROLLER] = "yes"
             pvc = self.store.patch("persistentvolumeclaims", meta["name"],
                                    {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": new_ann},
                                     "spec": {"volumeName": volume["metadata"]["name"]}}, MERGE, meta["namespace"])
@@ -275,10 +275,10 @@ class PersistentVolumeController:
             self.claims.add((pvc["metadata"]["namespace"], pvc["metadata"]["name"]))
         elif bound_to == name:
             self._volume_phase(volume, "Bound")
-        elif sa.ANN_BOUND_BY_CONTROLLER in (volume["metadata"].get("annotations") or {}):
+        elif storage_api.ANN_BOUND_BY_CONTROLLER in (volume["metadata"].get("annotations") or {}):
             # bound by this controller to a claim that is bound elsewhere: unbind
             volume = self.store.patch("persistentvolumes", name,
                                       {"metadata": {"resourceVersion": volume["metadata"]["resourceVersion"],
-                                                    "annotations": {sa.ANN_BOUND_BY_CONTROLLER: None}},
+                                                    "annotations": {storage_api.ANN_BOUND_BY_CONTROLLER: None}},
                                        "spec": {"claimRef": None}}, MERGE)
             self._volume_phase(volume, "Available")

@@ -8,10 +8,10 @@ import logging
 import time
 from typing import Callable
 
-from . import plugins, storage_api, volumebinding
+from . import plugins, storage_api, volume_binding
 from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
 from .dra.plugin import PLUGIN as DRA_PLUGIN, Cycle, DynamicResources, FilterStage, SchedulerError
-from .podresources import QuantityError, pod_requests
+from .pod_resources import QuantityError, pod_requests
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ class Scheduler:
             return None
         # skip placeholders for nodes known only from a bound pod
         nodes = [i for i in self.nodes.values() if i.node.get("spec") or i.node.get("status")]
-        volumes = volumebinding.prefilter(pod, self._storage_view(pod))
+        volumes = volume_binding.prefilter(pod, self._storage_view(pod))
         dra = FilterStage.pre_filter(self.dra, pod)
         try:
             feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style, volumes, dra=dra,
@@ -341,15 +341,15 @@ class Scheduler:
 
     # -- volumes (VolumeBinding's listers, Reserve and PreBind) ------------
 
-    def _storage_view(self, pod: dict) -> volumebinding.StorageView:
+    def _storage_view(self, pod: dict) -> volume_binding.StorageView:
         """The claims of the pod's namespace, the volumes and the classes, read as listers read them."""
-        if not volumebinding.claim_names(pod):
-            return volumebinding.StorageView({}, {}, {})
+        if not volume_binding.claim_names(pod):
+            return volume_binding.StorageView({}, {}, {})
         ns = (pod.get("metadata") or {}).get("namespace") or "default"
         claims = {c["metadata"]["name"]: c for c in self.store.list_page("persistentvolumeclaims", ns)[1]}
         volumes = {v["metadata"]["name"]: v for v in self.store.list_page("persistentvolumes")[1]}
         classes = {c["metadata"]["name"]: c for c in self.store.list_page("storageclasses")[1]}
-        return volumebinding.StorageView(claims, volumes, classes)
+        return volume_binding.StorageView(claims, volumes, classes)
 
     async def _bind_volumes_then_pod(self, pod: dict, node: str, reqs: dict[str, int], cycle: Cycle,
                                      static: list, provision: list) -> None:

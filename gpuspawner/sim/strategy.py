@@ -12,7 +12,7 @@ import re
 from typing import Any, Callable
 
 from . import storage_api, validation
-from .dra import api as dra_api
+from .dra import api
 from .errors import bad_request, invalid
 from .resources import RESOURCES
 from .selectors import validate_label_value, validate_qualified_name
@@ -223,7 +223,7 @@ def _default_service(svc: dict[str, Any], ip: str) -> None:
 
 def default_object(plural: str, obj: dict[str, Any], next_cluster_ip: Callable[[], str]) -> None:
     meta = obj["metadata"]
-    dra_api.prepare_for_create(plural, obj)
+    api.prepare_for_create(plural, obj)
     if plural == "pods":
         default_pod(obj)
     elif plural == "namespaces":
@@ -253,7 +253,7 @@ def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool,
     """The subset of pkg/apis/core/validation that clients trip over (``old``: the object an
     update replaces).  API defaulting runs first, as the server defaults what it decodes."""
     info = RESOURCES[plural]
-    dra_api.default_spec(plural, obj)
+    api.default_spec(plural, obj)
     meta = obj["metadata"]
     name = meta.get("name") or ""
     causes: list[tuple[str, str, str]] = []
@@ -302,15 +302,15 @@ def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool,
                     seen.add(cname)
                 if not c.get("image"):
                     causes.append(("FieldValueRequired", f"spec.containers[{i}].image", "Required value"))
-    if plural in dra_api.PLURALS:
-        causes += dra_api.validate(plural, obj, old)
+    if plural in api.PLURALS:
+        causes += api.validate(plural, obj, old)
     if causes:
         raise invalid(info.kind, name, causes, info.group)
 
 
 def validate_status_update(plural: str, new: dict[str, Any], old: dict[str, Any]) -> None:
     """Status-only updates of the kinds whose status has rules (``ResourceClaim``)."""
-    causes = dra_api.validate_status(plural, new, old)
+    causes = api.validate_status(plural, new, old)
     if causes:
         info = RESOURCES[plural]
         raise invalid(info.kind, new["metadata"].get("name") or "", causes, info.group)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.sim import plugins as s
-from gpuspawner.sim.nodelifecycle import lifecycle_taints
-from gpuspawner.sim.podresources import QuantityError, parse_quantity, pod_requests, scheduler_units
+from gpuspawner.sim.node_lifecycle import lifecycle_taints
+from gpuspawner.sim.pod_resources import QuantityError, parse_quantity, pod_requests, scheduler_units
 
 
 def node(name, *, labels=None, taints=None, alloc=None, unschedulable=False, ready="True"):

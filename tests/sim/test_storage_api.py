@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.sim import storage_api as sa
+from gpuspawner.sim import storage_api
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.store import Store
 from tests.builders.sim import claim, storage_class, volume
@@ -17,8 +17,8 @@ def test_default_class_is_the_newest_marked_one_then_by_name():
                                                                creationTimestamp="2025-02-01T00:00:00Z"))
     c = dict(storage_class("c", default=True), metadata=dict(storage_class("c", default=True)["metadata"],
                                                                creationTimestamp="2025-02-01T00:00:00Z"))
-    assert sa.default_class([a, c, b])["metadata"]["name"] == "b"
-    assert sa.default_class([storage_class("x")]) is None
+    assert storage_api.default_class([a, c, b])["metadata"]["name"] == "b"
+    assert storage_api.default_class([storage_class("x")]) is None
 
 
 def test_claims_get_the_default_class_and_the_protection_finalizer():
@@ -71,7 +71,7 @@ def test_storage_class_fields_are_immutable():
 
 
 def test_access_modes_print_short_and_in_order():
-    assert sa.access_modes_string(["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]) == "RWO,RWX,RWOP"
+    assert storage_api.access_modes_string(["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]) == "RWO,RWX,RWOP"
 
 
 def _available(pv):
@@ -104,5 +104,5 @@ def _pvc(name="c", **kw):
 ], ids=["smallest-that-fits", "too-small", "class", "access-modes", "zone-conflict", "zone-fits",
         "controller-leaves-wffc-to-scheduler", "pre-bound-wins", "pre-bound-to-another"])
 def test_find_matching_volume(volumes, pvc, labels, delay, want):
-    got = sa.find_matching_volume(pvc, [_available(v) for v in volumes], labels, delay)
+    got = storage_api.find_matching_volume(pvc, [_available(v) for v in volumes], labels, delay)
     assert (got["metadata"]["name"] if got else None) == want

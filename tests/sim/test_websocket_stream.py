@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpuspawner.sim import websocket_stream as ws
+from gpuspawner.sim import websocket_stream
 
 
 @pytest.mark.parametrize("header,protocol", [
@@ -15,26 +15,26 @@ from gpuspawner.sim import websocket_stream as ws
     ("v3.channel.k8s.io", None),                                     # none served: refused
 ])
 def test_negotiation(header, protocol):
-    assert ws.negotiate(header) == protocol
+    assert websocket_stream.negotiate(header) == protocol
 
 
 def test_exit_status_as_each_path_words_it():
-    v4 = ws.exit_status(3, ["sh", "-c", "exit 3"], ws.V4)
-    assert json.loads(ws.status_bytes(v4, ws.V4)) == {
+    v4 = websocket_stream.exit_status(3, ["sh", "-c", "exit 3"], websocket_stream.V4)
+    assert json.loads(websocket_stream.status_bytes(v4, websocket_stream.V4)) == {
         "metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
         "message": "command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3",
         "details": {"causes": [{"reason": "ExitCode", "message": "3"}]}}
-    v5 = ws.exit_status(3, ["sh", "-c", "exit 3"], ws.V5)
+    v5 = websocket_stream.exit_status(3, ["sh", "-c", "exit 3"], websocket_stream.V5)
     assert v5["message"] == "command terminated with non-zero exit code: command terminated with exit code 3"
 
 
 @pytest.mark.parametrize("protocol,status,data", [
-    (ws.V5, ws.success(), b'{"metadata":{},"status":"Success"}'),
-    (ws.V1, ws.success(), None),                                  # v1: nothing on success
-    (ws.V1, ws.internal_error("boom"), b"Internal error occurred: boom"),
-    (ws.V4, ws.internal_error("a <b>"), b'{"metadata":{},"status":"Failure","message":"Internal error occurred: '
+    (websocket_stream.V5, websocket_stream.success(), b'{"metadata":{},"status":"Success"}'),
+    (websocket_stream.V1, websocket_stream.success(), None),                                  # v1: nothing on success
+    (websocket_stream.V1, websocket_stream.internal_error("boom"), b"Internal error occurred: boom"),
+    (websocket_stream.V4, websocket_stream.internal_error("a <b>"), b'{"metadata":{},"status":"Failure","message":"Internal error occurred: '
                                         b'a \\u003cb\\u003e","reason":"InternalError","details":{"causes":'
                                         b'[{"message":"a \\u003cb\\u003e"}]},"code":500}'),
 ])
 def test_status_bytes(protocol, status, data):
-    assert ws.status_bytes(status, protocol) == data
+    assert websocket_stream.status_bytes(status, protocol) == data

@@ -8,9 +8,9 @@ import json
 import re
 from typing import Any, Callable, Iterable, Mapping
 
-from ..podresources import QuantityError, parse_quantity
+from ..pod_resources import QuantityError, parse_quantity
 from ..selectors import validate_qualified_name
-from . import semver as sv
+from .semver import SemverError, parse
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"
@@ -352,9 +352,9 @@ def _attribute(name: str, value: Any, path: str) -> list[Cause]:
         return [("FieldValueTooLong", f"{path}.{kind}", "Too long: may not be more than 64 bytes")]
     if kind == "version":
         try:
-            if str(sv.parse(v)) != v:
-                raise sv.SemverError("not minimal")
-        except sv.SemverError:
+            if str(parse(v)) != v:
+                raise SemverError("not minimal")
+        except SemverError:
             return [invalid(f"{path}.version", v, "must be a string compatible with semver.org spec 2.0.0")]
     return []
 

@@ -15,7 +15,7 @@ import celpy.celtypes as ct
 import lark
 from celpy.evaluation import CELEvalError
 
-from ..podresources import QuantityError, parse_quantity
+from ..pod_resources import QuantityError, parse_quantity
 from . import semver as sv
 
 __all__ = ["CelCompileError", "CelRuntimeError", "Semver", "Quantity", "Program", "compile_expression",

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from ..controller import MERGE, informer, pod_key
 from ..plugins import Status
-from ..podresources import container_requests, pod_requests
+from ..pod_resources import container_requests, pod_requests
 from . import api
 from .allocator import AllocationError, SelectorCache, allocate, allocated_devices
 from .pools import node_selector_matches

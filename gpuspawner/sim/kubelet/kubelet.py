@@ -16,10 +16,10 @@ import tempfile
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
 
-from .. import devices as dev
-from .. import podresources as rules
+from ..devices import AllocationError, DeviceLedger, is_device_resource
+from .. import pod_resources
 from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
-from ..dra import kubelet_env as dra_env
+from ..dra import kubelet_env
 from ..errors import bad_request
 from . import logs, streams, volumes
 from . import runtime as rt
@@ -38,7 +38,7 @@ def _asks_for_devices(pod: dict) -> bool:
     for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         res = c.get("resources") or {}
         for section in ("limits", "requests"):
-            if any(dev.is_device_resource(r) for r in res.get(section) or {}):
+            if any(is_device_resource(r) for r in res.get(section) or {}):
                 return True
     return False
 
@@ -51,13 +51,13 @@ async def _nothing() -> AsyncIterator[bytes]:
 class Kubelet:
     """The kubelet of every simulated node."""
 
-    def __init__(self, store, *, ledger: dev.DeviceLedger | None = None, run_pods: bool = True,
+    def __init__(self, store, *, ledger: DeviceLedger | None = None, run_pods: bool = True,
                  stand_in: bool = False, api_url: str | None = None, bin_dir: str | None = None,
                  restart_backoff: tuple[float, float] = (10.0, 300.0), workdir: str | None = None,
                  pod_subnet: str | None = None, isolation: str | None = None,
                  mount_timeout: float = 123.0, volume_resync: float = 60.0):
         self.store = store
-        self.ledger = ledger or dev.DeviceLedger()
+        self.ledger = ledger or DeviceLedger()
         self.run_pods = run_pods
         self.stand_in = stand_in
         self.bin_dir = bin_dir or os.path.dirname(sys.executable)
@@ -138,8 +138,8 @@ class Kubelet:
 
     def qos_class(self, pod: dict) -> str:
         cs = (pod.get("spec") or {}).get("containers") or []
-        reqs = [rules.container_requests(c) for c in cs]
-        lims = [rules.resource_list(((c.get("resources") or {}).get("limits"))) for c in cs]
+        reqs = [pod_resources.container_requests(c) for c in cs]
+        lims = [pod_resources.resource_list(((c.get("resources") or {}).get("limits"))) for c in cs]
         if not any(r.get("cpu") or r.get("memory") for r in reqs) and not any(
                 lm.get("cpu") or lm.get("memory") for lm in lims):
             return "BestEffort"
@@ -252,9 +252,9 @@ class Kubelet:
 
     def _declare(self, node: dict) -> None:
         try:
-            cap = rules.resource_list((node.get("status") or {}).get("allocatable")
+            cap = pod_resources.resource_list((node.get("status") or {}).get("allocatable")
                                       or (node.get("status") or {}).get("capacity"))
-        except rules.QuantityError:
+        except pod_resources.QuantityError:
             cap = {}
         self.ledger.set_node(node["metadata"]["name"], cap)
 
@@ -286,9 +286,9 @@ class Kubelet:
             self.static[key] = p
             if (p.get("status") or {}).get("phase") not in TERMINAL and _asks_for_devices(p):
                 try:
-                    want = {r: n for r, n in rules.pod_requests(p).items() if dev.is_device_resource(r)}
-                    self.ledger.allocate(key, node, dra_env.device_plugin_requests(p, want))
-                except (dev.AllocationError, rules.QuantityError) as e:
+                    want = {r: n for r, n in pod_resources.pod_requests(p).items() if is_device_resource(r)}
+                    self.ledger.allocate(key, node, kubelet_env.device_plugin_requests(p, want))
+                except (AllocationError, pod_resources.QuantityError) as e:
                     short.append(f"{key} on {node}: {e}")
         if short:
             log.warning("%d loaded pods got no devices (their node has fewer than its pods ask for), "

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import devices as dev
-from .. import podresources as rules
+from .. import pod_resources
 from ..controller import MERGE, now_rfc3339, pod_key
-from ..dra import kubelet_env as dra_env
-from . import env as envmod
+from ..dra import kubelet_env
+from .env import ConfigError, container_env, expand
 from . import runtime as rt
-from . import volumes as vol
+from .volumes import PodVolumes, container_mounts, unmountable
 from .logs import STDERR, STDOUT, ContainerLog
 from .probes import LIVENESS, READINESS, STARTUP, ProbeConfig, ProbeWorker
 from .status import Container, Transitions, container_status, pod_conditions
@@ -79,7 +79,7 @@ class PodWorker:
         self.message: str | None = None
         self.deleting = asyncio.Event()
         self.stand_in = kubelet.stand_in or (meta.get("annotations") or {}).get(STAND_IN_ANNOTATION) == "true"
-        self.volumes = vol.PodVolumes(pod, str(self.dir / "volumes"), kubelet.get_object_for(self.ns),
+        self.volumes = PodVolumes(pod, str(self.dir / "volumes"), kubelet.get_object_for(self.ns),
                                       node=self.node, node_allocatable=kubelet.allocatable(self.node),
                                       disk_dir=kubelet.disks_dir, token=kubelet.service_account_token)
         self.task: asyncio.Task | None = None
@@ -172,14 +172,14 @@ class PodWorker:
 
     def _admit(self) -> bool:
         try:
-            want = {r: n for r, n in rules.pod_requests(self.pod).items() if dev.is_device_resource(r)}
-            self.devices = self.k.ledger.allocate(self.key, self.node, dra_env.device_plugin_requests(self.pod, want))
+            want = {r: n for r, n in pod_resources.pod_requests(self.pod).items() if dev.is_device_resource(r)}
+            self.devices = self.k.ledger.allocate(self.key, self.node, kubelet_env.device_plugin_requests(self.pod, want))
         except dev.AllocationError as e:
             self.phase, self.reason, self.message = "Failed", "UnexpectedAdmissionError", str(e)
             self.event("Warning", "UnexpectedAdmissionError", str(e))
             self.push_status()
             return False
-        self.per_container = dev.split_for_containers(self.pod, self.devices, rules.container_requests)
+        self.per_container = dev.split_for_containers(self.pod, self.devices, pod_resources.container_requests)
         return True
 
     def _unmountable(self) -> dict[str, str]:
@@ -191,7 +191,7 @@ class PodWorker:
             for vm in c.spec.get("volumeMounts") or []:
                 v = self.volumes.volumes.get(vm.get("name"))
                 if v is not None and v.path is not None:
-                    out[v.name] = vol.unmountable(v.path, str(vm.get("mountPath", "")))
+                    out[v.name] = unmountable(v.path, str(vm.get("mountPath", "")))
         return out
 
     async def _mount_volumes(self) -> bool:
@@ -379,8 +379,8 @@ class PodWorker:
         try:
             env = self._env(c)
             argv = self._argv(c, env)
-            mounts = vol.container_mounts(c.spec, self.volumes.volumes, env) if runs else []
-        except (envmod.ConfigError, rules.QuantityError, OSError) as e:
+            mounts = container_mounts(c.spec, self.volumes.volumes, env) if runs else []
+        except (ConfigError, pod_resources.QuantityError, OSError) as e:
             return self._not_started(c, "CreateContainerConfigError", str(e))
         if runs and argv is None:
             return self._not_started(c, "CreateContainerError",
@@ -576,12 +576,12 @@ class PodWorker:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             **self.k.service_env,
         }
-        env = envmod.container_env(self.pod, c.spec, base=base, lookup=self.k.lookup_for(self.ns), pod_ip=self.ip,
+        env = container_env(self.pod, c.spec, base=base, lookup=self.k.lookup_for(self.ns), pod_ip=self.ip,
                                    host_ip=node_ip(self.k.node_objs.get(self.node)),
                                    node_allocatable=self.k.allocatable(self.node))
-        env.update(dra_env.merge_env(
+        env.update(kubelet_env.merge_env(
             dev.device_env(self.per_container.get(c.name, {}), self.k.ledger.node_devices(self.node)),
-            dra_env.container_env(self.k.store, self.pod, c.spec)))
+            kubelet_env.container_env(self.k.store, self.pod, c.spec)))
         if self.ip:
             env = {k: v.replace("0.0.0.0", self.ip) for k, v in env.items()}
         return env
@@ -590,7 +590,7 @@ class PodWorker:
         """``command`` (the image's ENTRYPOINT) + ``args`` (its CMD), ``$(VAR)`` expanded.  There are
         no images: with no command, args is run as the command (the entrypoint execs its arguments,
         as the Jupyter docker-stacks' ``tini -g --`` does)."""
-        argv = [envmod.expand(str(x), env) for x in (c.spec.get("command") or []) + (c.spec.get("args") or [])]
+        argv = [expand(str(x), env) for x in (c.spec.get("command") or []) + (c.spec.get("args") or [])]
         if not argv:
             return None
         if self.ip:

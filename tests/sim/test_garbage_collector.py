@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gpuspawner.sim.errors import ApiError
-from gpuspawner.sim.garbagecollector import GarbageCollector
+from gpuspawner.sim.garbage_collector import GarbageCollector
 from gpuspawner.sim.store import Store
 from tests.builders.sim import owner_ref, pod
 

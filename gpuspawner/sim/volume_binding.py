@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import storage_api as sa
+from . import storage_api
 from .plugins import Status
 
 __all__ = ["ERR_BIND_CONFLICT", "ERR_NODE_CONFLICT", "ERR_PV_NOT_EXIST", "ERR_UNBOUND_IMMEDIATE", "ERR_ZONE_CONFLICT",
@@ -49,12 +49,12 @@ def claim_names(pod: Mapping[str, Any]) -> list[tuple[str, bool]]:
 def _fully_bound(pvc: Mapping[str, Any]) -> bool:
     """``isPVCFullyBound``: a volume name and the bind-completed annotation."""
     ann = (pvc.get("metadata") or {}).get("annotations") or {}
-    return bool((pvc.get("spec") or {}).get("volumeName")) and sa.ANN_BIND_COMPLETED in ann
+    return bool((pvc.get("spec") or {}).get("volumeName")) and storage_api.ANN_BIND_COMPLETED in ann
 
 
 def _delay_binding(pvc: Mapping[str, Any], view: StorageView) -> bool:
     """``IsDelayBindingMode``: the claim's class binds WaitForFirstConsumer (a missing class does not)."""
-    cls = view.classes.get(sa.claim_class(pvc))
+    cls = view.classes.get(storage_api.claim_class(pvc))
     return bool(cls) and cls.get("volumeBindingMode") == "WaitForFirstConsumer"
 
 
@@ -100,7 +100,7 @@ class PodVolumes:
             if pv is None:
                 reasons.append(ERR_PV_NOT_EXIST)
                 break
-            if not sa.node_affinity_matches(pv, labels):
+            if not storage_api.node_affinity_matches(pv, labels):
                 reasons.append(ERR_NODE_CONFLICT)
                 break
         if self.to_bind and self.decisions(node) is None:
@@ -115,22 +115,22 @@ class PodVolumes:
         static: list[tuple[Mapping, Mapping]] = []
         provision: list[Mapping] = []
         chosen: set[str] = set()
-        for pvc in sorted(self.to_bind, key=sa.storage_request):
-            selected = ((pvc.get("metadata") or {}).get("annotations") or {}).get(sa.ANN_SELECTED_NODE)
+        for pvc in sorted(self.to_bind, key=storage_api.storage_request):
+            selected = ((pvc.get("metadata") or {}).get("annotations") or {}).get(storage_api.ANN_SELECTED_NODE)
             if selected is not None:
                 if selected != name:
                     return None
                 provision.append(pvc)
                 continue
-            pv = sa.find_matching_volume(pvc, self.view.volumes.values(), labels, True, frozenset(chosen))
+            pv = storage_api.find_matching_volume(pvc, self.view.volumes.values(), labels, True, frozenset(chosen))
             if pv is not None:
                 chosen.add(pv["metadata"]["name"])
                 static.append((pv, pvc))
             else:
                 provision.append(pvc)
         for pvc in provision:
-            cls = self.view.classes.get(sa.claim_class(pvc))
-            if not cls or cls.get("provisioner") in ("", sa.NO_PROVISIONER):
+            cls = self.view.classes.get(storage_api.claim_class(pvc))
+            if not cls or cls.get("provisioner") in ("", storage_api.NO_PROVISIONER):
                 return None
             if not _topology_allows(cls.get("allowedTopologies"), labels):
                 return None

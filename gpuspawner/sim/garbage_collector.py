@@ -12,7 +12,7 @@ from typing import Any
 from .controller import MERGE, EventRecorder, Tasks, code_of, informer
 from .deletion import BACKGROUND, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, FOREGROUND, ORPHAN
 from .resources import RESOURCES, ResourceInfo
-from .workqueue import WorkQueue
+from .work_queue import WorkQueue
 
 __all__ = ["GarbageCollector", "resolve_owner_kind"]
 

@@ -8,9 +8,9 @@ import asyncio
 import logging
 from typing import Any
 
-from . import storage_api as sa
+from . import storage_api
 from .controller import MERGE, TERMINAL, Tasks, code_of, informer
-from .workqueue import WorkQueue
+from .work_queue import WorkQueue
 
 __all__ = ["VolumeProtectionController"]
 
@@ -85,7 +85,7 @@ class VolumeProtectionController:
             if code_of(e) == 404:
                 return
             raise
-        finalizer = sa.PVC_PROTECTION if plural == "persistentvolumeclaims" else sa.PV_PROTECTION
+        finalizer = storage_api.PVC_PROTECTION if plural == "persistentvolumeclaims" else storage_api.PV_PROTECTION
         finalizers = obj["metadata"].get("finalizers") or []
         if not obj["metadata"].get("deletionTimestamp") or finalizer not in finalizers:
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.sim.volumeprotection import pod_uses_claim
+from gpuspawner.sim.volume_protection import pod_uses_claim
 from tests.builders.sim import pod
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.sim import plugins, volumebinding as vb
-from gpuspawner.sim.podresources import pod_requests
+from gpuspawner.sim import plugins, volume_binding as vb
+from gpuspawner.sim.pod_resources import pod_requests
 from tests.builders.sim import claim, node, pod, storage_class, volume
 
 BOUND = {"pv.kubernetes.io/bind-completed": "yes"}
