@@ -147,7 +147,7 @@ async def _run(args: argparse.Namespace, rules) -> int:
     from gpuspawner.cull.culler import Culler
     from gpuspawner.cull.hub import HubClient
     from gpuspawner.cull.kube import KubeError, PodLister, load_config
-    from gpuspawner.cull.metrics import CullMetrics
+    from gpuspawner.cull.culler_metrics import CullMetrics
     from gpuspawner.cull.prometheus import PrometheusSource
     from gpuspawner.cull.scrape import ScrapeSource
 

@@ -15,7 +15,7 @@ from gpuspawner.cull.activity import PodActivity, SeriesWindow, SourceError, dev
 from gpuspawner.cull.budget import budget_users, spent
 from gpuspawner.cull.hub import HubClient, HubError
 from gpuspawner.cull.kube import KubeError
-from gpuspawner.cull.metrics import CullMetrics
+from gpuspawner.cull.culler_metrics import CullMetrics
 from gpuspawner.cull.policy import NO_METRICS, PARTIAL_METRICS, UNUSABLE_METRICS, Action, Decision, decide
 from gpuspawner.cull.idle_timeouts import CullRules, rule_for
 from gpuspawner.cull.servers import Server, pod_index, servers_from_users

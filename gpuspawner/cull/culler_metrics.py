@@ -4,7 +4,7 @@ Design notes: docs/culling.md.
 
 from __future__ import annotations
 
-from collections import Counter as Tally
+import collections
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -34,7 +34,7 @@ class CullMetrics:
 
     def record_pass(self, ok: bool, decisions: Iterable[tuple[str, str]], when: float, unusable: int = 0) -> None:
         self.decisions.clear()
-        for (action, reason), n in Tally(decisions).items():
+        for (action, reason), n in collections.Counter(decisions).items():
             self.decisions.labels(action=action, reason=reason).set(n)
         self.unusable.set(unusable)
         self.passes.labels(outcome="ok" if ok else "failed").inc()
