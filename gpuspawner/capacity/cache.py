@@ -16,12 +16,10 @@ from typing import Any, Awaitable, Callable, ClassVar, Iterable
 from gpuspawner.capacity import gc_policy
 from gpuspawner.capacity import health
 from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.capacity.device_plugin_source import DevicePluginSource
 from gpuspawner.capacity.dra_source import DRA_KINDS, DraSource
-from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.list_response import ITEM, iter_list
-from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import CapacitySnapshot
-from gpuspawner.capacity.pod_requests import base_record, pod_key, pod_record
 from gpuspawner.kube.api_errors import dra_missing_rules_message, missing_rules_message, status_of
 
 log = logging.getLogger(__name__)
@@ -431,58 +429,30 @@ class _Informer:
         if rv:
             self.resource_version = rv
 
-    # -- kind-specific -------------------------------------------------------
+    # -- the sources that count this kind --------------------------------------
+
+    def _readers(self) -> tuple[Any, ...]:
+        return tuple(s for s in self.cache._sources if self.kind in s.reads)
 
     def _apply(self, obj: dict) -> str | None:
-        cache = self.cache
-        if self.kind in DRA_KINDS:
-            return cache._dra.apply(self.kind, obj)
-        if self.kind == "nodes":
-            # every node, GPU node or not: a DRA pool needs the group of nodes with no extended resource
-            name = cache._dra.apply("nodes", obj)
-            rec = node_record(obj, cache.config)
-            if rec is None:
-                if name:
-                    cache._ledger.remove_node(name)
-                return name
-            cache._ledger.upsert_node(rec)
-            return rec.name
-        prec = pod_record(obj, cache.config.is_gpu_resource)
-        if prec is None:
-            key = pod_key(obj)
-            if key is not None:
-                # a pod without GPUs still holds CPU, memory and a pod slot on its node
-                base = base_record(obj)
-                if base is None:
-                    cache._ledger.remove_pod(key)
-                else:
-                    cache._ledger.upsert_base_pod(key, base)
-                cache._dra.pod_changed(key, obj)
-                return key if base is not None else None  # a re-list keeps the pods it saw
-            return None
-        cache._ledger.upsert_pod(prec)
-        return prec.key
+        key = None
+        for source in self._readers():
+            got = source.apply(self.kind, obj)
+            key = key or got
+        return key
 
     def _remove(self, obj: dict) -> None:
-        if self.kind in DRA_KINDS or self.kind == "nodes":
-            self.cache._dra.remove(self.kind, obj)
-        if self.kind == "nodes":
-            name = (obj.get("metadata") or {}).get("name")
-            if name:
-                self.cache._ledger.remove_node(name)
-        elif self.kind == "pods":
-            key = pod_key(obj)
-            if key is not None:
-                self.cache._ledger.remove_pod(key)
-                self.cache._dra.pod_gone(key)
+        for source in self._readers():
+            source.remove(self.kind, obj)
 
     def _retain(self, seen: set[str]) -> int:
-        if self.kind in DRA_KINDS:
-            return self.cache._dra.retain(self.kind, seen)
-        if self.kind == "nodes":
-            self.cache._dra.retain("nodes", seen)
-            return self.cache._ledger.retain_nodes(seen)
-        return self.cache._ledger.retain_pods(seen)
+        """Drop what a re-list no longer saw; the count is the owning source's."""
+        removed = 0
+        for source in self._readers():
+            n = source.retain(self.kind, seen)
+            if self.kind in source.kinds:
+                removed = n
+        return removed
 
 
 class CapacityCache:
@@ -540,12 +510,10 @@ class CapacityCache:
         self._recheck_interval = recheck_interval
         self._recheck_at: float | None = None
         self.rechecks = 0
-        self._ledger = Ledger(config.declared_pools)
+        self._plugin = DevicePluginSource(config)
+        self._ledger = self._plugin.ledger
         self._started = clock()
-        self._informers = {
-            "nodes": _Informer(self, "nodes", "list_node"),
-            "pods": _Informer(self, "pods", "list_pod_for_all_namespaces"),
-        }
+        self._informers = {kind: _Informer(self, kind, method) for kind, method in DevicePluginSource.kinds.items()}
         self._dra = DraSource(
             config,
             lambda kind, method: _Informer(self, kind, method, self._get_resource_api, dra_missing_rules_message),
@@ -556,6 +524,7 @@ class CapacityCache:
             rediscover_after=dra_rediscover_after,
             request_timeout=request_timeout,
         )
+        self._sources = (self._plugin, self._dra)  # the informers feed each source the kinds it reads
         self._tasks: list[asyncio.Task] = []
         self._settled = asyncio.Event()
         self._snapshot: CapacitySnapshot | None = None
@@ -725,10 +694,10 @@ class CapacityCache:
         if max_age > 0 and not renew and held is not None and now - held[0] <= max_age:
             _, pools, by_id, generation = held
         else:
-            self._ledger.expire(now)
-            self._dra.ledger.expire(now)
+            for source in self._sources:
+                source.ledger.expire(now)
             pools, by_id = self._pools()
-            generation = self._ledger.generation + self._dra.ledger.generation
+            generation = sum(source.ledger.generation for source in self._sources)
             if max_age > 0:
                 self._held = (now, pools, by_id, generation)
         age = self._age()
@@ -757,7 +726,7 @@ class CapacityCache:
 
     def _pools(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Device-plugin pools and DRA pools side by side, sorted by id (merged once per change)."""
-        plugin = self._ledger.pools()
+        plugin = self._plugin.pools()
         dra = self._dra.pools() if self._dra_healthy() else ()
         if not dra:
             return plugin, self._ledger.pools_by_id()
@@ -788,8 +757,8 @@ class CapacityCache:
             self._ledger.reserve(owner, pool_id, count, expires, request)
 
     def release(self, owner: str) -> None:
-        self._ledger.release(owner)
-        self._dra.ledger.release(owner)
+        for source in self._sources:
+            source.ledger.release(owner)
 
     def recheck(self) -> float:
         """Re-list nodes and pods now, because something (the scheduler) contradicts the counts.

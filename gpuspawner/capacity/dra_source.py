@@ -1,4 +1,4 @@
-"""The DRA half of the capacity cache: discovery, three more informers, the DRA ledger.
+"""The DRA source of the capacity cache: discovery, three more informers, the DRA ledger.
 Design notes: docs/dra.md.
 """
 
@@ -13,6 +13,7 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_objects import claim_record, class_record, dra_node, slice_record
 from gpuspawner.capacity.dra_ledger import DraLedger
 from gpuspawner.capacity.model import PoolView
+from gpuspawner.capacity.pod_requests import pod_key
 from gpuspawner.kube.api_errors import DRA_GROUP, dra_missing_rules_message
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,11 @@ NOT_CHECKED, SERVED, NOT_SERVED, OFF = "not checked yet", "served", "not served"
 
 class DraSource:
     """Discovery, informers and accounting of DRA GPUs for one capacity cache."""
+
+    #: the kinds whose informers this source owns (their list methods); it also reads the device-plugin
+    #: source's nodes (a DRA pool's node group) and pods (a reservation ends with its pod)
+    kinds = DRA_KINDS
+    reads: frozenset[str] = frozenset({*DRA_KINDS, "nodes", "pods"})
 
     def __init__(
         self,
@@ -163,6 +169,11 @@ class DraSource:
 
     def apply(self, kind: str, obj: dict) -> str | None:
         """Record one listed or watched object; returns its key for the re-list's retain."""
+        if kind == "pods":
+            key = pod_key(obj)
+            if key is not None:
+                self.pod_changed(key, obj)
+            return None
         meta = obj.get("metadata") or {}
         if kind == "nodes":
             rec = dra_node(obj, self.config.node_group_labels, self.config.is_gpu_resource)
@@ -188,6 +199,11 @@ class DraSource:
         return cls.name if cls is not None else None
 
     def remove(self, kind: str, obj: dict) -> None:
+        if kind == "pods":
+            key = pod_key(obj)
+            if key is not None:
+                self.pod_gone(key)
+            return
         meta = obj.get("metadata") or {}
         name = meta.get("name")
         if not name:
@@ -202,6 +218,8 @@ class DraSource:
             self.ledger.remove_class(name)
 
     def retain(self, kind: str, keep: set[str]) -> int:
+        if kind == "pods":
+            return 0  # nothing kept per pod: a reservation ends when its pod does
         return {
             "nodes": self.ledger.retain_nodes,
             "resourceslices": self.ledger.retain_slices,
@@ -210,7 +228,7 @@ class DraSource:
         }[kind](keep)
 
     def pod_changed(self, key: str, obj: dict) -> None:
-        """A pod without device-plugin GPUs: its DRA reservation ends when the pod has ended."""
+        """A pod's DRA reservation ends when the pod has ended."""
         if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             self.ledger.release(key)
 
