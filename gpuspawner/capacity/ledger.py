@@ -23,8 +23,7 @@ from gpuspawner.capacity.model import (
     group_order,
     with_groups,
 )
-from gpuspawner.capacity.node_resources import fits as fits_in
-from gpuspawner.capacity.node_resources import room
+from gpuspawner.capacity import node_resources
 from gpuspawner.capacity.pod_requests import PodRecord
 from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
 from gpuspawner.capacity.pool_totals import (
@@ -381,11 +380,11 @@ class Ledger(Reserving):
             resv = self._resv_on.get(name, {})
             fits = holds = 0
             if self._reqs and rec.base:
-                space = room(rec.base, self._requested.get(name, (0, 0, 0, 0)))
+                space = node_resources.room(rec.base, self._requested.get(name, (0, 0, 0, 0)))
                 for i, req in enumerate(self._reqs):
-                    if fits_in(req, space):
+                    if node_resources.fits(req, space):
                         fits |= 1 << i
-                    if fits_in(req, rec.base):
+                    if node_resources.fits(req, rec.base):
                         holds |= 1 << i
             for g in rec.gpus:
                 free = g.allocatable - used.get(g.resource, 0) - resv.get(g.resource, 0)

@@ -10,7 +10,7 @@ from typing import Callable
 
 from . import plugins, storage_api, volume_binding
 from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
-from .dra.plugin import PLUGIN as DRA_PLUGIN, Cycle, DynamicResources, FilterStage, SchedulerError
+from .dra.plugin import PLUGIN, Cycle, DynamicResources, FilterStage, SchedulerError
 from .pod_resources import QuantityError, pod_requests
 
 log = logging.getLogger(__name__)
@@ -385,7 +385,7 @@ class Scheduler:
         try:
             self.dra.pre_bind(cycle, node)
         except Exception as e:
-            return f'running PreBind plugin "{DRA_PLUGIN}": {e}'
+            return f'running PreBind plugin "{PLUGIN}": {e}'
         return None
 
     async def _bind_volumes(self, pod: dict, node: str, static: list, provision: list) -> str | None:

@@ -12,7 +12,7 @@ from gpuspawner.capacity.model import pool_id
 
 from tests.builders import pod
 from tests.builders.dra import device_class, gpu_device, group_node, resource_claim, resource_slice
-from tests.capacity.test_cache import A100 as PLUGIN_A100
+from tests.capacity.test_cache import A100
 from tests.capacity.test_cache import (  # noqa: F401
     NODE_LIST, POD_LIST, ScriptedApi, _Resp, listing, make_cache, status, wait_for, watching,
 )
@@ -53,11 +53,11 @@ async def test_dra_pools_beside_device_plugin_pools(make_cache):
     cache = make_cache(api)
     assert await cache.wait_synced(10)
     snap = cache.snapshot()
-    assert [p.id for p in snap.pools] == sorted([PLUGIN_A100, DRA_A100])
+    assert [p.id for p in snap.pools] == sorted([A100, DRA_A100])
     dra = snap.pool(DRA_A100)
     assert (dra.allocation, dra.resource, dra.nodes, dra.total, dra.free, dra.max_free_per_node) == (
         "dra", "gpu.nvidia.com", 2, 6, 5, 3)
-    assert snap.pool(PLUGIN_A100).allocation == "device-plugin"
+    assert snap.pool(A100).allocation == "device-plugin"
     # the three informers list in pages and then watch, each from its own list's resourceVersion
     for method, rv in (("list_resource_slice", "200"), ("list_resource_claim_for_all_namespaces", "210"),
                        ("list_device_class", "220")):
@@ -88,7 +88,7 @@ async def test_no_dra_pool_until_every_dra_informer_has_listed(make_cache):
     await wait_for(lambda: cache.synced, what="device-plugin informers synced")
     await wait_for(lambda: cache.health["dra"]["informers"]["resourceslices"]["synced"], what="slices listed")
     assert cache.snapshot().pool(DRA_A100) is None
-    assert cache.snapshot().pool(PLUGIN_A100) is not None
+    assert cache.snapshot().pool(A100) is not None
 
 
 async def test_dra_forbidden_keeps_the_device_plugin_path_and_names_the_rules(make_cache):
@@ -98,7 +98,7 @@ async def test_dra_forbidden_keeps_the_device_plugin_path_and_names_the_rules(ma
     assert await cache.wait_synced(10)
     await wait_for(lambda: cache.health["dra"]["informers"]["resourceslices"]["forbidden"], what="forbidden")
     snap = cache.snapshot()
-    assert snap.healthy and snap.error is None and snap.pool(PLUGIN_A100) is not None
+    assert snap.healthy and snap.error is None and snap.pool(A100) is not None
     assert snap.pool(DRA_A100) is None
     err = cache.health["dra"]["error"]
     assert 'apiGroups: ["resource.k8s.io"], resources: [resourceslices]' in err and "list" in err
@@ -116,9 +116,9 @@ async def test_reservations_go_to_the_ledger_of_the_pool(make_cache):
     cache = make_cache(dra_api())
     assert await cache.wait_synced(10)
     cache.reserve("jhub/jupyter-ada", DRA_A100, 2)
-    cache.reserve("jhub/jupyter-bob", PLUGIN_A100, 1)
+    cache.reserve("jhub/jupyter-bob", A100, 1)
     snap = cache.snapshot()
-    assert (snap.pool(DRA_A100).free, snap.pool(PLUGIN_A100).free) == (3, 12)
+    assert (snap.pool(DRA_A100).free, snap.pool(A100).free) == (3, 12)
     cache.release("jhub/jupyter-ada")
     assert cache.snapshot().pool(DRA_A100).free == 5
 
@@ -223,7 +223,7 @@ async def test_sim_dra_pools_and_claims_live(dra_sim):
     cache = dra_sim.make_cache()
     assert await cache.wait_synced(10)
     assert dra_counts(cache) == (2, 6, 6)
-    assert cache.snapshot().pool(PLUGIN_A100).allocation == "device-plugin"
+    assert cache.snapshot().pool(A100).allocation == "device-plugin"
     allocate(dra_sim.store, "ada-gpus", [("d1", "gpu-0"), ("d1", "gpu-1")])
     await wait_for(lambda: dra_counts(cache) == (2, 6, 4), what="allocated claim counted")
     dra_sim.store.delete("resourceclaims", "ada-gpus", "jhub")
@@ -253,7 +253,7 @@ async def test_sim_dra_forbidden_leaves_device_plugin_pools(dra_sim):
     assert await cache.wait_synced(10)
     await wait_for(lambda: cache.health["dra"]["informers"]["resourceslices"]["forbidden"], what="forbidden")
     snap = cache.snapshot()
-    assert snap.healthy and snap.error is None and snap.pool(PLUGIN_A100) is not None
+    assert snap.healthy and snap.error is None and snap.pool(A100) is not None
     assert snap.pool(DRA_A100) is None
     assert "resourceslices" in cache.health["dra"]["error"]
 
@@ -279,7 +279,7 @@ async def test_sim_stalled_dra_watches_take_dra_pools_off_until_one_delivers(dra
         seen.append(dra_counts(cache))
     assert dra_sim.counters.count("list", "resourceslices") > lists
     assert seen == [None] * len(seen)
-    assert cache.snapshot().pool(PLUGIN_A100) is not None  # the device-plugin path is not touched
+    assert cache.snapshot().pool(A100) is not None  # the device-plugin path is not touched
     dra_sim.faults.clear()
     await wait_for(lambda: dra_counts(cache) == (2, 6, 6), timeout=10, what="DRA pools back after a delivery")
     assert not any(i["stalled"] for i in cache.health["dra"]["informers"].values())
@@ -301,7 +301,7 @@ async def test_a_failing_dra_watch_takes_dra_pools_off_until_it_works_again(make
     await wait_for(lambda: cache.health["dra"]["informers"]["resourceclaims"]["consecutive_failures"] == 1,
                    what="the claim watch failed")
     assert cache.snapshot().pool(DRA_A100) is None and not cache.health["dra"]["healthy"]
-    assert cache.snapshot().healthy and cache.snapshot().pool(PLUGIN_A100) is not None
+    assert cache.snapshot().healthy and cache.snapshot().pool(A100) is not None
     resume.set()
     await wait_for(lambda: api.watch_calls("list_resource_claim_for_all_namespaces")[1:], what="watch again")
     await wait_for(lambda: cache.health["dra"]["healthy"], what="DRA healthy again")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.sim import plugins, volume_binding as vb
+from gpuspawner.sim import plugins, volume_binding
 from gpuspawner.sim.pod_resources import pod_requests
 from tests.builders.sim import claim, node, pod, storage_class, volume
 
@@ -20,13 +20,13 @@ def _claim(name, *, bound_to=None, **kw):
 
 
 def view(claims=(), volumes=(), classes=()):
-    return vb.StorageView({c["metadata"]["name"]: c for c in claims}, {v["metadata"]["name"]: v for v in volumes},
+    return volume_binding.StorageView({c["metadata"]["name"]: c for c in claims}, {v["metadata"]["name"]: v for v in volumes},
                           {c["metadata"]["name"]: c for c in classes})
 
 
 def run(p, nodes, v):
     infos = [plugins.NodeInfo(n) for n in nodes]
-    volumes = vb.prefilter(p, v)
+    volumes = volume_binding.prefilter(p, v)
     feasible, statuses, pre = plugins.evaluate(p, infos, pod_requests(p), plugins.MessageStyle(), volumes)
     return [i.name for i in feasible], plugins.fit_error_message(len(infos), statuses, p, plugins.MessageStyle(), pre)
 
@@ -76,14 +76,14 @@ def test_the_gpu_server_whose_home_volume_is_in_another_zone():
 def test_ephemeral_volume_claims_wait_for_their_controller():
     p = pod("nb")
     p["spec"]["volumes"] = [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]
-    assert vb.prefilter(p, view()).message == ('waiting for ephemeral volume controller to create the '
+    assert volume_binding.prefilter(p, view()).message == ('waiting for ephemeral volume controller to create the '
                                                'persistentvolumeclaim "nb-scratch"')
 
 
 def test_decisions_prefer_a_static_volume_and_provision_the_rest():
     claims = [_claim("small", storage_class_name="s", size="1Gi"), _claim("big", storage_class_name="s", size="50Gi")]
     pv = dict(volume("pv-5", size="5Gi", storage_class_name="s", zone="a"), status={"phase": "Available"})
-    volumes = vb.prefilter(pod("nb", claims=("small", "big")), view(claims, [pv], [storage_class("s")]))
+    volumes = volume_binding.prefilter(pod("nb", claims=("small", "big")), view(claims, [pv], [storage_class("s")]))
     static, provision = volumes.decisions(NODES[0])
     assert [(v["metadata"]["name"], c["metadata"]["name"]) for v, c in static] == [("pv-5", "small")]
     assert [c["metadata"]["name"] for c in provision] == ["big"]

@@ -1,8 +1,8 @@
-# The demo's jupyterhub_config.py, run by `gpuspawner demo` (which sets the GPUSPAWNER_DEMO_*
-# variables, starts the simulated cluster and points KUBECONFIG at it).
-#
-# It loads jupyterhub_config.d/gpuspawner.py, the snippet an admin drops into a real hub, and then
-# adds what a site would: an authenticator, profiles, and a pool the autoscaler can create.
+"""The demo's ``jupyterhub_config.py``, run by ``gpuspawner demo`` (which sets the GPUSPAWNER_DEMO_*
+variables, starts the simulated cluster and points KUBECONFIG at it): the snippet an admin drops
+into a real hub, then what a site adds (an authenticator, profiles, a pool the autoscaler can create).
+"""
+
 import os
 
 c = get_config()  # noqa: F821 - provided by traitlets when JupyterHub loads this file

@@ -16,7 +16,7 @@ import lark
 from celpy.evaluation import CELEvalError
 
 from ..pod_resources import QuantityError, parse_quantity
-from . import semver as sv
+from . import semver
 
 __all__ = ["CelCompileError", "CelRuntimeError", "Semver", "Quantity", "Program", "compile_expression",
            "device_variable", "FUNCTIONS"]
@@ -43,7 +43,7 @@ class Semver:
 
     __slots__ = ("version",)
 
-    def __init__(self, version: sv.Version):
+    def __init__(self, version: semver.Version):
         self.version = version
 
     def __eq__(self, other: object) -> bool:
@@ -104,8 +104,8 @@ def _semver(text: Any, tolerant: Any = False) -> Semver:
     if not isinstance(text, str) or not isinstance(tolerant, (bool, ct.BoolType)):
         raise TypeError("no such overload")
     try:
-        return Semver(sv.parse(sv.normalize(text) if tolerant else text))
-    except sv.SemverError as e:
+        return Semver(semver.parse(semver.normalize(text) if tolerant else text))
+    except semver.SemverError as e:
         raise ValueError(str(e)) from None
 
 
@@ -497,8 +497,8 @@ def _attribute_value(name: str, value: Any) -> Any:
         return ct.StringType(v)
     if kind == "version" and isinstance(v, str):
         try:
-            return Semver(sv.parse(v))
-        except sv.SemverError as e:
+            return Semver(semver.parse(v))
+        except semver.SemverError as e:
             raise CelRuntimeError(f"attribute {name}: parse semantic version: {e}") from None
     raise CelRuntimeError(f"attribute {name}: unsupported attribute value")
 

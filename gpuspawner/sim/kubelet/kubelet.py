@@ -22,7 +22,7 @@ from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
 from ..dra import kubelet_env
 from ..errors import bad_request
 from . import logs, streams, volumes
-from . import runtime as rt
+from . import runtime
 from .network import IPAllocator, pod_subnet_allocator
 from .standin import start_stand_in
 from .status import Container, container_status
@@ -66,14 +66,14 @@ class Kubelet:
         self.volume_resync = volume_resync      # how often volumes get new ConfigMap/Secret content
         self.recorder = EventRecorder(store, "kubelet")
         self.ips = pod_subnet_allocator(pod_subnet)
-        if isolation is not None and isolation not in rt.ISOLATIONS:
-            raise ValueError(f"isolation {isolation!r}: use one of {', '.join(rt.ISOLATIONS)}")
+        if isolation is not None and isolation not in runtime.ISOLATIONS:
+            raise ValueError(f"isolation {isolation!r}: use one of {', '.join(runtime.ISOLATIONS)}")
         self._isolation = isolation
         self.workers: dict[str, PodWorker] = {}
         self.static: dict[str, dict] = {}  # pods loaded already bound: never run
         self.node_objs: dict[str, dict] = {}
         self.pulled: set[tuple[str, str]] = set()
-        self.procs: set[rt.Process] = set()
+        self.procs: set[runtime.Process] = set()
         self._own_workdir = workdir is None
         self.workdir = os.path.realpath(workdir or tempfile.mkdtemp(prefix="gpuspawner-sim-"))
         self.pods_dir = os.path.join(self.workdir, "pods")
@@ -92,7 +92,7 @@ class Kubelet:
     def isolation(self) -> str:
         """How containers are isolated here (``runtime.isolation()``, found on first use)."""
         if self._isolation is None:
-            self._isolation = rt.isolation()
+            self._isolation = runtime.isolation()
         return self._isolation
 
     # -- what the workers read --------------------------------------------------------
@@ -203,7 +203,7 @@ class Kubelet:
         return secrets.token_hex(32)
 
     async def exec(self, pod: dict, container: str, argv: list[str], *, tty: bool, stdin: bool,
-                   on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> rt.Process:
+                   on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> runtime.Process:
         w = self._worker(pod)
         if w is None:
             raise ExecError(f'container not found ("{container}")')

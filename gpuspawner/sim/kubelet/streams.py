@@ -13,7 +13,7 @@ from typing import Any, Callable
 from aiohttp import web
 
 from .. import websocket_stream
-from . import runtime as rt
+from . import runtime
 from .logs import STDOUT
 from .worker import ExecError
 
@@ -66,7 +66,7 @@ async def _read_input(ch: websocket_stream.Channels, write: Callable[[bytes], No
             write(data)
         elif channel == websocket_stream.RESIZE:
             for width, height in _sizes(data):
-                rt.resize(tty_fd(), width, height)
+                runtime.resize(tty_fd(), width, height)
         elif channel == websocket_stream.CLOSE and ch.protocol == websocket_stream.V5 and data[:1] == bytes([websocket_stream.STDIN]):
             close()
 
@@ -109,7 +109,7 @@ async def serve_exec(request: web.Request, kubelet: Any, pod: dict, container: s
     except ExecError as e:
         await ch.finish(websocket_stream.internal_error(f"unable to upgrade connection: {e}"))
         return ch.ws
-    except rt.StartError as e:
+    except runtime.StartError as e:
         words = (f'error executing command in container: failed to exec in container: failed to start exec '
                  f'"{kubelet.new_exec_id()}": OCI runtime exec failed: exec failed: unable to start container '
                  f"process: {e}: unknown")

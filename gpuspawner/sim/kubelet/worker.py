@@ -21,7 +21,7 @@ from .. import pod_resources
 from ..controller import MERGE, now_rfc3339, pod_key
 from ..dra import kubelet_env
 from .env import ConfigError, container_env, expand
-from . import runtime as rt
+from . import runtime
 from .volumes import PodVolumes, container_mounts, unmountable
 from .logs import STDERR, STDOUT, ContainerLog
 from .probes import LIVENESS, READINESS, STARTUP, ProbeConfig, ProbeWorker
@@ -414,7 +414,7 @@ class PodWorker:
             return False
         return True
 
-    def _process_spec(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[rt.Mount]) -> rt.ProcessSpec:
+    def _process_spec(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[runtime.Mount]) -> runtime.ProcessSpec:
         env[TERMINATION_LOG_ENV] = str(c.term_file)
         tm_path = c.spec.get("terminationMessagePath") or "/dev/termination-log"
         cwd = c.spec.get("workingDir") or str(self.dir)
@@ -427,22 +427,22 @@ class PodWorker:
             if not os.path.isdir(cwd):
                 cwd = str(self.dir)
         else:
-            mounts = [*mounts, rt.Mount(str(c.term_file), tm_path)]
-        return rt.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir, *rt.image_paths()],
+            mounts = [*mounts, runtime.Mount(str(c.term_file), tm_path)]
+        return runtime.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir, *runtime.image_paths()],
                               scratch=str(self.dir / "scratch" / c.name), stdin=bool(c.spec.get("stdin")),
                               tty=bool(c.spec.get("tty")), hostname=self.name, private_tmp=True)
 
-    async def _launch(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[rt.Mount]) -> bool:
+    async def _launch(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[runtime.Mount]) -> bool:
         spec = self._process_spec(c, argv, env, mounts)
         out = c.log
         try:
-            c.process = await rt.start(spec, mode="run", isolation_mode=self.k.isolation, config_dir=str(self.dir),
+            c.process = await runtime.start(spec, mode="run", isolation_mode=self.k.isolation, config_dir=str(self.dir),
                                        on_stdout=lambda d: out.write(STDOUT, d),
                                        on_stderr=lambda d: out.write(STDERR, d))
-        except (rt.StartError, OSError) as e:
+        except (runtime.StartError, OSError) as e:
             out.close()
             where = "error during container init: " if getattr(e, "stage", "") == "mount" else ""
-            words = str(e) if isinstance(e, rt.StartError) else (e.strerror or str(e))
+            words = str(e) if isinstance(e, runtime.StartError) else (e.strerror or str(e))
             return self._not_started(c, "", "failed to create containerd task: failed to create shim task: OCI "
                                      "runtime create failed: runc create failed: unable to start container "
                                      f"process: {where}{words}: unknown", start_error=True)
@@ -600,7 +600,7 @@ class PodWorker:
     # -- exec and attach --------------------------------------------------------------
 
     async def exec(self, name: str, argv: list[str], *, tty: bool, stdin: bool,
-                   on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> rt.Process:
+                   on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> runtime.Process:
         """Run ``argv`` in the running container ``name`` (its namespaces, root, env, working dir).
         Raises ``ExecError`` when it is not running, ``runtime.StartError`` when it cannot start."""
         c = self.container(name)
@@ -609,8 +609,8 @@ class PodWorker:
         if c.process is None:
             raise ExecError(f'container "{name}" has no process here (the simulated kubelet runs a stand-in): '
                             "there is nothing to exec into")
-        spec = rt.ProcessSpec(argv, dict(c.env), c.cwd, stdin=stdin, tty=tty)
-        p = await rt.start(spec, mode="exec", isolation_mode=self.k.isolation, config_dir=str(self.dir),
+        spec = runtime.ProcessSpec(argv, dict(c.env), c.cwd, stdin=stdin, tty=tty)
+        p = await runtime.start(spec, mode="exec", isolation_mode=self.k.isolation, config_dir=str(self.dir),
                            on_stdout=on_stdout, on_stderr=on_stderr, target=c.process.init_pid)
         c.execs.add(p)
         self.k.procs.add(p)
