@@ -513,7 +513,9 @@ class CapacityCache:
         self._plugin = DevicePluginSource(config)
         self._ledger = self._plugin.ledger
         self._started = clock()
-        self._informers = {kind: _Informer(self, kind, method) for kind, method in DevicePluginSource.kinds.items()}
+        self._informers = {
+            kind: _Informer(self, kind, method) for kind, method in DevicePluginSource.kinds.items()
+        }
         self._dra = DraSource(
             config,
             lambda kind, method: _Informer(self, kind, method, self._get_resource_api, dra_missing_rules_message),

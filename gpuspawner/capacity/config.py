@@ -25,7 +25,8 @@ __all__ = [
 #: GPUs, NVIDIA shared GPUs with ``renameByDefault: true``, AMD GPUs
 #: (NVIDIA/k8s-device-plugin README; ROCm/k8s-device-plugin README).
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu")
-#: MIG mixed strategy: one resource per profile, ``nvidia.com/mig-1g.10gb`` (NVIDIA/k8s-device-plugin, MIG support).
+#: MIG mixed strategy: one resource per profile, ``nvidia.com/mig-1g.10gb``
+#: (NVIDIA/k8s-device-plugin, MIG support).
 DEFAULT_GPU_RESOURCE_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
 #: Node-group labels of the managed Kubernetes offerings, first present wins
 #: (see ``labels.NODE_GROUP_PROVIDERS`` for their sources).

@@ -75,7 +75,8 @@ NODE_GROUP_PROVIDERS: tuple[NodeGroupProvider, ...] = (
                       "https://cloud.google.com/kubernetes-engine/docs/how-to/gpus"),
     NodeGroupProvider("eks.amazonaws.com/nodegroup", "EKS managed node groups",
                       "https://docs.aws.amazon.com/eks/latest/userguide/managed-node-groups.html"),
-    NodeGroupProvider("kubernetes.azure.com/agentpool", "AKS", "https://learn.microsoft.com/azure/aks/use-labels"),
+    NodeGroupProvider("kubernetes.azure.com/agentpool", "AKS",
+                      "https://learn.microsoft.com/azure/aks/use-labels"),
     NodeGroupProvider("karpenter.sh/nodepool", "Karpenter v1 (AWS, Azure NAP)",
                       "https://karpenter.sh/docs/concepts/nodepools/"),
     # Karpenter before v0.32 named node pools "provisioners" [S: Karpenter v1beta1 migration guide]
@@ -95,7 +96,8 @@ def node_group(labels: Mapping[str, str], group_labels: tuple[str, ...]) -> tupl
 
 
 # ---------------------------------------------------------------------------
-# GPU vendors (NVIDIA GPU Feature Discovery: NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md; AMD: ROCm/k8s-device-plugin
+# GPU vendors (NVIDIA GPU Feature Discovery: NVIDIA/k8s-device-plugin
+# docs/gpu-feature-discovery/README.md; AMD: ROCm/k8s-device-plugin
 # cmd/k8s-node-labeller/main.go)
 
 
@@ -229,7 +231,8 @@ def product_label_for(resource: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------
-# driver / CUDA (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md: current names since GFD v0.15.0, deprecated ones
+# driver / CUDA (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md: current names
+# since GFD v0.15.0, deprecated ones
 # still written for compatibility; nodes with an older GFD only have the latter)
 
 

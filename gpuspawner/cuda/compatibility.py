@@ -98,7 +98,9 @@ CudaCheck = Callable[[ImageCuda, NodeCuda, str], Verdict]
 # --------------------------------------------------------------------------
 
 # Forward-compatibility support matrix ([V-copy], NVIDIA's
-# forward-compatibility page, https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html): cuda-compat package X.Y -> the driver branches
+# forward-compatibility page,
+# https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html): cuda-compat
+# package X.Y -> the driver branches
 # (major driver versions) marked "C".  Branches not listed are end of life or
 # New Feature Branches and "not supported targets"; "N/A" (the branch's own
 # CUDA) needs no compat package and is covered by backward compatibility.

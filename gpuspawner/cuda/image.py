@@ -38,7 +38,8 @@ class ImageCuda:
         """The declared CUDA, else the one a requirement states on its own.
 
         Official images start ``NVIDIA_REQUIRE_CUDA`` with a ``cuda>=X.Y`` term
-        that matches their ``CUDA_VERSION`` (``NVIDIA_REQUIRE_CUDA`` in the base Dockerfiles of NVIDIA's container-images/cuda), so an image
+        that matches their ``CUDA_VERSION`` (``NVIDIA_REQUIRE_CUDA`` in the base Dockerfiles of
+        NVIDIA's container-images/cuda), so an image
         declared only by that string still gets the full compatibility rules.
         """
         if self.cuda is not None:

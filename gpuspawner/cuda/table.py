@@ -131,7 +131,8 @@ def mvc_floors(table: tuple[Release, ...] | None = None) -> dict[int, tuple[Vers
     11: 450.80.02 (verified), 12: 525.60.13 (NVIDIA now only says ">= 525"; the
     exact patch level comes from older copies of Table 2: secondary), 13:
     580.65.06 (NVIDIA says ">= 580"; 580.65.06 is the first R580 that shipped
-    with a toolkit: an inference).  Source: https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html.
+    with a toolkit: an inference).  Source:
+    https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html.
     """
     out: dict[int, tuple[Version, str]] = {}
     for r in table or releases():
