@@ -1,4 +1,4 @@
-"""Benchmark of the live GPU capacity cache and the spawn page it feeds (issues #2, #7): a script.
+"""Benchmark of the live GPU capacity cache and the spawn page it feeds: a script.
 
     .venv/bin/python benchmarks/capacity.py              # 5,000 GPU nodes, 150,000 pods
     .venv/bin/python benchmarks/capacity.py --quick      # 500 nodes, 15,000 pods

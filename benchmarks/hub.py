@@ -1,4 +1,4 @@
-"""Benchmark of the hub itself at 5,000 GPU nodes (issue #7): a script, not a test.
+"""Benchmark of the hub itself at 5,000 GPU nodes: a script, not a test.
 
     python benchmarks/hub.py            # 5,000 GPU nodes, 150,000 pods, 1,000 views of each kind
     python benchmarks/hub.py --quick    # 500 nodes, 15,000 pods: a smoke test of the script (CI)
@@ -41,7 +41,7 @@ Measured, in one run and in this order:
    simulated kubelet's stand-in (no process), so the time is the hub's, the scheduler's and
    the kubelet's, not Python's start-up (``--real-servers`` runs jupyterhub-singleuser instead).
 
-Targets (issue #7): page p99 <= 1.2x the static hub's, spawn <= 1.05x plain KubeSpawner's,
+Targets: page p99 <= 1.2x the static hub's, spawn <= 1.05x plain KubeSpawner's,
 0 API requests per view, change visible p99 <= 2 s, memory growth <= 64 MiB, and the GPU hub's
 whole event loop's worst stall <= 25 ms (wall clock, GC included: the probe's lateness, whatever
 ran) during the cold sync and during the views. Beside it, for attribution: gpuspawner's longest

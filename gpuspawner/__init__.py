@@ -1,9 +1,4 @@
-"""gpuspawner: a JupyterHub KubeSpawner for GPU clusters.
-
-Importing the package is cheap: the pure layers (``gpuspawner.capacity``,
-``gpuspawner.cuda``) import neither JupyterHub nor a Kubernetes client, and
-``GPUSpawner`` is loaded on first use.
-"""
+"""gpuspawner: a JupyterHub KubeSpawner for GPU clusters.  Design notes: docs/architecture.md."""
 
 __version__ = "0.1.0"
 

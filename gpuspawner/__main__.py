@@ -1,3 +1,5 @@
+"""``python -m gpuspawner``: the ``gpuspawner`` command."""
+
 import sys
 
 from gpuspawner.cli import main

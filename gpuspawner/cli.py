@@ -1,11 +1,4 @@
-"""The ``gpuspawner`` command.
-
-Each subcommand lives in its own module under ``gpuspawner.commands`` and
-exposes ``add_arguments(parser)`` and ``main(args) -> int``; its name and
-one-line help are in :data:`COMMANDS`, so ``gpuspawner --help`` lists them
-without importing any.  Modules are imported only when their subcommand
-runs, so ``gpuspawner check-cuda`` does not pay for JupyterHub's import time.
-"""
+"""The ``gpuspawner`` command.  Design notes: docs/architecture.md."""
 
 from __future__ import annotations
 

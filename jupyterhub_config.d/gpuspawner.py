@@ -1,50 +1,6 @@
 """gpuspawner: enable the GPU spawner and the GPU capacity endpoint.
-
-Drop this file into a directory your ``jupyterhub_config.py`` loads (Zero to
-JupyterHub: ``hub.extraFiles`` into ``/usr/local/etc/jupyterhub/jupyterhub_config.d/``),
-or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
-
-* ``c.JupyterHub.spawner_class = "gpu"`` (the ``jupyterhub.spawners`` entry
-  point of ``gpuspawner.GPUSpawner``, a KubeSpawner subclass: all KubeSpawner
-  settings, including ``profile_list``, keep working);
-* ``GET /hub/api/gpus`` (``gpuspawner.hub.handlers.GPUCapacityHandler``) and the custom scope it
-  needs, ``custom:gpus:read``, granted to JupyterHub's ``user`` role unless your config defines
-  that role itself (docs/access.md);
-* a home page that says why Kueue stopped a user's server, when it did (docs/kueue.md), the user's
-  running GPU servers with their GPU use now and when the idle rule would stop them
-  (``c.GPUSpawner.gpu_prometheus_url``, docs/culling.md), and the user's GPU-hours (docs/usage.md); its directory goes first in ``c.JupyterHub.template_paths``
-  (a list you set replaces it), with its variables in ``c.JupyterHub.template_vars``;
-* ``GET /hub/api/users/{name}/gpu-usage`` and ``GET /hub/api/gpu-usage`` (GPU-hours from the ledger,
-  ``gpuspawner.hub.usagehandlers``) and the custom scope ``custom:gpu-usage:read`` that guards them;
-* a full garbage collection and ``gc.freeze()`` once the imports are done: the
-  ~280,000 objects of JupyterHub, KubeSpawner, kubernetes_asyncio and gpuspawner
-  are moved out of reach of Python's cyclic garbage collector, whose full passes
-  would otherwise walk them all (~180 ms, a stall of the hub's event loop for
-  every user) again and again while the GPU capacity cache reads a big cluster.
-  They are never garbage; nothing else changes. The capacity cache freezes what
-  the hub holds once more after its first sync (``c.GPUSpawner.gpu_capacity_gc_freeze``);
-  docs/capacity.md, "Garbage collection", has the figures;
-* a log filter that keeps a refused spawn to one INFO line, without JupyterHub's own
-  ERROR lines and tracebacks about it (``gpuspawner.hub.logfilter``);
-* a check of every GPUSpawner setting once the hub has read all of its configuration
-  (``gpuspawner.hub.configcheck``): a wrong one stops the hub before it serves anything,
-  with one line per problem on stderr (the setting, the value, what to write instead).
-* a size limit (64 KiB) on the bodies of the spawn and server endpoints, applied before the
-  body is read, and the option rules applied before JupyterHub saves a request's options
-  (``gpuspawner.hub.guard``);
-* with ``c.GPUSpawner.gpu_prepull``, once the hub has started, the task that keeps one
-  pre-pull DaemonSet per GPU pool (``gpuspawner.hub.prepull``, docs/prepull.md).
-
-Site settings go in your own config, e.g.::
-
-    c.GPUSpawner.gpu_profiles = [{"slug": "gpu", "display_name": "GPU server"}]
-
-and see docs/configuration.md. The hub's service account also needs
-cluster-wide read access to nodes and pods: apply ``deploy/rbac.yaml``.
-Without it the hub still serves static profiles and says GPU capacity is
-unknown. (JupyterHub logs that ``extra_handlers`` is deprecated in favour of
-services; the endpoint reads the hub's in-process capacity cache, which a
-separate service process could not share.)
+Drop this file into a directory your ``jupyterhub_config.py`` loads, or ``load_subconfig`` it;
+what it sets and why: docs/zero-to-jupyterhub.md.
 """
 
 import gc as _gc

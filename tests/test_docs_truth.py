@@ -1,11 +1,11 @@
-"""The docs say what the code does, and nothing of one machine (issue #7, section 4).
+"""The docs say what the code does, and nothing of one machine.
 
 * no machine-specific path (a virtual environment or notes outside the repository) in the docs,
   the README, the package (its data and docstrings), the scripts or the benchmarks;
 * docs/simulated-apiserver.md lists every resource and subresource the simulated API server serves,
   and says no API group is served only when none is;
 * the pod-usage rule, in the README and docs/capacity.md, includes ``spec.overhead`` (as
-  ``capacity/podres.py`` counts it).
+  ``capacity/pod_requests.py`` counts it).
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""Live GPU capacity: what the cluster can offer a spawn right now.
-
-Layers (docs/architecture.md, docs/capacity.md): ``quantity``, ``labels``,
-``podres``, ``config`` and ``ledger`` are pure (stdlib only); ``cache`` does
-the Kubernetes I/O and is loaded lazily, so importing this package pulls in
-no Kubernetes client.
-"""
+"""Live GPU capacity: what the cluster can offer a spawn right now.  Design notes: docs/capacity.md."""
 
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
 from gpuspawner.capacity.model import CapacitySnapshot, NodeView, PoolView, ScaleUp, Taint, pool_id

@@ -1,45 +1,5 @@
 """The shared informer cache: list, then watch Nodes and Pods cluster-wide.
-
-One :class:`CapacityCache` per hub process and event loop (STYLE.md #7), fed
-by two informers with client-go reflector semantics
-(``k8s.io/client-go/tools/cache/reflector.go``, STYLE.md #8):
-
-* **list** in pages (``limit`` + ``continue``), raw JSON (``_preload_content=
-  False``) parsed here one item at a time (``listjson``), keeping only compact GPU
-  records (a pod that requests no GPU is not stored at all), yielding to the event
-  loop between pages and between slices of a page so the hub never stalls; the cyclic garbage collector
-  is paused while a page is parsed and applied, and (``gc_freeze``) what the
-  process holds is frozen after the first sync (``gcpolicy``: full collections
-  walk the whole heap, ~180 ms in a hub, and the page's objects would trigger them);
-* **watch** from the list's resourceVersion with ``allowWatchBookmarks`` and a
-  jittered ``timeoutSeconds``; after a normal close the next watch **resumes**
-  from the last resourceVersion seen (bookmarks advance it) with no re-list;
-* **re-list only after 410 Gone** (an ``ERROR`` event with code 410, or HTTP
-  410 on the watch or on a stale ``continue`` token);
-* **other failures back off** exponentially with full jitter, capped
-  (``delay = rand() * min(cap, base * 2**(n-1))``, the "full jitter" of the
-  AWS Architecture Blog "Exponential Backoff and Jitter"); a watch that stays
-  open but silent longer than ``stall_timeout`` (``CapacityConfig.stall_timeout``,
-  90 s by default), or a request that gets no answer for that long, is treated
-  as stuck and restarted after a fresh list: the API server's watch cache sends a bookmark about
-  once a minute (``k8s.io/apiserver/pkg/storage/cacher``, ``bookmarkFrequency``
-  = 1 min), so longer silence is abnormal.  Figures whose watch delivered
-  nothing (no event, no bookmark) for longer than that bound are **stale**: the
-  snapshot says so (``healthy`` False, ``error`` why) and a spawn is not admitted
-  on them; a stalled informer is trusted again only after a fresh list and a
-  watch that delivers (a list alone proves nothing about the watch);
-* **re-check on demand** (:meth:`CapacityCache.recheck`): when the scheduler
-  contradicts the counts (a pod admitted on them waits with ``Insufficient``
-  GPUs), both informers re-list at once, at most once per ``recheck_interval``;
-* **403** (the Zero to JupyterHub hub Role is namespaced) is reported in
-  :attr:`CapacityCache.health` and in ``CapacitySnapshot.error`` with the
-  ClusterRole rules to add; the informer keeps retrying slowly, so granting
-  the rights later heals it without a hub restart.
-
-Time is injected (``clock``, ``sleep``, ``rand``; STYLE.md #12) so tests assert
-backoff delays exactly.  Accounting is delegated to the pure
-:class:`~gpuspawner.capacity.ledger.Ledger`; answering :meth:`snapshot` makes
-no API call.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations
@@ -53,17 +13,14 @@ import time
 import weakref
 from typing import Any, Awaitable, Callable, ClassVar, Iterable
 
-from gpuspawner.capacity import gcpolicy
-from gpuspawner.capacity import health as words
+from gpuspawner.capacity import gc_policy
+from gpuspawner.capacity import health
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dracache import DRA_KINDS, DraSource
-from gpuspawner.capacity.labels import node_record
-from gpuspawner.capacity.listjson import ITEM, iter_list
-from gpuspawner.capacity.ledger import Ledger
+from gpuspawner.capacity.device_plugin_source import DevicePluginSource
+from gpuspawner.capacity.dra_source import DRA_KINDS, DraSource
+from gpuspawner.capacity.list_response import ITEM, iter_list
 from gpuspawner.capacity.model import CapacitySnapshot
-from gpuspawner.capacity.nodeimages import NodeImages, note_node
-from gpuspawner.capacity.podres import base_record, pod_key, pod_record
-from gpuspawner.kube.apierrors import dra_missing_rules_message, missing_rules_message, status_of
+from gpuspawner.kube.api_errors import dra_missing_rules_message, missing_rules_message, status_of
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +256,7 @@ class _Informer:
                 log.warning("capacity %s: %s; re-listing and restarting the watch", self.kind, e)
             except Exception as e:  # network errors, 5xx, bad JSON: back off and retry
                 self._failing = True
-                self.error = words.describe_failure(e, timeout=self.cache._request_timeout)
+                self.error = health.describe_failure(e, timeout=self.cache._request_timeout)
                 wait = getattr(e, "retry_after", None)
                 log.warning(
                     "capacity %s %s failed (%d in a row): %s [%s]",
@@ -365,14 +322,14 @@ class _Informer:
         One page at a time (the other informer's waits for the lock), so that the two
         informers' work never adds up in one turn of the loop; a yield whenever a stretch of
         work exceeds the slice budget, so the hub's loop never stalls long (<= 25 ms); no
-        cyclic collection while the page's objects live (``gcpolicy.paused``): they die with
+        cyclic collection while the page's objects live (``gc_policy.paused``): they die with
         the page, so none is promoted and they trigger no full collection.
         """
         meta: dict = {}
         async with self.cache._page_lock:
-            with gcpolicy.paused():
+            with gc_policy.paused():
                 began = time.perf_counter()
-                # item by item (listjson): json.loads of a whole page would hold the loop ~10 ms
+                # item by item (list_response): json.loads of a whole page would hold the loop ~10 ms
                 for field, value in iter_list(body):
                     if field is ITEM:
                         key = self._apply(value)
@@ -472,62 +429,30 @@ class _Informer:
         if rv:
             self.resource_version = rv
 
-    # -- kind-specific -------------------------------------------------------
+    # -- the sources that count this kind --------------------------------------
+
+    def _readers(self) -> tuple[Any, ...]:
+        return tuple(s for s in self.cache._sources if self.kind in s.reads)
 
     def _apply(self, obj: dict) -> str | None:
-        cache = self.cache
-        if self.kind in DRA_KINDS:
-            return cache._dra.apply(self.kind, obj)
-        if self.kind == "nodes":
-            # every node, GPU node or not: a DRA pool needs the group of nodes with no extended resource
-            name = cache._dra.apply("nodes", obj)
-            rec = node_record(obj, cache.config)
-            # which GPU nodes hold which images (nodeimages.py); any node's while DRA pools may take it
-            note_node(cache.node_images, obj, rec, dra=cache._dra.may_serve)
-            if rec is None:
-                if name:
-                    cache._ledger.remove_node(name)
-                return name
-            cache._ledger.upsert_node(rec)
-            return rec.name
-        prec = pod_record(obj, cache.config.is_gpu_resource)
-        if prec is None:
-            key = pod_key(obj)
-            if key is not None:
-                # a pod without GPUs still holds CPU, memory and a pod slot on its node
-                base = base_record(obj)
-                if base is None:
-                    cache._ledger.remove_pod(key)
-                else:
-                    cache._ledger.upsert_base_pod(key, base)
-                cache._dra.pod_changed(key, obj)
-                return key if base is not None else None  # a re-list keeps the pods it saw
-            return None
-        cache._ledger.upsert_pod(prec)
-        return prec.key
+        key = None
+        for source in self._readers():
+            got = source.apply(self.kind, obj)
+            key = key or got
+        return key
 
     def _remove(self, obj: dict) -> None:
-        if self.kind in DRA_KINDS or self.kind == "nodes":
-            self.cache._dra.remove(self.kind, obj)
-        if self.kind == "nodes":
-            name = (obj.get("metadata") or {}).get("name")
-            if name:
-                self.cache._ledger.remove_node(name)
-                self.cache.node_images.remove(name)
-        elif self.kind == "pods":
-            key = pod_key(obj)
-            if key is not None:
-                self.cache._ledger.remove_pod(key)
-                self.cache._dra.pod_gone(key)
+        for source in self._readers():
+            source.remove(self.kind, obj)
 
     def _retain(self, seen: set[str]) -> int:
-        if self.kind in DRA_KINDS:
-            return self.cache._dra.retain(self.kind, seen)
-        if self.kind == "nodes":
-            self.cache._dra.retain("nodes", seen)
-            self.cache.node_images.retain(seen)
-            return self.cache._ledger.retain_nodes(seen)
-        return self.cache._ledger.retain_pods(seen)
+        """Drop what a re-list no longer saw; the count is the owning source's."""
+        removed = 0
+        for source in self._readers():
+            n = source.retain(self.kind, seen)
+            if self.kind in source.kinds:
+                removed = n
+        return removed
 
 
 class CapacityCache:
@@ -585,13 +510,13 @@ class CapacityCache:
         self._recheck_interval = recheck_interval
         self._recheck_at: float | None = None
         self.rechecks = 0
-        self._ledger = Ledger(config.declared_pools)
+        self._plugin = DevicePluginSource(config, any_node_images=lambda: self._dra.may_serve)
+        self._ledger = self._plugin.ledger
         # per pool, which contributing nodes hold each image (GET /hub/api/gpus "images", warm nodes)
-        self.node_images = NodeImages()
+        self.node_images = self._plugin.images
         self._started = clock()
         self._informers = {
-            "nodes": _Informer(self, "nodes", "list_node"),
-            "pods": _Informer(self, "pods", "list_pod_for_all_namespaces"),
+            kind: _Informer(self, kind, method) for kind, method in DevicePluginSource.kinds.items()
         }
         self._dra = DraSource(
             config,
@@ -603,6 +528,7 @@ class CapacityCache:
             rediscover_after=dra_rediscover_after,
             request_timeout=request_timeout,
         )
+        self._sources = (self._plugin, self._dra)  # the informers feed each source the kinds it reads
         self._dra.ledger.on_member = self.node_images.dra_member  # a DRA pool's nodes, as they join and leave
         self._tasks: list[asyncio.Task] = []
         self._settled = asyncio.Event()
@@ -652,13 +578,13 @@ class CapacityCache:
         if self._gc_freeze:
             # the hub is up by now (the first view, spawn or API request starts the cache): what
             # it holds is long-lived, and a full collection during the sync must not walk it
-            gcpolicy.freeze("the GPU capacity cache starts")
+            gc_policy.freeze("the GPU capacity cache starts")
         for inf in self._informers.values():
             self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}"))
         self._tasks.append(asyncio.create_task(self._run_dra(), name="gpuspawner-capacity-dra"))
 
     async def _run_dra(self) -> None:
-        """Discover ``resource.k8s.io/v1``; once served, run the DRA informers (dracache.py)."""
+        """Discover ``resource.k8s.io/v1``; once served, run the DRA informers (dra_source.py)."""
         await self._dra.discover()
         await asyncio.gather(*(inf.run() for inf in self._dra.informers.values()))
 
@@ -711,17 +637,17 @@ class CapacityCache:
         forbidden = [k for k, i in self._informers.items() if i.forbidden]
         if forbidden:
             return missing_rules_message(forbidden)
-        failing = words.combine({k: i.error or "" for k, i in self._informers.items()})
+        failing = health.combine({k: i.error or "" for k, i in self._informers.items()})
         if failing:
             return failing
         if not self.synced:
-            return words.syncing_message()
+            return health.syncing_message()
         stalled = self._stalled()
         if stalled:
-            return words.stalled_message(stalled, self._stale_after)
+            return health.stalled_message(stalled, self._stale_after)
         age = self._age() if age is None else age
         if age > self._stale_after:
-            return words.silent_message(self._stale_after)
+            return health.silent_message(self._stale_after)
         return None
 
     def _age(self) -> float:
@@ -739,11 +665,11 @@ class CapacityCache:
     def _first_sync_done(self) -> None:
         """When both informers have listed for the first time, with ``gc_freeze``: move what
         the process holds (the hub's objects, the ledger's records) out of the cyclic
-        collector's reach (:func:`gcpolicy.freeze`), so its full passes stay short. (``start``
+        collector's reach (:func:`gc_policy.freeze`), so its full passes stay short. (``start``
         froze what the hub held before the cache started.)"""
         if self._gc_freeze and self.synced:
             self._gc_freeze = False  # once per cache
-            gcpolicy.freeze("the GPU capacity cache has read the cluster")
+            gc_policy.freeze("the GPU capacity cache has read the cluster")
 
     def _changed_health(self) -> None:
         # a first snapshot waits for DRA to settle too (absent, listed or forbidden), so the spawn
@@ -773,10 +699,10 @@ class CapacityCache:
         if max_age > 0 and not renew and held is not None and now - held[0] <= max_age:
             _, pools, by_id, generation = held
         else:
-            self._ledger.expire(now)
-            self._dra.ledger.expire(now)
+            for source in self._sources:
+                source.ledger.expire(now)
             pools, by_id = self._pools()
-            generation = self._ledger.generation + self._dra.ledger.generation
+            generation = sum(source.ledger.generation for source in self._sources)
             if max_age > 0:
                 self._held = (now, pools, by_id, generation)
         age = self._age()
@@ -805,7 +731,7 @@ class CapacityCache:
 
     def _pools(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Device-plugin pools and DRA pools side by side, sorted by id (merged once per change)."""
-        plugin = self._ledger.pools()
+        plugin = self._plugin.pools()
         dra = self._dra.pools() if self._dra_healthy() else ()
         if not dra:
             return plugin, self._ledger.pools_by_id()
@@ -836,8 +762,8 @@ class CapacityCache:
             self._ledger.reserve(owner, pool_id, count, expires, request)
 
     def release(self, owner: str) -> None:
-        self._ledger.release(owner)
-        self._dra.ledger.release(owner)
+        for source in self._sources:
+            source.ledger.release(owner)
 
     def recheck(self) -> float:
         """Re-list nodes and pods now, because something (the scheduler) contradicts the counts.

@@ -1,10 +1,4 @@
-"""What the capacity layer counts, and the pools an admin declares.
-
-Pure: stdlib only.  :class:`CapacityConfig` is built by the spawner glue from
-its traitlets; :meth:`DeclaredPool.from_config` validates one admin-written
-dict (``c.GPUSpawner.declared_pools``) and raises :class:`ValueError` with a
-message that names the field to fix.
-"""
+"""What the capacity layer counts, and the pools an admin declares.  Design notes: docs/capacity.md."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspawner.capacity import labels as _labels
+from gpuspawner.capacity.labels import NODE_GROUP_PROVIDERS, product_label_for
 from gpuspawner.capacity.model import Taint, pool_id
 
 __all__ = [
@@ -29,13 +23,14 @@ __all__ = [
 
 #: Extended resources that are GPUs (device plugins): NVIDIA full or MIG-single
 #: GPUs, NVIDIA shared GPUs with ``renameByDefault: true``, AMD GPUs
-#: (reference/cuda-compat-and-gpu-labels.md §4.1, §4.2).
+#: (NVIDIA/k8s-device-plugin README; ROCm/k8s-device-plugin README).
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu")
-#: MIG mixed strategy: one resource per profile, ``nvidia.com/mig-1g.10gb`` (§4.1).
+#: MIG mixed strategy: one resource per profile, ``nvidia.com/mig-1g.10gb``
+#: (NVIDIA/k8s-device-plugin, MIG support).
 DEFAULT_GPU_RESOURCE_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
 #: Node-group labels of the managed Kubernetes offerings, first present wins
 #: (see ``labels.NODE_GROUP_PROVIDERS`` for their sources).
-DEFAULT_NODE_GROUP_LABELS: tuple[str, ...] = tuple(p.label for p in _labels.NODE_GROUP_PROVIDERS)
+DEFAULT_NODE_GROUP_LABELS: tuple[str, ...] = tuple(p.label for p in NODE_GROUP_PROVIDERS)
 
 #: DRA drivers whose devices are GPUs (``ResourceSlice.spec.driver``): NVIDIA's GPU driver
 #: (kubernetes-sigs/dra-driver-nvidia-gpu, formerly NVIDIA/k8s-dra-driver-gpu; docs/dra.md).
@@ -248,7 +243,7 @@ def _declared_labels(where: str, raw: Any, resource: str, product: str | None, g
     if group_label is not None:
         if labels.setdefault(group_label, group) != group:
             raise _err(where, f"labels[{group_label!r}] = {labels[group_label]!r} contradicts node_group {group!r}")
-    product_label = _labels.product_label_for(resource)
+    product_label = product_label_for(resource)
     if product is not None and product_label is not None:
         if labels.setdefault(product_label, product) != product:
             raise _err(where, f"labels[{product_label!r}] = {labels[product_label]!r} contradicts product {product!r}")

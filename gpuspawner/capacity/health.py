@@ -1,17 +1,5 @@
 """The capacity cache's troubles in plain words, for users and admins alike.
-
-Pure: stdlib only.  The informer cache (``capacity/cache.py``) meets Python
-exceptions (aiohttp's connection errors, timeouts, its own HTTP status
-errors); what reaches a user (the spawn page, a 503, ``GET /hub/api/gpus``'s
-``error``) must say what went wrong without the exception's class name or a
-traceback: "cannot connect to the Kubernetes API server (connection
-refused)", not ``nodes: _HttpError: HTTP 500: ...``.
-
-Exceptions are recognised by duck typing (``status`` attribute, standard
-exception classes) so this module needs no HTTP client.  What an HTTP error
-code means is :func:`gpuspawner.kube.apierrors.explain`'s rule, as for
-``doctor``; the connection and timeout failures that never reach HTTP are
-worded here.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations
@@ -21,7 +9,7 @@ import errno
 import json
 from collections.abc import Mapping
 
-from gpuspawner.kube.apierrors import REASONS, ApiStatus, explain
+from gpuspawner.kube.api_errors import REASONS, ApiStatus, explain
 
 __all__ = ["KINDS", "describe_failure", "combine", "age_words", "figures_age", "silent_message", "stalled_message", "syncing_message"]
 

@@ -1,13 +1,5 @@
 """Reading GPU facts from a node: product, memory, driver, CUDA, node group.
-
-Small provider tables (STYLE.md #5) over one reader.  Label names and their
-history are in the project's reference notes on CUDA compatibility and GPU labels
-(cited below as "ref §x.y"; primary sources: NVIDIA/k8s-device-plugin
-``docs/gpu-feature-discovery/README.md``, ROCm/k8s-device-plugin, the GKE/EKS/AKS GPU guides).  This module also turns a Node object (the JSON
-dict of the API) into the compact :class:`NodeRecord` the ledger keeps: only
-what pool accounting and driver steering need, never the whole object.
-
-Pure: stdlib only.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations
@@ -20,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from gpuspawner.capacity.model import Taint, pool_id
-from gpuspawner.capacity.noderes import node_base
+from gpuspawner.capacity.node_resources import node_base
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 from gpuspawner.capacity.warnonce import warn_once
 from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
@@ -68,7 +60,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------
-# node groups (ref §4.3)
+# node groups (the providers' node-label documentation, named per row)
 
 
 @dataclass(frozen=True)
@@ -79,10 +71,14 @@ class NodeGroupProvider:
 
 
 NODE_GROUP_PROVIDERS: tuple[NodeGroupProvider, ...] = (
-    NodeGroupProvider("cloud.google.com/gke-nodepool", "GKE", "ref §4.3 (GKE GPU how-to)"),
-    NodeGroupProvider("eks.amazonaws.com/nodegroup", "EKS managed node groups", "ref §4.3"),
-    NodeGroupProvider("kubernetes.azure.com/agentpool", "AKS", "ref §4.3 (AKS 'use labels')"),
-    NodeGroupProvider("karpenter.sh/nodepool", "Karpenter v1 (AWS, Azure NAP)", "ref §4.3"),
+    NodeGroupProvider("cloud.google.com/gke-nodepool", "GKE",
+                      "https://cloud.google.com/kubernetes-engine/docs/how-to/gpus"),
+    NodeGroupProvider("eks.amazonaws.com/nodegroup", "EKS managed node groups",
+                      "https://docs.aws.amazon.com/eks/latest/userguide/managed-node-groups.html"),
+    NodeGroupProvider("kubernetes.azure.com/agentpool", "AKS",
+                      "https://learn.microsoft.com/azure/aks/use-labels"),
+    NodeGroupProvider("karpenter.sh/nodepool", "Karpenter v1 (AWS, Azure NAP)",
+                      "https://karpenter.sh/docs/concepts/nodepools/"),
     # Karpenter before v0.32 named node pools "provisioners" [S: Karpenter v1beta1 migration guide]
     NodeGroupProvider("karpenter.sh/provisioner-name", "Karpenter < v0.32", "Karpenter migration guide [S]"),
     # DigitalOcean Kubernetes [S: DOKS docs, "doks.digitalocean.com/node-pool"]
@@ -100,11 +96,13 @@ def node_group(labels: Mapping[str, str], group_labels: tuple[str, ...]) -> tupl
 
 
 # ---------------------------------------------------------------------------
-# GPU vendors (ref §4.1 NVIDIA GFD, §4.2 AMD node labeller)
+# GPU vendors (NVIDIA GPU Feature Discovery: NVIDIA/k8s-device-plugin
+# docs/gpu-feature-discovery/README.md; AMD: ROCm/k8s-device-plugin
+# cmd/k8s-node-labeller/main.go)
 
 
 def _mib(value: str | None) -> int | None:
-    """GFD memory labels are plain MiB counts (``GetMemoryInfo().Total/2^20``, ref §4.1)."""
+    """GFD memory labels are plain MiB counts (``GetMemoryInfo().Total/2^20``, GFD ``internal/lm``)."""
     if not value:
         return None
     try:
@@ -115,7 +113,7 @@ def _mib(value: str | None) -> int | None:
 
 
 def _amd_vram_mib(value: str | None) -> int | None:
-    """``amd.com/gpu.vram`` is e.g. ``"192G"`` (ref §4.2, MI300X).
+    """``amd.com/gpu.vram`` is e.g. ``"192G"`` (ROCm/k8s-device-plugin docs/user-guide/installation.md, MI300X).
 
     [I] The labeller divides the byte size by 2^30 and appends "G", so "G" is
     read as GiB (an MI300X has 192 GiB of HBM3); a bare number is taken as MiB.
@@ -155,7 +153,7 @@ def _mig_profile(resource: str) -> str:
 
 
 def _nvidia_mig_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
-    # MIG mixed strategy: per-profile labels nvidia.com/mig-<profile>.{product,memory} (ref §4.1)
+    # MIG mixed strategy: per-profile labels nvidia.com/mig-<profile>.{product,memory} (GFD)
     profile = _mig_profile(resource)
     key = f"nvidia.com/mig-{profile}.product"
     memory = _mib(labels.get(f"nvidia.com/mig-{profile}.memory"))
@@ -170,7 +168,7 @@ def _nvidia_mig_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
 
 def _nvidia_gpu_facts(resource: str, labels: Mapping[str, str]) -> GpuFacts:
     # full GPUs, time-sliced/MPS replicas (gpu.product gets "-SHARED") and MIG
-    # single strategy (GFD rewrites gpu.product/gpu.memory) (ref §4.1)
+    # single strategy (GFD rewrites gpu.product/gpu.memory)
     return _labelled(labels, "nvidia.com/gpu.product", _mib(labels.get("nvidia.com/gpu.memory")))
 
 
@@ -233,7 +231,8 @@ def product_label_for(resource: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------
-# driver / CUDA (ref §4.1: current names since GFD v0.15.0, deprecated ones
+# driver / CUDA (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md: current names
+# since GFD v0.15.0, deprecated ones
 # still written for compatibility; nodes with an older GFD only have the latter)
 
 
@@ -257,8 +256,8 @@ def driver_versions(labels: Mapping[str, str]) -> tuple[str | None, str | None, 
     """(driver version, driver CUDA version, compute capability) of a node.
 
     ``cuda.runtime*`` is, despite its name, ``nvmlSystemGetCudaDriverVersion``:
-    the newest CUDA the driver supports (ref §4.1).  AMD nodes carry
-    ``amd.com/gpu.driver-version`` and no CUDA (ref §4.2).
+    the newest CUDA the driver supports (GFD's README).  AMD nodes carry
+    ``amd.com/gpu.driver-version`` and no CUDA (AMD's node labeller).
     """
     driver = (
         _dotted(labels.get("nvidia.com/cuda.driver-version.full"))
@@ -321,12 +320,12 @@ class NodeRecord(NamedTuple):
     taints: tuple[Taint, ...]
     # the labels a NodeView carries: what pins a pod to this node or driver
     labels: tuple[tuple[str, str], ...]
-    # allocatable CPU (millicores), memory, ephemeral storage (bytes) and pods (noderes.node_base)
+    # allocatable CPU (millicores), memory, ephemeral storage (bytes) and pods (node_resources.node_base)
     base: tuple[int, ...] = ()
 
     @property
     def contributes(self) -> bool:
-        """Only Ready, schedulable nodes offer capacity (issue #2)."""
+        """Only Ready, schedulable nodes offer capacity."""
         return self.ready and self.schedulable
 
 
@@ -408,7 +407,7 @@ def _node_gpus(found: list[tuple[str, int]], labels: Mapping[str, Any], group_la
 def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
     """The compact record of a Node object, or None when it is not a GPU node.
 
-    A GPU node has a positive allocatable amount of a GPU resource (issue #2).
+    A GPU node has a positive allocatable amount of a GPU resource.
     Quantities that do not parse count as 0 and are logged, never raised: a
     single odd node must not stop the informer.
     """

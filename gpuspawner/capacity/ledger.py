@@ -1,29 +1,5 @@
 """Incremental GPU accounting: nodes, pods and reservations in, pools out.
-
-Modelled on the kube-scheduler's cache (``pkg/scheduler/backend/cache``):
-every event updates the per-node used/free numbers of the one node it
-touches, the grouped totals of that node's pools are adjusted by the
-difference, and a generation number lets a reader rebuild a summary only
-after a change.  Only the pools an event touched ("dirty") are rebuilt, and a
-pool rebuild reuses the cached :class:`NodeView` of every node that did not
-change, so the cost of a snapshot after one event is O(size of one pool),
-not O(cluster).  Each pool's contributing nodes are also summed per driver
-group (:class:`~gpuspawner.capacity.model.DriverGroup`: same driver, CUDA,
-compute capability and driver labels), as nodes join, leave or change, so
-what depends only on the driver (the CUDA fit, steering a pod by driver) is
-judged per group by its readers, never per node.
-
-Counting rules (issue #2): only Ready, schedulable nodes contribute; free on
-a node = allocatable - used - reserved, never below 0; a pool is known while
-at least one of its nodes exists (contributing or not) or while it is
-declared by the admin.
-
-Reservations are the scheduler's "assume": GPUs just handed to a spawn count
-at once, against the pool's node with the most free GPUs, until the watch
-shows the pod bound (then it counts as used), the pod goes away, the
-reservation expires, or it is released.
-
-Pure: stdlib only; time comes in as arguments.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations
@@ -33,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from gpuspawner.capacity.config import DeclaredPool
-from gpuspawner.capacity.heldpods import HeldPods
+from gpuspawner.capacity.held_pods import HeldPods
 from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for
 from gpuspawner.capacity.model import (
     DriverGroup,
@@ -47,11 +23,10 @@ from gpuspawner.capacity.model import (
     group_order,
     with_groups,
 )
-from gpuspawner.capacity.noderes import fits as fits_in
-from gpuspawner.capacity.noderes import room
-from gpuspawner.capacity.podres import PodRecord
+from gpuspawner.capacity import node_resources
+from gpuspawner.capacity.pod_requests import PodRecord
 from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
-from gpuspawner.capacity.tally import (
+from gpuspawner.capacity.pool_totals import (
     TRANSIENT_TAINT_PREFIXES,
     NodeTally,
     Reserving,
@@ -243,7 +218,7 @@ class Ledger(Reserving):
 
     def upsert_base_pod(self, key: str, rec: tuple[str, int, int, int]) -> bool:
         """A pod without GPUs that holds CPU, memory and a pod slot on node ``rec[0]``
-        (``podres.base_record``)."""
+        (``pod_requests.base_record``)."""
         if key in self._pods:
             self.remove_pod(key)
         old = self._base_pods.get(key)
@@ -405,11 +380,11 @@ class Ledger(Reserving):
             resv = self._resv_on.get(name, {})
             fits = holds = 0
             if self._reqs and rec.base:
-                space = room(rec.base, self._requested.get(name, (0, 0, 0, 0)))
+                space = node_resources.room(rec.base, self._requested.get(name, (0, 0, 0, 0)))
                 for i, req in enumerate(self._reqs):
-                    if fits_in(req, space):
+                    if node_resources.fits(req, space):
                         fits |= 1 << i
-                    if fits_in(req, rec.base):
+                    if node_resources.fits(req, rec.base):
                         holds |= 1 << i
             for g in rec.gpus:
                 free = g.allocatable - used.get(g.resource, 0) - resv.get(g.resource, 0)

@@ -1,9 +1,4 @@
-"""The records the capacity layer hands to the rest of gpuspawner.
-
-Pure data: no JupyterHub, no Kubernetes client.  The spawner, the REST handler
-and the spawn page read only these; the ledger (``gpuspawner.capacity.ledger``)
-and the informer cache (``gpuspawner.capacity.cache``) produce them.
-"""
+"""The records the capacity layer hands to the rest of gpuspawner.  Design notes: docs/capacity.md."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from gpuspawner.capacity.sharing import MIG, NONE, mig_profile_of
 
 #: The node labels that name a node's NVIDIA driver and that a required node affinity can
 #: steer by (GPU Feature Discovery, NVIDIA/k8s-device-plugin
-#: ``docs/gpu-feature-discovery/README.md``; the project's reference notes, section 4.1): the full version, written since GFD v0.15.0, and the deprecated major version,
+#: ``docs/gpu-feature-discovery/README.md``): the full version, written since GFD v0.15.0, and the deprecated major version,
 #: the only driver label older GFD releases write that one expression can match.
 DRIVER_LABELS: tuple[str, ...] = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver.major")
 
@@ -309,7 +304,7 @@ class PoolView:
         return bool(self.defining_labels or self.pins or self.node_views)
 
     def to_json(self) -> dict[str, Any]:
-        """The exact object of ``GET /hub/api/gpus`` (issue #2, section 4; ``allocation``: issue #9)."""
+        """The exact object of ``GET /hub/api/gpus`` (docs/capacity.md, docs/dra.md)."""
         return {
             "id": self.id,
             "allocation": self.allocation,

@@ -13,7 +13,7 @@ __all__ = ["model_name", "pool_display_name"]
 # form factors and memory types that GPU Feature Discovery's product label (the NVML name, spaces
 # as '-'), NVIDIA's DRA driver's productName and AMD's node labeller keep in a name, but that say
 # nothing a user chooses by: "NVIDIA-A100-SXM4-80GB", "NVIDIA H100 80GB HBM3",
-# "AMD_Instinct_MI300X_OAM" (the project's reference notes, sections 4.1 and 4.2)
+# "AMD_Instinct_MI300X_OAM" (GFD's README; ROCm/k8s-device-plugin docs/user-guide/installation.md)
 _DROP = re.compile(r"^(?:SXM\d*|PCIE|HBM\d*E?|OAM|SHARED|GDDR\d*X?)$", re.IGNORECASE)
 _VENDOR_WORDS = {"nvidia": "NVIDIA", "amd": "AMD", "tesla": None}
 

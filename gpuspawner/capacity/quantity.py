@@ -1,21 +1,5 @@
 """Kubernetes resource quantities (``"8"``, ``"500m"``, ``"16Gi"``, ``"1e3"``).
-
-The grammar is the one of ``k8s.io/apimachinery/pkg/api/resource/quantity.go``::
-
-    <quantity>        ::= <signedNumber><suffix>
-    <signedNumber>    ::= [+-] digits [. digits]
-    <suffix>          ::= <binarySI> | <decimalExponent> | <decimalSI>
-    <binarySI>        ::= Ki | Mi | Gi | Ti | Pi | Ei
-    <decimalSI>       ::= n | u | m | "" | k | M | G | T | P | E
-    <decimalExponent> ::= e<signedNumber> | E<signedNumber>
-
-Values are returned as exact :class:`fractions.Fraction` so that nothing is
-lost to floating point; GPU resources are extended resources, which the API
-server only accepts as whole numbers (``validation.go``
-``ValidateResourceQuantityValue`` / "must be an integer"), so the capacity
-layer mostly needs :func:`parse_count`.
-
-Pure: stdlib only.
+Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def mig_profile_of(resource: str, product: str | None) -> str | None:
 def node_sharing(resource: str, labels: Mapping[str, str], allocatable: int | None = None) -> Sharing:
     """How the GPUs of ``resource`` on a node with ``labels`` are shared.
 
-    GPU Feature Discovery's labels (the project's reference notes, section 4.1; NVIDIA/k8s-device-plugin
+    GPU Feature Discovery's labels (NVIDIA/k8s-device-plugin
     ``internal/lm``): ``nvidia.com/gpu.sharing-strategy`` (``none``/``time-slicing``/``mps``, since
     v0.15.0) and ``nvidia.com/gpu.replicas`` (replicas per physical GPU; 0 or 1 when not shared); older
     releases only append ``-SHARED`` to ``nvidia.com/gpu.product``. With ``renameByDefault`` the

@@ -1,0 +1,1 @@
+"""The ``gpuspawner`` subcommands, one module each (see ``gpuspawner.cli.COMMANDS``)."""

@@ -1,7 +1,5 @@
 """Argument types the commands share (``argparse`` ``type=`` callables).
-
-Each raises ``argparse.ArgumentTypeError`` with what to give instead, which argparse prints
-as ``gpuspawner <command>: error: argument --port: ...`` and exits 2.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,12 @@
 """``gpuspawner check-cuda``: does an image's CUDA fit a node's NVIDIA driver?
-
-::
-
-    gpuspawner check-cuda --driver VERSION (--cuda X.Y | --require "EXPR")
-        [--driver-cuda X.Y] [--arch M.m] [--brand NAME] [--policy strict|minor|forward]
-
-``--cuda``: the verdict of :func:`gpuspawner.cuda.rules.decide` for an image
-built with that CUDA on a node with that driver, whose CUDA is
-``--driver-cuda`` or else derived from NVIDIA's table; the architecture floor
-applies when ``--arch`` is given.  This interface has no flag for cuda-compat
-or for the kind of GPU, so ``--policy forward`` assumes the image carries
-``cuda-compat`` of its own CUDA version and that the GPU is a data-center GPU
-unless ``--brand`` names a GeForce, TITAN, Quadro, RTX or NVS board; NVIDIA's
-branch matrix still applies.
-
-``--require``: that ``NVIDIA_REQUIRE_CUDA`` expression alone, decided as
-libnvidia-container would, with ``cuda`` = ``--driver-cuda`` or the table's
-newest CUDA whose minimum driver is <= ``--driver``.  When the driver is older
-than every table row the ``cuda`` value is unknown and, as libnvidia-container
-does with a value it cannot read, every ``cuda`` factor passes.  ``--arch`` and
-``--brand`` likewise pass when not given.  ``--brand`` is an NVML brand name,
-case-insensitive (``GeForce``, ``Tesla``, ``NVIDIA``, ``NVIDIA RTX``...), mapped
-the way libnvidia-container maps it (everything but Quadro, Tesla, NVS, GRID,
-GeForce and TITAN becomes ``Unknown``).
-
-Exit status: 0 fits (possibly with a warning), 1 does not fit, 2 invalid input.
-The first stdout line starts with ``fits:``, ``fits with a warning:``,
-``does not fit:`` or ``invalid:``.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from gpuspawner.cuda import require as req
-from gpuspawner.cuda import rules, table
+from gpuspawner.cuda import compatibility, require, table
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.cuda.versions import VersionError, fmt_cuda, parse_arch, parse_cuda, parse_driver
 
@@ -70,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policy",
-        choices=rules.POLICIES,
+        choices=compatibility.POLICIES,
         default="minor",
         help="strict: backward compatibility only; minor (default): also "
         "minor-version compatibility, with a warning; forward: also "
@@ -94,8 +66,8 @@ def _checked(args: argparse.Namespace):
     brand = None
     if args.brand is not None:
         try:
-            brand = req.brand_key(args.brand)
-        except req.RequireError as e:
+            brand = require.brand_key(args.brand)
+        except require.RequireError as e:
             raise _Invalid(str(e)) from None
     return driver, driver_cuda, arch, cuda, brand
 
@@ -119,9 +91,9 @@ def main(args: argparse.Namespace) -> int:
 def _main_cuda(cuda, driver_text, driver_cuda, arch, brand, policy) -> int:
     datacenter = None
     if policy == "forward":
-        dc = rules.datacenter_from_node(rules.NodeCuda(brand=brand)) if brand else None
+        dc = compatibility.datacenter_from_node(compatibility.NodeCuda(brand=brand)) if brand else None
         datacenter = dc is not False
-    node = rules.NodeCuda(
+    node = compatibility.NodeCuda(
         driver=driver_text,
         driver_cuda=fmt_cuda(driver_cuda) if driver_cuda else None,
         arch=fmt_cuda(arch) if arch else None,
@@ -129,7 +101,7 @@ def _main_cuda(cuda, driver_text, driver_cuda, arch, brand, policy) -> int:
         datacenter=datacenter,
     )
     image = ImageCuda(cuda=cuda, compat=cuda if policy == "forward" else None)
-    verdict = rules.decide(image, node, policy)
+    verdict = compatibility.decide(image, node, policy)
     if verdict.level == "ok":
         _print("fits", verdict.reason)
         return EXIT_FITS
@@ -157,15 +129,15 @@ def _main_require(expr, driver_text, driver, driver_cuda, arch, brand) -> int:
                 " (its CUDA is unknown: the driver is older than every release in NVIDIA's "
                 "table, so cuda factors pass, as libnvidia-container treats an unknown value)"
             )
-    props = req.Properties(
+    props = require.Properties(
         cuda=fmt_cuda(driver_cuda) if driver_cuda else None,
         driver=driver_text,
         arch=fmt_cuda(arch) if arch else None,
-        brand=req.lnc_brand(brand) if brand else None,
+        brand=require.lnc_brand(brand) if brand else None,
     )
     try:
-        outcome = req.check([expr], [props])
-    except req.RequireError as e:
+        outcome = require.check([expr], [props])
+    except require.RequireError as e:
         _print("invalid", f"{e}.")
         return EXIT_INVALID
     node = f"driver {driver_text}{note}"

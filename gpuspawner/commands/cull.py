@@ -1,15 +1,5 @@
 """``gpuspawner cull``: stop GPU servers whose GPUs and Jupyter activity have both been idle.
-
-Runs as a JupyterHub service (``JUPYTERHUB_API_URL`` and ``JUPYTERHUB_API_TOKEN``
-come from the hub), like jupyterhub-idle-culler::
-
-    gpuspawner cull --prometheus-url http://prometheus:9090 --idle-timeout 1h
-    gpuspawner cull --idle-timeout 2h --cull-every 10m          # scrape the DCGM exporters directly
-    gpuspawner cull --prometheus-url URL --once --dry-run       # what would be stopped now
-
-Exit codes: 0 (``--once``: the pass worked; otherwise stopped by a signal), 1 (``--once``: the
-pass could not read the hub, Kubernetes or the metrics, or a stop failed), 2 (bad options or
-configuration).  See docs/culling.md.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations
@@ -107,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rules(args: argparse.Namespace):
-    from gpuspawner.cull.rules import CullRules, load_rules
+    from gpuspawner.cull.idle_timeouts import CullRules, load_rules
 
     rules = load_rules(args.config) if args.config else CullRules()
     if args.idle_timeout is not None:
@@ -133,7 +123,7 @@ def _problems(args: argparse.Namespace) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gpuspawner.cull.rules import RulesError
+    from gpuspawner.cull.idle_timeouts import RulesError
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
@@ -157,7 +147,7 @@ async def _run(args: argparse.Namespace, rules) -> int:
     from gpuspawner.cull.culler import Culler
     from gpuspawner.cull.hub import HubClient
     from gpuspawner.cull.kube import KubeError, PodLister, load_config
-    from gpuspawner.cull.metrics import CullMetrics
+    from gpuspawner.cull.culler_metrics import CullMetrics
     from gpuspawner.cull.prometheus import PrometheusSource
     from gpuspawner.cull.scrape import ScrapeSource
 

@@ -1,9 +1,5 @@
 """``gpuspawner demo``: the simulated GPU cluster and a real JupyterHub with GPUSpawner.
-
-The cluster (API server, scheduler, kubelet) runs in this process; JupyterHub runs as a child
-process with the demo's ``jupyterhub_config.py`` (``gpuspawner/data/demo/``), which loads the same
-``jupyterhub_config.d/gpuspawner.py`` snippet an admin drops into a real hub. JupyterHub reaches
-the cluster through a kubeconfig, exactly as it would reach a real one.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations

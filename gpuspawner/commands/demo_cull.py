@@ -1,17 +1,6 @@
 """The demo's culler: ``gpuspawner cull`` as a hub-managed service and, when Debian's (or any)
 ``prometheus`` is on PATH, a Prometheus scraping the simulated DCGM exporters for it.
-
-The hub starts the culler (``GPUSPAWNER_DEMO_CULLER``, read by the demo's
-``jupyterhub_config.py``) with the narrow role of docs/culling.md and ``KUBECONFIG`` in its
-``environment`` (a hub-managed service gets only what that key gives it).  Without Prometheus the
-culler scrapes the exporter pods directly.
-
-Debian builds Prometheus without Kubernetes service discovery, so the demo serves the exporter
-pods as an ``http_sd_configs`` endpoint (:class:`PodDiscovery`): the pods are listed through the
-simulated API server and handed over with the targets and ``__meta_kubernetes_*`` labels that
-``kubernetes_sd_configs`` (``role: pod``) gives (Prometheus' ``discovery/kubernetes/pod.go``: one
-target per container port, ``podIP:port``, none for a pod without an IP).  Prometheus runs in its
-own session with its data in the demo's directory, and is stopped with the demo.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

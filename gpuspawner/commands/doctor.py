@@ -1,21 +1,5 @@
 """``gpuspawner doctor``: what breaks GPU notebooks on a cluster, and how to fix it.
-
-::
-
-    gpuspawner doctor [--kubeconfig PATH [--context NAME]] [--server URL]
-                      [--config jupyterhub_config.py] [--hub-service-account NS/NAME]
-                      [--pending-after 5m] [--cuda-policy strict|minor|forward] [--json]
-                      [--cull] [--prometheus-url URL]
-
-Reads nodes and pods cluster-wide and the hub's access rights
-(``gpuspawner.doctor.gather``), the hub's GPU profiles from its
-``jupyterhub_config.py`` (loaded with traitlets' ``PyFileConfigLoader``, as
-JupyterHub loads it, without starting a hub), and reports findings with
-their fixes (``gpuspawner.doctor.checks``; ids in docs/troubleshooting.md).
-
-Exit codes: 0 nothing wrong (notes only), 1 warnings or errors found,
-2 doctor could not run (bad flags or config, API unreachable) with a
-one-line reason on stderr (and, with ``--json``, a JSON object on stdout).
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

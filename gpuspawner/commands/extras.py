@@ -1,9 +1,5 @@
 """The optional dependencies a command needs, and the message when they are missing.
-
-A production hub installs ``pip install gpuspawner``: the spawner, the capacity cache,
-``doctor`` and the node-side commands.  The simulated cluster (``gpuspawner sim``) and the
-demo (``gpuspawner demo``) need more, the ``demo`` extra of ``pyproject.toml``:
-``pip install 'gpuspawner[demo]'``.  Looked up without importing anything.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,5 @@
 """``gpuspawner label-node``: GPU Feature Discovery's labels, for clusters without GFD.
-
-Reads the driver, its CUDA version, the GPU product, memory, count and
-compute capability through NVML and writes them under the label names NVIDIA
-GPU Feature Discovery uses (k8s-device-plugin ``internal/lm/*``; reference
-``cuda-compat-and-gpu-labels.md`` section 4.1), so the spawner reads one
-convention whichever wrote them.  Runs as a DaemonSet
-(``deploy/label-node-daemonset.yaml``): each pod patches its own Node, named by
-the ``NODE_NAME`` environment variable (the downward API), with a JSON merge
-patch of ``metadata.labels`` only, through kubernetes_asyncio with the
-in-cluster service account (or ``--kubeconfig``).
-
-``--dry-run`` prints the labels (YAML, or JSON with ``--format json``) and
-touches nothing.  ``--interval S`` re-reads and re-labels every S seconds (a
-driver upgrade changes the labels); without it the command labels once and
-exits.
-
-Not written: the MIG-profile labels (``nvidia.com/mig-<profile>.*``),
-``gpu.replicas`` / ``gpu.sharing-strategy`` (they depend on the device
-plugin's sharing configuration, which NVML does not know) and ``gpu.machine``.
-On a node with several GPU models the labels describe GPU 0's model and
-``gpu.count`` counts the GPUs of that model.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -85,7 +65,7 @@ def sanitise_product(name: str) -> str:
 
 
 def family(arch: str | None) -> str:
-    """GFD's ``nvidia.com/gpu.family`` from the compute capability (section 4.1)."""
+    """GFD's ``nvidia.com/gpu.family`` from the compute capability (GFD ``internal/lm``)."""
     if not arch:
         return "undefined"
     try:

@@ -1,21 +1,5 @@
 """All of gpuspawner's NVML access (``pynvml``, from the nvidia-ml-py package).
-
-:func:`read` opens NVML, reads what the probe and the node labeller need, and
-closes it again.  The ``pynvml`` module is a parameter, so tests pass fakes
-and no GPU is needed.  Differences between binding versions handled here
-(reference ``cuda-compat-and-gpu-labels.md`` section 5 [V]):
-
-* string results are ``bytes`` in nvidia-ml-py <= 11.510.69 and pynvml <=
-  11.4.1, ``str`` from nvidia-ml-py 11.515.48 / pynvml 11.5.0 on;
-* errors are ``pynvml.NVMLError`` with an integer ``.value``; the per-code
-  subclasses (``NVMLError_LibraryNotFound``...) are generated at import, so the
-  code, not the class, is what we test;
-* functions missing from an old binding, and ``NVML_ERROR_NOT_SUPPORTED`` /
-  ``FUNCTION_NOT_FOUND`` answers (``nvmlDeviceGetMigMode`` on a GPU without
-  MIG), read as "unknown", never as a failure.
-
-Everything here blocks (NVML is a C library); async callers use
-``asyncio.to_thread(read)``.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -174,7 +158,7 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
         name=text(name) if name is not None else None,
         uuid=text(uuid) if uuid is not None else None,
         brand=int(brand) if isinstance(brand, int) else None,
-        # GFD: gpu.memory = GetMemoryInfo().Total / 2^20 (reference section 4.1)
+        # GFD: gpu.memory = GetMemoryInfo().Total / 2^20 (k8s-device-plugin ``internal/lm``)
         memory_mib=int(total) // (1 << 20) if isinstance(total, int) else None,
         arch=f"{int(cc[0])}.{int(cc[1])}" if cc is not None else None,
         mig_capable=mig is not None,

@@ -1,23 +1,5 @@
 """``gpuspawner probe``: check the GPUs and the driver from inside a server's pod.
-
-Runs as an opt-in init container that requests the same GPUs as the
-notebook container.  It confirms through NVML that
-
-1. a driver is visible at all (``NVMLError_LibraryNotFound`` means the NVIDIA
-   container runtime / device plugin did not inject it),
-2. at least ``--expect-gpus`` GPUs are visible,
-3. the driver fits the image: :func:`gpuspawner.cuda.rules.decide` for each
-   kind of visible GPU, with the requirement given by ``--cuda`` /
-   ``--require`` / ``--compat`` and ``--policy``.
-
-It writes a JSON report to ``--report`` (default ``/dev/termination-log``, the
-file Kubernetes turns into the container's ``terminated.message``; at most
-4096 bytes are kept, so the report is trimmed to fit), or to stdout when that
-file cannot be written, and prints one line for humans.  Exit status: 0 fits
-(possibly with a warning), 1 a check failed, 2 bad arguments.
-
-The spawner reads the report from the init container's termination message
-and shows ``message`` to the user as the spawn error.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -29,7 +11,7 @@ import sys
 from typing import Any
 
 from gpuspawner.commands import nvml
-from gpuspawner.cuda import rules
+from gpuspawner.cuda import compatibility
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
 from gpuspawner.cuda.require import NVML_BRANDS
 
@@ -76,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policy",
-        choices=rules.POLICIES,
+        choices=compatibility.POLICIES,
         default="minor",
         help="CUDA compatibility policy (default minor)",
     )
@@ -144,14 +126,14 @@ def _image(args: argparse.Namespace) -> ImageCuda:
     return image_cuda(decl or None)
 
 
-def _worst_verdict(image: ImageCuda, found: Any, node: str | None, args: argparse.Namespace) -> rules.Verdict:
+def _worst_verdict(image: ImageCuda, found: Any, node: str | None, args: argparse.Namespace) -> compatibility.Verdict:
     """The image's CUDA on each kind of GPU the container sees (architecture, brand, model): the
     worst verdict, since the server may use any of them."""
-    facts = rules.Facts(enforce_require=True) if args.enforce_require else rules.DEFAULT_FACTS
+    facts = compatibility.Facts(enforce_require=True) if args.enforce_require else compatibility.DEFAULT_FACTS
     verdicts = []
     kinds = {(g.arch, g.brand, g.name) for g in found.gpus} or {(None, None, None)}
     for arch, brand, name in sorted(kinds, key=str):
-        node_cuda = rules.NodeCuda(
+        node_cuda = compatibility.NodeCuda(
             name=node,
             driver=found.driver,
             driver_cuda=found.cuda,
@@ -159,8 +141,8 @@ def _worst_verdict(image: ImageCuda, found: Any, node: str | None, args: argpars
             brand=NVML_BRANDS.get(brand) if brand is not None else None,
             product=name,
         )
-        verdicts.append(rules.decide(image, node_cuda, args.policy, facts))
-    return rules.worst(verdicts) or verdicts[0]
+        verdicts.append(compatibility.decide(image, node_cuda, args.policy, facts))
+    return compatibility.worst(verdicts) or verdicts[0]
 
 
 def probe(args: argparse.Namespace, pynvml: Any | None = None) -> tuple[int, dict[str, Any]]:

@@ -1,10 +1,5 @@
 """``gpuspawner sim``: run the simulated Kubernetes GPU cluster in the foreground.
-
-    gpuspawner sim                       # the packaged default cluster
-    gpuspawner sim --cluster my.yaml --port 8001 --kubeconfig ./kubeconfig
-
-Prints the API server's URL and a ``kubectl`` hint, then runs until Ctrl-C
-(or SIGTERM), stopping every process the simulated kubelet started.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """An admin's own CUDA decision (``c.GPUSpawner.cuda_check``): resolving it, and calling it
-without trusting it.  Pure, stdlib only.
-
-The spawner's trait validator and ``gpuspawner doctor`` resolve the setting with
-:func:`resolve_check`; the spawn page, a spawn and ``doctor`` call it through :func:`safe_verdict`,
-so a bug in the admin's callable shows as a ``skip`` verdict that says so, never as a crash or a
-refused spawn.
+without trusting it.  Pure, stdlib only.  Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations
@@ -13,7 +8,7 @@ import importlib
 from typing import Any
 
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.cuda.rules import LEVELS, CudaCheck, NodeCuda, Verdict
+from gpuspawner.cuda.compatibility import LEVELS, CudaCheck, NodeCuda, Verdict
 
 __all__ = ["resolve_check", "safe_verdict"]
 

@@ -1,27 +1,5 @@
 """What an image carries: its CUDA version, ``NVIDIA_REQUIRE_*`` and cuda-compat.
-
-Kubernetes never tells the hub what is inside an image, so admins declare it
-on the profile or image choice (the spawner glue passes the declaration to
-:func:`image_cuda`).  Accepted shapes, all optional::
-
-    None or {}                               # a CPU image: the CUDA check is skipped
-    "12.4"                                   # just the CUDA version
-    {"cuda": "12.4.1",                       # CUDA_VERSION of the image (X.Y or X.Y.Z)
-     "require": "cuda>=12.4 brand=tesla,driver>=535,driver<536",  # or a list of them
-     "compat": True,                         # the image has cuda-compat-<its X-Y>, or "12.8"
-     "disable_require": False,               # NVIDIA_DISABLE_REQUIRE
-     "env": {"CUDA_VERSION": "12.4.1",       # or paste the image's env (docker inspect)
-             "NVIDIA_REQUIRE_CUDA": "...", "NV_CUDA_COMPAT_PACKAGE": "cuda-compat-12-4"}}
-
-``env`` is read the way nvidia-container-toolkit reads an image
-(``internal/config/image/cuda_image.go``; reference section 3.1/3.2): every
-``NVIDIA_REQUIRE_*`` except ``NVIDIA_REQUIRE_JETPACK*``, a legacy
-``cuda>=X.Y`` from ``CUDA_VERSION`` when ``NVIDIA_REQUIRE_CUDA`` is absent,
-nothing when ``NVIDIA_DISABLE_REQUIRE`` is true.  Official nvidia/cuda images
-install ``cuda-compat-X-Y`` and name it in ``NV_CUDA_COMPAT_PACKAGE``
-(reference section 2.4).
-
-Pure: stdlib only.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations
@@ -30,7 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuspawner.cuda import require as _require
+from gpuspawner.cuda.require import MAX_REQUIREMENTS, RequireError, require_disabled, requirements_from_env, validate
 from gpuspawner.cuda.versions import VersionError, fmt_cuda, parse_cuda
 
 _COMPAT_PACKAGE = re.compile(r"cuda-compat-(\d+)-(\d+)")
@@ -60,7 +38,8 @@ class ImageCuda:
         """The declared CUDA, else the one a requirement states on its own.
 
         Official images start ``NVIDIA_REQUIRE_CUDA`` with a ``cuda>=X.Y`` term
-        that matches their ``CUDA_VERSION`` (reference section 3.1), so an image
+        that matches their ``CUDA_VERSION`` (``NVIDIA_REQUIRE_CUDA`` in the base Dockerfiles of
+        NVIDIA's container-images/cuda), so an image
         declared only by that string still gets the full compatibility rules.
         """
         if self.cuda is not None:
@@ -166,19 +145,19 @@ def image_cuda(declaration: object, name: str | None = None) -> ImageCuda:
             )
     try:
         if env:
-            from_env = _require.requirements_from_env(env)
-            if _require.require_disabled(env):
+            from_env = requirements_from_env(env)
+            if require_disabled(env):
                 disable = True
             reqs.extend(r for r in from_env if r not in reqs)
         if disable:
             reqs = []
         for r in reqs:
-            _require.validate(r)
-        if len(reqs) > _require.MAX_REQUIREMENTS:
-            raise _require.RequireError(
-                f"too many requirements ({len(reqs)}; at most {_require.MAX_REQUIREMENTS})"
+            validate(r)
+        if len(reqs) > MAX_REQUIREMENTS:
+            raise RequireError(
+                f"too many requirements ({len(reqs)}; at most {MAX_REQUIREMENTS})"
             )
-    except _require.RequireError as e:
+    except RequireError as e:
         raise ImageDeclarationError(f"{where}: {e}") from None
 
     compat_raw = declaration.get("compat", None)

@@ -1,38 +1,5 @@
 """``NVIDIA_REQUIRE_*`` expressions, evaluated exactly as libnvidia-container does.
-
-A legacy-mode NVIDIA container runtime passes each ``NVIDIA_REQUIRE_*`` value
-of the image to ``nvidia-container-cli configure --require=...``, which
-evaluates it with the small language in libnvidia-container
-``src/cli/dsl.c`` (``dsl_evaluate``, ``evaluate_rule``,
-``dsl_compare_version``) over the properties of ``src/cli/configure.c``.
-Reference ``cuda-compat-and-gpu-labels.md`` section 3.3 [V].  What this module
-reproduces, quirks included:
-
-* a predicate is split on each ASCII space (OR) and each term on each comma
-  (AND); empty pieces are skipped; OR stops at the first true term, AND at the
-  first false factor, so a malformed factor that is never reached is never
-  reported (``cuda>=12.0 bogus`` passes on a CUDA 12.2 driver);
-* a factor is ``NAME OP VALUE``: NAME is everything before the first of
-  ``<>=!``; OP is the maximal run of those characters and is matched against
-  ``= != < <= > >=`` with ``strncmp(run, op, len(run))``, so ``!`` alone means
-  ``!=`` and ``==`` is invalid; VALUE is the non-empty rest;
-* NAME is one of ``cuda``, ``driver``, ``arch``, ``brand``, case-insensitive;
-* ``brand`` takes only ``=``/``!=`` and compares case-insensitively; the others
-  compare dotted numbers (both sides only digits and dots, each number below
-  2**64-1), component by component, the longer side's rest ignored when it is
-  only dots and zeros;
-* a false factor whose text ``"NAME OP VALUE"`` is 128 characters or longer is
-  an error (libnvidia-container formats it into a 128-byte buffer);
-* anything else is ``invalid expression``; an unsatisfied predicate reports
-  ``unsatisfied condition: <text before the first space>`` with the advice to
-  update the driver when that text starts with ``cuda>=``;
-* a property whose value is unknown passes (configure.c: "No device is
-  visible, assume the arch is ok"); gpuspawner applies the same to ``cuda``
-  and ``driver`` when a node does not publish them;
-* several requirements (several ``NVIDIA_REQUIRE_*`` variables) are ANDed, at
-  most 32 of them, and each is evaluated once per visible GPU.
-
-Pure: stdlib only.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations
@@ -59,7 +26,7 @@ class RequireError(ValueError):
 # Brands
 # --------------------------------------------------------------------------
 
-# nvmlBrandType_t (nvml.h; reference section 5).  Names are our keys.
+# nvmlBrandType_t (nvml.h).  Names are our keys.
 NVML_BRANDS: dict[int, str] = {
     0: "unknown",
     1: "quadro",
@@ -88,7 +55,7 @@ _ALIASES = {
     "vgaming": "cloudgaming",
 }
 # libnvidia-container src/driver.c maps only these NVML brands; every other
-# one becomes "Unknown" (reference section 3.3, commit 947344949f [V]).
+# one becomes "Unknown" (libnvidia-container commit 947344949f [V]).
 _LNC_BRANDS = {
     "quadro": "Quadro",
     "tesla": "Tesla",

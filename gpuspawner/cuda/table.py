@@ -1,15 +1,5 @@
 """The CUDA toolkit -> minimum NVIDIA driver table, shipped as package data.
-
-``gpuspawner/data/cuda-driver-table.csv`` is NVIDIA's CUDA 13.2.2 release
-notes, Table 3 ("CUDA Toolkit and Corresponding Driver Versions", Linux
-x86_64) and Table 2 ("Minimum Required Driver Version for CUDA Minor Version
-Compatibility"), one row per toolkit release from 10.0 to 13.4 (reference
-``cuda-compat-and-gpu-labels.md`` section 1).  Each row carries a ``status``:
-``verified`` (read in NVIDIA's page), ``secondary`` (13.3: third-party copies
-of the 13.3.0 notes) or ``uncertain`` (13.4: no driver known; such rows never
-decide anything).
-
-Pure: stdlib only.  The table is read once and cached.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations
@@ -141,7 +131,8 @@ def mvc_floors(table: tuple[Release, ...] | None = None) -> dict[int, tuple[Vers
     11: 450.80.02 (verified), 12: 525.60.13 (NVIDIA now only says ">= 525"; the
     exact patch level comes from older copies of Table 2: secondary), 13:
     580.65.06 (NVIDIA says ">= 580"; 580.65.06 is the first R580 that shipped
-    with a toolkit: an inference).  Reference section 1.2.
+    with a toolkit: an inference).  Source:
+    https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html.
     """
     out: dict[int, tuple[Version, str]] = {}
     for r in table or releases():

@@ -1,20 +1,5 @@
 """Dotted version numbers: NVIDIA driver versions and CUDA versions.
-
-Two kinds of parsing live here, on purpose:
-
-* :func:`parse_driver` / :func:`parse_cuda` are *strict* parsers for values
-  that admins, users and node labels give us.  They reject anything that is not
-  digits separated by single dots (``R535``, ``v12``, ``12.x``, ``-1``, ``""``)
-  with a :class:`VersionError` whose message says what was expected.
-* :func:`compare` orders two parsed versions numerically, padding the shorter
-  one with zeros, which is what libnvidia-container's ``dsl_compare_version``
-  does once both sides are valid (``535.0 == 535``, ``12.10 > 12.9``,
-  ``535.183.01 < 536``; libnvidia-container ``src/cli/dsl.c``, reference
-  ``cuda-compat-and-gpu-labels.md`` section 3.3).
-
-The libnvidia-container comparison with its own quirks (``12..2`` accepted,
-64-bit overflow an error) is reproduced separately in
-``gpuspawner.cuda.require`` because there we must behave exactly like it.
+Design notes: docs/cuda-compatibility.md.
 """
 
 from __future__ import annotations
@@ -105,7 +90,7 @@ def cuda_from_int(value: int) -> tuple[int, int]:
 
     nvml.h ``NVML_CUDA_DRIVER_VERSION_MAJOR(v) = v/1000`` and
     ``NVML_CUDA_DRIVER_VERSION_MINOR(v) = (v%1000)/10``; GPU Feature Discovery
-    uses the same (reference section 4.1).
+    uses the same (k8s-device-plugin ``internal/lm``).
     """
     if not isinstance(value, int) or isinstance(value, bool) or value < 1000:
         raise VersionError(f"CUDA driver version {value!r} from NVML is not a number like 12020")

@@ -1,47 +1,5 @@
 """GPU activity of each pod over a window, from DCGM exporter series.  Pure.
-
-**Metrics.**  ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (the ratio of time the
-graphics engine was busy; reported per MIG instance) and
-``DCGM_FI_DEV_GPU_UTIL`` (percent; not reported for MIG).  Both are read
-when both are present, as fractions, and the device's activity is the
-higher: the profiling counter can read 0 where profiling is unavailable or
-taken by a profiler, while utilisation still moves, and any sign of work
-keeps a server.
-
-**Pods.**  The exporter labels a device's series with the pod holding it
-(``pod``, ``namespace``).  When Prometheus scrapes the exporter and attaches
-its own target labels (the exporter pod's ``pod``, ``namespace``) without
-``honor_labels``, the exporter's become ``exported_pod`` and
-``exported_namespace``; those are read first.  A device is
-``UUID``/``uuid`` + ``GPU_I_ID`` (MIG instance) on its ``Hostname``.
-
-**Windows.**  A source reports, per series, the highest value in each of
-``n`` consecutive steps of ``step`` seconds ending now, plus one step just
-before the window: ``points[k]`` is the maximum over
-``(start + (k-1)*step, start + k*step]`` for ``k = 0..n`` (``start = now - n*step``),
-or None when the step had no sample.  Prometheus computes exactly this with
-``max_over_time(m[step])`` in a range query; the direct scraper from its own
-samples (:class:`StepMaxima`).  The window is **covered** only when
-every step, the one before it too, has a sample: the series existed when the
-window began and no gap is longer than one step.  A series that is missing
-or has a gap never counts as idle.
-
-**Bad samples.**  A sample is usable only when it is a finite number in its
-metric's range (``SAMPLE_RANGES``: a ratio in 0..1, a percentage in 0..100).
-``NaN``, infinities, negatives, numbers out of range and anything that is not
-a number (``null``, words, booleans, lists, objects) make the series
-*unusable*: it is no evidence of anything, so the pod it belongs to is kept
-(``policy``: ``metrics_unusable``) and the pass says so.
-
-**Shared GPUs.**  On a time-sliced (or MPS) GPU, DCGM's values are the
-device's, whoever uses it.  An exporter with ``KUBERNETES_VIRTUAL_GPUS``
-repeats the device's series for every pod sharing it; without it, one
-sharing pod gets the series and the others none.  So: a device reported for
-several pods is marked shared; its activity is device-wide, so a busy shared
-device keeps every pod on it, and an idle one is idle for all of them (no
-one used it); a pod whose device is not reported for it at all has missing
-metrics and is kept.  A server is never stopped because a neighbour's use of
-its GPU is invisible to it.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

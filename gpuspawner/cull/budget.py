@@ -1,7 +1,5 @@
 """Servers to stop because their user's GPU-hour budget is spent (``c.GPUSpawner.gpu_hour_stop_when_spent``).
-
-Pure: reads the hub's ``GET /hub/api/users/{name}/gpu-usage`` answers, where each running GPU server
-has ``stops_at`` (when the budget runs out) only while the admin has turned stopping on.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
 """Which GPU nodes give the culler no GPU activity: for ``gpuspawner doctor``.  Pure.
-
-The culler keeps every GPU server whose GPUs it cannot see, so a GPU node without a running DCGM
-exporter (or whose series never reach Prometheus) is a node where nothing is ever culled.  Two
-views of the same question:
-
-* from the cluster: NVIDIA GPU nodes (a positive ``nvidia.com/gpu``, ``nvidia.com/gpu.*`` or
-  ``nvidia.com/mig-*`` allocatable) without a Running, Ready exporter pod on them;
-* from Prometheus: NVIDIA GPU nodes that no activity series names (``Hostname``, ``hostname``, or
-  the ``node`` target label a scrape config may add).
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

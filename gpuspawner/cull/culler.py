@@ -1,15 +1,5 @@
 """One culling pass: read the hub's servers, their pods and GPU activity; decide; stop.
-
-``Culler.run_pass()`` returns whether the pass worked: False when the hub,
-the Kubernetes API or the metric source could not be read, or a stop failed.
-Whatever failed, no server is stopped on missing evidence: a GPU server whose
-activity could not be read, or was bad data, is kept, and the log line says
-why.  One log line per decision: ``cull``/``would cull`` (``--dry-run``)/``keep``
-at INFO, ``skip`` (CPU-only, pending, not ready) at DEBUG; one WARNING per
-window whose series held bad samples.  No answer of the hub or the metric
-source ends a pass with an exception: what could not be read fails the pass.
-
-The clock is a seam (``clock``): tests pass a fixed time.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations
@@ -25,9 +15,9 @@ from gpuspawner.cull.activity import PodActivity, SeriesWindow, SourceError, dev
 from gpuspawner.cull.budget import budget_users, spent
 from gpuspawner.cull.hub import HubClient, HubError
 from gpuspawner.cull.kube import KubeError
-from gpuspawner.cull.metrics import CullMetrics
+from gpuspawner.cull.culler_metrics import CullMetrics
 from gpuspawner.cull.policy import NO_METRICS, PARTIAL_METRICS, UNUSABLE_METRICS, Action, Decision, decide
-from gpuspawner.cull.rules import CullRules, rule_for
+from gpuspawner.cull.idle_timeouts import CullRules, rule_for
 from gpuspawner.cull.servers import Server, pod_index, servers_from_users
 from gpuspawner.kube.times import format_duration
 

@@ -1,22 +1,5 @@
 """The JupyterHub REST API calls the culler makes, with its service token.
-
-* ``GET {api}/users?state=ready`` (JupyterHub >= 2.0: only users with a ready
-  server), paginated when asked with ``Accept: application/jupyterhub-pagination+json``
-  (``{"items": [...], "_pagination": {"next": {"url": ...} | null}}``); an older
-  hub's plain list is read too.  Scopes: ``list:users`` (the list),
-  ``read:users:activity`` (``last_activity``), ``read:servers`` (``servers`` with
-  ``last_activity``, ``started``, ``user_options``), optionally
-  ``read:users:groups`` (exempt groups) and ``admin:server_state`` (the
-  spawner's state: the pod's name and namespace).
-* ``GET {api}/users/{name}/gpu-usage`` (gpuspawner's GPU-hour ledger): ``custom:gpu-usage:read``,
-  needed only when the hub stops servers whose GPU-hour budget is spent.
-* ``DELETE {api}/users/{name}/server`` (the default server) or
-  ``DELETE {api}/users/{name}/servers/{server}`` (a named one, kept for the user
-  to start again): ``delete:servers``.  204: stopped; 202: stopping (the hub
-  finishes in the background); 404: already gone.
-
-The URL and token come from ``JUPYTERHUB_API_URL`` and ``JUPYTERHUB_API_TOKEN``, which
-JupyterHub sets for the services it starts.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """What the culler reads from Kubernetes: the server pods and the DCGM exporter pods.
-
-Credentials as elsewhere in gpuspawner: ``--kubeconfig PATH``, else the
-in-cluster service account (``KUBERNETES_SERVICE_HOST`` set: the culler runs in
-the hub's pod), else ``$KUBECONFIG`` / ``~/.kube/config``.  Pods are listed as
-plain JSON (``_preload_content=False``) with a label selector, in one namespace
-or all of them (``deploy/rbac.yaml``'s ClusterRole lets the hub list pods
-cluster-wide).
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

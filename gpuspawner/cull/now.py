@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from gpuspawner.cull.activity import (ACTIVITY_METRICS, BadSample, PodKey, check_sample, device_of, pod_of, show,
                                       to_fraction)
-from gpuspawner.cull.rules import AppliedRule
+from gpuspawner.cull.idle_timeouts import AppliedRule
 from gpuspawner.kube.times import format_duration
 
 __all__ = ["FB_FREE", "FB_USED", "NOW_METRICS", "DeviceNow", "ServerNow", "instant_query", "readings",

@@ -1,20 +1,5 @@
 """One server, one decision: stop it, keep it, or leave it alone.  Pure.
-
-A GPU server is stopped when, for the idle timeout that applies to it
-(``rules.rule_for``), **both** its GPUs and its Jupyter activity were idle:
-
-* Jupyter: the hub's ``last_activity`` (else ``started``) is at least the
-  timeout ago;
-* GPUs: every GPU of the server is reported (``activity``), samples cover the
-  whole window, and the highest activity of every device stayed below the
-  noise floor.
-
-Either signal alone never stops a GPU server.  Missing, partial or unusable
-metrics (a sample that is not a finite number in its metric's range) keep it,
-saying why.  A GPU server older than the maximum age is stopped
-whatever it does (as jupyterhub-idle-culler's ``--max-age``).  Servers of an
-exempt group's members are kept; pending and not-ready servers are left
-alone, and so are CPU-only servers: those are the hub's idle culler's.
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations
@@ -24,7 +9,7 @@ from datetime import datetime
 from enum import Enum
 
 from gpuspawner.cull.activity import PodActivity, show
-from gpuspawner.cull.rules import AppliedRule, CullRules
+from gpuspawner.cull.idle_timeouts import AppliedRule, CullRules
 from gpuspawner.cull.servers import Server
 from gpuspawner.kube.times import format_duration
 

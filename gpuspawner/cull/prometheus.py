@@ -1,18 +1,5 @@
 """GPU activity from a Prometheus server's HTTP API (``gpuspawner cull --prometheus-url``).
-
-For each activity metric and window, one range query
-(``GET /api/v1/query_range``, https://prometheus.io/docs/prometheus/latest/querying/api/)::
-
-    max_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[<step>])   start=now-n*step  end=now  step=<step>
-
-whose point ``k`` is the highest sample in ``(start+(k-1)*step, start+k*step]``: exactly the
-per-step maxima ``activity.StepMaxima`` judges (the window is covered when every point,
-the first one too, exists).  Series keep whatever labels the scrape gave them, ``exported_pod``
-included.  Any failure (connection, an HTTP status other than 200, ``"status": "error"``, a body
-that is not the API's or not JSON, a series whose labels are not strings) is a ``SourceError``: the
-culler then keeps every GPU server and says why.  A series whose points or samples are bad (not
-``[time, value]``, ``NaN``, infinities, out of range, not numbers) is an unusable window: its pod
-is kept (``activity.check_sample``).
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,5 @@
 """GPU activity without Prometheus: scrape the DCGM exporter pods directly.
-
-The exporter pods are found through the Kubernetes API (pods labelled
-``app=nvidia-dcgm-exporter`` in any namespace, as the GPU Operator's DaemonSet
-labels them; Running, with a pod IP) and scraped at ``http://<pod IP>:9400/metrics``
-every ``scrape_every`` seconds.  Their text is read with ``prometheus_client``'s
-parser; only the activity metrics are kept, as ``(time, value)`` samples per
-series, for as long as the longest window needs.
-
-There is no history before the culler started: a server's GPUs count as idle only
-once the culler itself has watched them for a whole window (so ``--once`` without
-Prometheus keeps every GPU server), and an exporter that could not be scraped
-leaves a gap, which keeps its servers; a sample that is not a finite number in its metric's
-range (``NaN`` in the text format, say) makes its series unusable (``activity.StepMaxima``).
+Design notes: docs/culling.md.
 """
 
 from __future__ import annotations

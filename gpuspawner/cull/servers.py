@@ -1,21 +1,4 @@
-"""The hub's running servers as the culler sees them.  Pure.
-
-From JupyterHub's REST API (``GET /hub/api/users?state=ready``, user and
-server models, ``jupyterhub/apihandlers/base.py``): the user's ``name`` and
-``groups`` (the ``read:users:groups`` scope; without it the key is absent),
-and per server in ``servers`` (``read:servers``): ``last_activity``,
-``started``, ``pending``, ``ready``, ``user_options`` (GPUSpawner's
-``profile``, ``gpu_pool``, ``gpus``), and ``state`` only with
-``admin:server_state`` (KubeSpawner's ``pod_name`` and ``namespace``).
-
-The server's pod, when the Kubernetes API is readable, is the one
-KubeSpawner labelled ``component=singleuser-server`` and annotated with the
-unescaped ``hub.jupyter.org/username`` and ``hub.jupyter.org/servername``
-(KubeSpawner's ``_build_common_annotations``).  What the spawner wrote on
-the pod wins over what the user asked for: the GPU count
-(``gpuspawner.io/gpus``, else the GPU limits of its containers) and the pool
-(``gpuspawner.io/pool``); without a pod the user options stand in.
-"""
+"""The hub's running servers as the culler sees them.  Pure.  Design notes: docs/culling.md."""
 
 from __future__ import annotations
 
@@ -25,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.podres import pod_usage
+from gpuspawner.capacity.pod_requests import pod_usage
 from gpuspawner.kube.times import parse_time
 from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION
 

@@ -1,10 +1,6 @@
 """What doctor knows of the hub: its GPU profiles, their images, the taints and tolerations
 its servers get, its CUDA policy and check.  Pure: no JupyterHub, no traitlets.
-
-``commands.doctor`` resolves the spawner's settings from the hub's ``jupyterhub_config.py``
-into plain values; :func:`hub_facts_from_values` reads them with the spawner's own readers
-(``spawn.profiles.GPUProfileSpec``, which reads each image's ``cuda`` declaration), so doctor
-judges a cluster exactly as the spawner will.
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.cuda.rules import POLICIES, NodeCuda, Verdict, decide
+from gpuspawner.cuda.compatibility import POLICIES, NodeCuda, Verdict, decide
 from gpuspawner.queue.rules import QueueRule, parse_rules
 from gpuspawner.spawn.profiles import GPUProfileSpec
 

@@ -1,7 +1,5 @@
 """Doctor's findings: what is wrong (or worth knowing), on which objects, and the fix.
-
-The model every check returns (:class:`Finding`, :class:`ObjectRef`), the severities, the
-command's exit code, and the few wording helpers the checks share.  Pure, stdlib only.
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

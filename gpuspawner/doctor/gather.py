@@ -1,30 +1,5 @@
 """What doctor reads from the cluster: nodes, pods, DRA objects and the hub's access rights.
-
-Kubernetes I/O only (kubernetes_asyncio); the judging is ``doctor.checks``.
-
-* Credentials, first that applies: ``--server URL`` (no credentials; with
-  ``--kubeconfig`` its credentials and the given server), ``--kubeconfig``,
-  ``$KUBECONFIG`` (as kubectl reads it), the in-cluster service account (doctor runs in a
-  pod, e.g. ``kubectl exec`` into the hub: ``KUBERNETES_SERVICE_HOST`` set and the pod's
-  token mounted), else ``~/.kube/config``.  A failure names only what was tried.
-* Nodes and pods are listed cluster-wide in pages (``limit`` + ``continue``,
-  as ``kubectl get --chunk-size`` does; a ``410 Gone`` on an expired continue
-  token restarts the list: apiserver ``storage/cacher``/etcd3 "continue"
-  semantics).  Objects stay plain JSON dicts (``_preload_content=False``).
-* RBAC: a ``SubjectAccessReview`` for the hub's service account when
-  ``--hub-service-account NS/NAME`` is given (needs the right to create
-  them: cluster admins have it), else ``SelfSubjectAccessReview`` for the
-  credentials doctor runs with (every authenticated user may create those:
-  the ``system:basic-user`` ClusterRole).  When the server has no
-  ``authorization.k8s.io`` API (404) doctor falls back to trying the calls
-  themselves and reading 403s.
-* DRA: when discovery shows ``resource.k8s.io/v1``, DeviceClasses, ResourceSlices and
-  ResourceClaims are listed the same way, and the hub's rights to them (and to
-  ResourceClaimTemplates in its namespace) are reviewed with group ``resource.k8s.io``
-  (``doctor.checks.dra`` judges them).
-
-Every failure to reach the API is a :class:`GatherError` with a one-line
-reason; doctor exits 2 on it.
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -35,10 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.doctor.dra import DRA_GROUP, REQUIRED_DRA_NAMESPACED_RBAC, REQUIRED_DRA_RBAC, DraState
+from gpuspawner.doctor.dra_state import DRA_GROUP, REQUIRED_DRA_NAMESPACED_RBAC, REQUIRED_DRA_RBAC, DraState
 from gpuspawner.doctor.rbac import REQUIRED_NAMESPACED_RBAC, REQUIRED_RBAC, RbacCheck, RbacFacts
 from gpuspawner.doctor.kueue import ADMISSION_GATE, VISIBILITY_APISERVICE, KueueState, probe_pod
-from gpuspawner.kube.apierrors import explain, status_of
+from gpuspawner.kube.api_errors import explain, status_of
 
 __all__ = ["GatherError", "ClusterState", "gather", "parse_service_account"]
 

@@ -1,9 +1,5 @@
 """What doctor reads from Prometheus when culling is configured: which nodes report GPU activity.
-
-One instant query (``GET /api/v1/query``, https://prometheus.io/docs/prometheus/latest/querying/api/)
-of ``checks.cull.ACTIVITY_SERIES_QUERY``; the answer's label sets go to ``checks.cull``.  Any
-failure (connection, HTTP status, ``"status": "error"``, a body that is not the API's) is a
-``GatherError`` with a one-line reason: doctor exits 2, as when the Kubernetes API is unreachable.
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """The access the hub needs, and what doctor found out about it.  Pure, stdlib only.
-
-``gather`` asks the API server about each of :data:`REQUIRED_RBAC` (and, when it knows the
-hub's namespace, :data:`REQUIRED_NAMESPACED_RBAC`) and returns :class:`RbacFacts`;
-``checks.rbac`` turns the denials into a finding.
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuspawner.kube.apierrors import CLUSTER_ROLE_RULES
+from gpuspawner.kube.api_errors import CLUSTER_ROLE_RULES
 
 __all__ = ["RbacCheck", "RbacFacts", "REQUIRED_RBAC", "REQUIRED_NAMESPACED_RBAC"]
 
@@ -38,7 +35,7 @@ class RbacFacts:
 
 
 #: (verb, resource) at the cluster scope: deploy/rbac.yaml's ClusterRole, which the capacity
-#: cache needs (``kube.apierrors.CLUSTER_ROLE_RULES``)
+#: cache needs (``kube.api_errors.CLUSTER_ROLE_RULES``)
 REQUIRED_RBAC: tuple[tuple[str, str], ...] = tuple(
     (verb, resource) for resource, verbs in CLUSTER_ROLE_RULES for verb in verbs
 )

@@ -1,14 +1,4 @@
-"""Doctor's output: text for a terminal, JSON for machines.
-
-Text groups findings by severity (errors first), one block per finding:
-``[id] summary``, the objects concerned, and ``fix:`` (on one line, never
-wrapped, so its commands can be copied).  JSON is
-``{"findings": [...], "summary": {...}}`` with each finding as
-:meth:`Finding.to_json` gives it; the summary counts findings per severity and
-carries the exit code, so a script need not parse text.
-
-Pure: stdlib only.
-"""
+"""Doctor's output: text for a terminal, JSON for machines.  Design notes: docs/troubleshooting.md."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner.clients import shared_client
 
 from gpuspawner.hub.errors import spawn_error
-from gpuspawner.kube.apierrors import DRA_GROUP, DRA_ROLE_NAME, DRA_ROLE_RULES, rules_text
+from gpuspawner.kube.api_errors import DRA_GROUP, DRA_ROLE_NAME, DRA_ROLE_RULES, rules_text
 from gpuspawner.spawn.dra import (
     CLAIM_NAME,
     TEMPLATE_LABELS,

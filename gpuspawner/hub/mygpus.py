@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuspawner.cull.activity import PodKey, SourceError
 from gpuspawner.cull.now import DeviceNow, instant_query, readings, server_now, stop_words
-from gpuspawner.cull.rules import DEFAULT_NOISE_FLOOR, rule_for
+from gpuspawner.cull.idle_timeouts import DEFAULT_NOISE_FLOOR, rule_for
 from gpuspawner.kube import objects
 from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION
 from gpuspawner.spawn.profiles import present_pools

@@ -24,7 +24,7 @@ from typing import Any
 from traitlets import Bool, Dict, Float, List, TraitError, Unicode, Union, validate
 from traitlets.config import Config
 
-from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
+from gpuspawner.cull.idle_timeouts import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
 from gpuspawner.hub import hublog, metrics
 from gpuspawner.hub.homesettings import GPUHomeSettings
 from gpuspawner.hub.prepull import GPUPrepullSettings

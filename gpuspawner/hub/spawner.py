@@ -81,7 +81,7 @@ from gpuspawner.hub.pagememo import Memo, fingerprint
 from gpuspawner.hub.reaper import OrphanPodSettings
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import render_form, template_dirs
-from gpuspawner.kube.apierrors import rules_text
+from gpuspawner.kube.api_errors import rules_text
 from gpuspawner.queue.pools import full_card_text, queue_offers, queued_pool_ids
 
 __all__ = ["GPUSpawnerSettings", "GPUSpawner", "applied_in_load_user_options"]

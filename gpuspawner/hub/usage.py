@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 #: JupyterHub's spawn-metrics reason of a budget refusal (a handled rejection, never an error)
 REFUSAL_REASON = "gpu-budget"
-#: the label of the node's time-slicing replicas (reference notes, section 1: GFD labels)
+#: the label of the node's time-slicing replicas (GPU Feature Discovery, NVIDIA/k8s-device-plugin README)
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 SWEEP_INTERVAL = 60.0  # seconds between two sweeps of open holdings in one hub process
 

@@ -1,11 +1,5 @@
 """Reading Kubernetes objects as the API sends them (plain JSON dicts).  Pure, stdlib only.
-
-Cluster objects are input: a field that is missing or of the wrong type reads as absent, never
-as an exception.  The pod readers follow the API's conventions
-(``k8s.io/api/core/v1/types.go``): a pod waits in the scheduler's queue while it is ``Pending``
-with no ``spec.nodeName``; the scheduler records its verdict in the ``PodScheduled`` condition;
-``spec.priority`` is 0 when unset; a container that cannot run yet is ``state.waiting`` with a
-``reason``.  ``spawn.progress``, ``spawn.pending`` and ``doctor`` read pods only through these.
+Design notes: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuspawner.kube.apierrors import explain, status_of
+from gpuspawner.kube.api_errors import explain, status_of
 from gpuspawner.prepull.plan import COMPONENT, MANAGED_BY, SPEC_ANNOTATION, PoolPull
 
 #: The label selector of every DaemonSet the pre-puller owns.

@@ -1,10 +1,5 @@
 """The hub's view of Kueue in the servers' namespace: LocalQueues, Workloads and queue positions.
-
-One ``KueueView`` per event loop and namespace lists them every ``interval`` seconds (and the
-visibility API's pending list of each LocalQueue with servers waiting), so neither a page view, a
-``GET /hub/api/gpus`` nor a waiting spawn makes a Kubernetes call of its own.  It also watches the
-Workloads: Kueue evicts a preempted plain pod and deletes it at once, and its Workload goes with it
-within a second, so only a watch is sure to see why.
+Design notes: docs/kueue.md.
 """
 
 from __future__ import annotations

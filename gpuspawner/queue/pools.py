@@ -1,7 +1,5 @@
 """Queued pools on the spawn page and in ``GET /hub/api/gpus``: a full pool with a queue can be chosen.
-
-Pure: the offers of ``spawn.profiles`` with queued full pools opened, the ``"queue"`` member of a
-pool's JSON, and the card's words ("Full — 3 waiting; you would be 4th").
+Design notes: docs/kueue.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """What a queued server's Kueue Workload says, in plain words for the person waiting.
-
-Pure: reads a Workload (``kueue.x-k8s.io/v1beta2``, as the API sends it) and the server's entry of the
-visibility API's pending list; conditions and reasons as Kueue v0.17 sets them (apis/kueue/v1beta2
-workload_types.go; the flavor assigner's messages, pkg/scheduler/flavorassigner).
+Design notes: docs/kueue.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
 """A loopback HTTP server that speaks the Kubernetes core/v1 API over a Store.
-
-Unmodified clients (kubernetes_asyncio, KubeSpawner, ``kubectl --server``)
-talk to it.  Routing, status codes and bodies follow
-``k8s.io/apiserver/pkg/endpoints`` (installer.go, handlers/*.go); watch
-streaming follows handlers/watch.go (HTTP 200, chunked, one JSON event per
-line; errors after the stream started travel as ``{"type": "ERROR"}``).
-
-Resources, verbs and what is modelled are listed in
-docs/simulated-apiserver.md.  Test hooks live under ``/_sim/`` (a prefix the
-Kubernetes API never uses): fault injection and request counters.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ import yaml
 from aiohttp import web
 
 from . import connect, deletion, protobuf, tables
-from . import tls as tls_certs
+from .tls import self_signed
 from .faults import Faults, RequestCounters
 from .errors import ApiError, bad_request
 from .resources import RESOURCES, SUBRESOURCE_GROUPS, SUBRESOURCES, ResourceInfo, group_versions
@@ -176,7 +167,7 @@ class ApiServer:
         self.counters = RequestCounters()
         self.url: str | None = None
         # tls.ServingCert when serving HTTPS: its CA goes into the kubeconfig
-        self.serving_cert = tls_certs.self_signed(host) if tls else None
+        self.serving_cert = self_signed(host) if tls else None
         # the node agent pods/log, pods/exec and pods/attach reach (connect.py): the simulated kubelet
         self.kubelet: Any = None
         self._watches: set[Watcher] = set()

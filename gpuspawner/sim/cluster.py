@@ -1,18 +1,5 @@
 """``SimCluster``: the whole simulated cluster in one object.
-
-It assembles the in-process ``Store``, the HTTP ``ApiServer`` on loopback,
-the controllers (node lifecycle, garbage collector, namespace, persistent
-volume binding and protection, resource claims), node leases, a dynamic
-provisioner, the scheduler, the kubelet and, when asked, the DCGM exporters;
-loads the cluster file, and stops everything (every process the kubelet
-started) on ``stop()``::
-
-    async with SimCluster(cluster_file="cluster.yaml") as cluster:
-        cluster.write_kubeconfig("kubeconfig")
-        ...   # kubectl --kubeconfig kubeconfig get pods -A
-
-Without ``cluster_file`` and ``manifests`` the packaged default cluster
-(``gpuspawner/data/clusters/default.yaml``) is loaded.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -30,14 +17,14 @@ import yaml
 from . import loader
 from .devices import DeviceLedger
 from .controller import MERGE, now_rfc3339
-from .dra.claimcontroller import ResourceClaimController
-from .garbagecollector import GarbageCollector
-from .namespacecontroller import NamespaceController
-from .nodelease import NodeLeases
-from .nodelifecycle import NodeLifecycleController
+from .dra.claim_controller import ResourceClaimController
+from .garbage_collector import GarbageCollector
+from .namespace_controller import NamespaceController
+from .node_lease import NodeLeases
+from .node_lifecycle import NodeLifecycleController
 from .provisioner import HostPathProvisioner
-from .pvcontroller import PersistentVolumeController
-from .volumeprotection import VolumeProtectionController
+from .pv_controller import PersistentVolumeController
+from .volume_protection import VolumeProtectionController
 from .plugins import MessageStyle
 from .scheduler import Scheduler
 from .store import Store

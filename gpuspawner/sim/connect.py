@@ -1,13 +1,5 @@
 """The pods' connect subresources as the API server serves them: ``log``, ``exec``, ``attach``.
-
-The REST side (``pkg/registry/core/pod/rest/log.go``, ``subresources.go``, ``strategy.go``): the
-options come from the query (``PodLogOptions``, ``PodExecOptions``, ``PodAttachOptions``; the last
-two default ``stdout`` and ``stderr`` to true, ``SetDefaults_PodExecOptions``), are validated
-(``ValidatePodLogOptions``: 422 Invalid), the container is picked (``validateContainer``: the only
-container, else 400 naming the choices) and the pod must have a node; then the request goes to
-that node's kubelet, reached in-process here (``ApiServer.kubelet``; a real API server proxies to
-port 10250).  A pod without a node has an empty log; exec and attach need a WebSocket upgrade
-(SPDY is not spoken here).
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
 """What every simulated controller shares: time stamps, Events, informers, a task group.
-
-* ``EventRecorder``: core/v1 Events with client-go's aggregation of repeats
-  (``tools/record/events_cache.go``: same source, object, type, reason and
-  message -> one Event whose ``count`` and ``lastTimestamp`` grow).
-* ``informer``: list, then watch from the list's resourceVersion, re-list after 410 Gone.
-* ``get_or_none``: one object, or None when it is gone.
-* ``worker``: a controller's work loop over a ``WorkQueue``, retrying a failed key later.
-* ``Tasks``: the background tasks a controller runs, cancelled and awaited on stop.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Coroutine, TypeVar
 
-from .workqueue import WorkQueue
+from .work_queue import WorkQueue
 
 log = logging.getLogger(__name__)
 

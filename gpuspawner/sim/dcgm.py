@@ -1,43 +1,5 @@
 """The simulated nodes' DCGM: what their GPUs are doing, and an exporter pod on each.
-
-On a real GPU node, DCGM reads the GPUs' counters from the driver and
-``dcgm-exporter`` (a DaemonSet pod of the GPU Operator: namespace
-``gpu-operator``, label ``app=nvidia-dcgm-exporter``, port 9400) serves them
-to Prometheus, labelled with the pod holding each device, which it learns
-from the kubelet's pod-resources socket.  Here:
-
-* **the GPUs' activity** follows the pod holding them.  By default it is the
-  CPU use of the pod's processes and their descendants (``proctree``): a
-  notebook kernel busy computing makes its GPUs busy, an idle one leaves
-  them idle.  A notebook server's own housekeeping (a few per cent of a
-  CPU) launches no GPU work, so CPU use below ``HOUSEKEEPING_CPU`` of one
-  CPU counts as 0.  The pod annotation ``gpuspawner.sim/gpu-activity`` (a
-  fraction from 0 to 1) overrides it, live (``kubectl annotate --overwrite``);
-  pods loaded from the cluster file run no process, so without the
-  annotation their GPUs are idle.  Every device a pod holds shows the pod's
-  activity.  The activity is measured every ``interval`` seconds over the
-  interval before, as DCGM averages a field over its sampling period.
-* **DCGM** ("the host engine", ``DCGM_REMOTE_HOSTENGINE_INFO``) is one small
-  HTTP server of the simulator on loopback: ``GET /v1/nodes/{node}/devices``
-  answers the node's GPUs (``gpuhw``), their field values, and the pods
-  holding each device with their container (from the kubelet's device
-  ledger, split per container as the device manager does).  The real
-  exporter asks DCGM over its own protocol and the kubelet's pod-resources
-  gRPC socket for the holders; one JSON answer stands for both.
-* **the exporter** is an ordinary pod per NVIDIA GPU node, run by the
-  simulated kubelet as a process (``python -m gpuspawner.sim.dcgm_exporter``)
-  that renders the exporter's text format.  They are kept like a DaemonSet
-  (``pkg/controller/daemon``): pods named from ``nvidia-dcgm-exporter-``,
-  pinned to their node by required node affinity on ``metadata.name`` (the
-  scheduler binds them), one per node whose ``nvidia.com/gpu.deploy.dcgm-
-  exporter`` label is not ``"false"`` (the GPU Operator's switch), created
-  again when deleted or failed, deleted when the label turns ``"false"``.
-  There is no DaemonSet object (the simulated API server serves no
-  ``apps/v1``), so the pods have no owner reference.
-
-Not modelled: memory use beyond a fixed CUDA context of ``CONTEXT_MIB`` on
-a held device, power, clocks, temperatures, XID errors, per-process
-utilisation on shared GPUs, DCGM profiling being unavailable on older GPUs.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -51,10 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import devices as dev
-from . import podresources as rules
-from . import proctree
-from .gpuhw import Gpu, driver_version, has_nvidia_gpus, node_gpus
+from .devices import DeviceLedger, split_for_containers
+from . import pod_resources
+from . import process_tree
+from .gpu_hardware import Gpu, driver_version, has_nvidia_gpus, node_gpus
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +70,7 @@ class ActivityMeter:
 
 def _holders(pod: Mapping[str, Any], allocation: Mapping[str, list[str]]) -> dict[str, str]:
     """device id -> the container of ``pod`` holding it (the device manager's split)."""
-    split = dev.split_for_containers(pod, allocation, rules.container_requests)
+    split = split_for_containers(pod, allocation, pod_resources.container_requests)
     out: dict[str, str] = {}
     for container, resources in split.items():
         for ids in resources.values():
@@ -129,9 +91,9 @@ def _fields(activity: float, memory_mib: int, held: bool, whole_gpu: bool) -> di
 class Dcgm:
     """The simulated DCGM of every node, its HTTP host engine, and the exporter pods."""
 
-    def __init__(self, store, ledger: dev.DeviceLedger, pod_pids: Callable[[str, str], list[int]], *,
+    def __init__(self, store, ledger: DeviceLedger, pod_pids: Callable[[str, str], list[int]], *,
                  interval: float = 1.0, host: str = "127.0.0.1",
-                 read_stats: Callable[[], Mapping[int, proctree.ProcStat]] = proctree.read_stats):
+                 read_stats: Callable[[], Mapping[int, process_tree.ProcStat]] = process_tree.read_stats):
         self.store = store
         self.ledger = ledger
         self.pod_pids = pod_pids
@@ -228,7 +190,7 @@ class Dcgm:
             keys |= self._held_keys(node["metadata"]["name"])
         pids = {k: self.pod_pids(*k.split("/", 1)) for k in keys}
         stats = self.read_stats() if any(pids.values()) else {}
-        self.meter.sample(time.monotonic(), {k: proctree.tree_cpu_seconds(p, stats) for k, p in pids.items()})
+        self.meter.sample(time.monotonic(), {k: process_tree.tree_cpu_seconds(p, stats) for k, p in pids.items()})
 
     def exporter_pod(self, node: str) -> dict[str, Any]:
         """The pod the GPU Operator's DaemonSet would create for ``node``."""

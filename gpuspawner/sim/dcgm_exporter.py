@@ -1,35 +1,5 @@
 """The simulated ``dcgm-exporter``: the process each exporter pod runs.
-
-    python -m gpuspawner.sim.dcgm_exporter
-
-Configured like NVIDIA's exporter, by the same environment variables
-(``pkg/cmd/app.go`` of NVIDIA/dcgm-exporter): ``NODE_NAME`` (the node, from
-the downward API), ``DCGM_EXPORTER_LISTEN`` (``<host>:<port>``, default
-``:9400``), ``DCGM_EXPORTER_INTERVAL`` (collect interval in ms, default
-30000), ``DCGM_REMOTE_HOSTENGINE_INFO`` (``<host>:<port>`` of DCGM, here the
-simulator's host engine, ``sim/dcgm.py``), ``DCGM_EXPORTER_KUBERNETES``
-(``true``: label each device's series with the pod holding it) and
-``KUBERNETES_VIRTUAL_GPUS`` (``true``: a time-sliced GPU's series is repeated
-for every pod sharing it, with a ``vgpu`` label; otherwise one of them, the
-last the kubelet lists, gets the labels and the others get no series).
-
-Every collect interval it reads its node's devices from the host engine and
-renders them in the exporter's text format (``internal/pkg/rendermetrics``):
-
-    # HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.
-    # TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge
-    DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-…",pci_bus_id="00000000:10:00.0",device="nvidia0",modelName="NVIDIA A100-SXM4-40GB",Hostname="node-1",DCGM_FI_DRIVER_VERSION="535.183.01",container="notebook",namespace="jupyterhub",pod="jupyter-alice"} 0.000000
-
-that is: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, for a
-MIG instance ``GPU_I_PROFILE`` and ``GPU_I_ID`` (``UUID`` stays the parent
-GPU's), ``Hostname`` (the node; NVIDIA's next release spells it
-``hostname``), the label fields (``DCGM_FI_DRIVER_VERSION``), then the pod's
-``container``, ``namespace``, ``pod`` in key order; integer fields as
-integers, ratios with six decimals (Go's ``%f``).  Fields: GPU_UTIL (%, not
-for GPUs in MIG mode), FB_FREE and FB_USED (MiB), PROF_GR_ENGINE_ACTIVE
-(ratio), with the HELP texts of the exporter's ``default-counters.csv``.
-``/metrics`` answers 503 while the host engine has not answered for three
-intervals (a real exporter that loses DCGM stops serving), ``/health`` too.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

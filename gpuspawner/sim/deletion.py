@@ -1,21 +1,5 @@
 """DeleteOptions and the garbage collector's finalizers: how a DELETE is asked and what it sets.
-
-Sources:
-
-* ``k8s.io/apiserver/pkg/endpoints/handlers/delete.go``: a request body, when
-  there is one, is the DeleteOptions; without a body the query parameters are;
-* ``k8s.io/apimachinery/pkg/apis/meta/v1/validation`` ``ValidateDeleteOptions``
-  (422 ``DeleteOptions.meta.k8s.io "" is invalid: ...``);
-* ``k8s.io/apiserver/pkg/registry/generic/registry/store.go``
-  ``shouldOrphanDependents``, ``shouldDeleteDependents`` and
-  ``deletionFinalizersForGarbageCollection``: the ``orphan`` and
-  ``foregroundDeletion`` finalizers a delete adds or removes, for every kind
-  whose default garbage collection policy is DeleteDependents (all kinds
-  served here);
-* ``pkg/registry/core/namespace/storage/storage.go`` ``shouldHaveOrphanFinalizer``
-  and ``shouldHaveDeleteDependentsFinalizer`` for namespaces.
-
-Pure: JSON dicts in, values out.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

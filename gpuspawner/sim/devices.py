@@ -1,22 +1,5 @@
 """Device-plugin style device ids and their allocation to pods.  Pure, stdlib only.
-
-A real node runs one device plugin per vendor.  The kubelet's device manager
-(``pkg/kubelet/cm/devicemanager/manager.go``) picks free device ids of the
-requested resource for each container and asks the plugin's ``Allocate`` what
-to put in the container:
-
-* NVIDIA (``NVIDIA/k8s-device-plugin``, default ``deviceListStrategy: envvar``,
-  ``deviceIDStrategy: uuid``): ``NVIDIA_VISIBLE_DEVICES=<id>,<id>`` where the
-  ids are ``GPU-<uuid>`` for full GPUs and ``MIG-<uuid>`` for MIG devices
-  (``nvidia.com/mig-1g.10gb`` ...).
-* AMD (``ROCm/k8s-device-plugin``): device ids are PCI addresses and the
-  plugin mounts ``/dev/kfd`` plus the GPUs' ``/dev/dri/renderD*`` nodes; it
-  sets no environment variable.  A local process cannot receive device nodes,
-  so the simulation lists the render nodes in ``GPUSPAWNER_SIM_AMD_DEVICES``
-  (a name of ours, documented in docs/simulated-cluster.md).
-
-Ids are stable per node, resource and index (uuid5), so a node keeps its
-GPUs across restarts of the simulation, as real hardware does.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

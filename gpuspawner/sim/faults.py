@@ -1,13 +1,5 @@
 """Fault injection and request counters for the simulated API server.
-
-Tests reach these as ``apiserver.faults`` / ``apiserver.counters`` in
-process, or over HTTP under ``/_sim/`` (see docs/simulated-apiserver.md).
-
-Requests are identified by the verbs of the Kubernetes audit log
-(get, list, watch, create, update, patch, delete) and by resource, with the
-subresource after a slash (``pods``, ``pods/status``, ``pods/binding``).
-A rule's ``resource`` matches the resource exactly or its subresources
-(``"pods"`` also matches ``pods/status``); ``None`` matches everything.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,5 @@
 """Load a simulated cluster from a file of ordinary Kubernetes manifests.
-
-Accepted: multi-document YAML, a ``kind: List`` (what ``kubectl get
-nodes,pods -A -o yaml`` prints) or the same as JSON (``-o json``, much faster
-to parse for big clusters), of any kind the simulated API server serves.
-Read-only fields such output carries (``resourceVersion``, ``managedFields``,
-``selfLink``, ``generation``) are accepted and dropped by the store.  A
-``metadata.uid`` is kept, as restoring etcd keeps it, so that owner
-references and events (``involvedObject.uid``) still point at their objects.
-Timestamps (``creationTimestamp``, a pod's ``startTime``, its containers'
-``startedAt``, conditions' ``lastTransitionTime``, events' times, taints'
-``timeAdded``) become the load time, unless ``keep_timestamps`` asks to keep
-them as the file has them (a snapshot then replays with its ages).
-
-* Nodes keep labels, taints, ``spec.unschedulable``, ``status.capacity``/
-  ``allocatable`` (allocatable defaults to capacity, as
-  ``SetDefaults_NodeStatus`` does) and conditions.  A node with no Ready
-  condition is given ``Ready=True`` (its simulated kubelet posts it).
-* Pods already bound (``spec.nodeName``) keep their status (phase Running
-  when the file says so); the kubelet never runs them, but they hold their
-  node's cpu, memory and GPUs.  Unbound pods are created Pending and go
-  through the scheduler.
-* Namespaces the objects use are created.
-* ``resource.k8s.io/v1`` DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates
-  are defaulted and validated as the API server does (``gpuspawner.sim.dra.api``); a claim's
-  status (an allocation) is restored after create.
-
-Bad input raises ``LoadError`` naming the document (1-based, with the item
-index inside a List), the object and the field, and what to write instead;
-an object the API server refuses gives the server's own message.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -44,7 +16,7 @@ import yaml
 from . import timestamps
 from .dra import api as dra_api
 from .errors import ApiError
-from .podresources import QuantityError, parse_quantity
+from .pod_resources import QuantityError, parse_quantity
 from .resources import RESOURCES
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it

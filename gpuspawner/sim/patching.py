@@ -1,21 +1,5 @@
 """The three PATCH formats of kube-apiserver, on plain JSON dicts.
-
-* ``application/merge-patch+json``: RFC 7386 JSON merge patch.
-* ``application/strategic-merge-patch+json``: Kubernetes' strategic merge
-  patch (``k8s.io/apimachinery/pkg/util/strategicpatch``): lists with a
-  ``patchMergeKey`` in the Go types merge element by element, the rest are
-  replaced; the directives ``$patch`` (replace/delete/merge),
-  ``$setElementOrder/<field>``, ``$deleteFromPrimitiveList/<field>`` and
-  ``$retainKeys`` are understood (kubectl sends ``$setElementOrder``).
-* ``application/json-patch+json``: RFC 6902, applied with the ``jsonpatch``
-  package.
-
-Server-side apply (``application/apply-patch+yaml``) is not served: the
-request gets ``415`` with the real "accepted media types" message.
-
-Errors raise :class:`PatchError` carrying the HTTP code the real server
-answers with (400 for a body that is not a patch, 422 for a patch that cannot
-apply); the store turns it into a ``kind: Status``.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,5 @@
 """The simulated scheduler's plugins: filters, scores, the FitError message.  Pure, stdlib only.
-
-Each rule follows a kube-scheduler plugin of the default profile
-(``pkg/scheduler/apis/config/v1/default_plugins.go``), run in the same order,
-and stops at the first plugin that rejects a node, as
-``frameworkImpl.RunFilterPlugins`` does:
-
-1. NodeUnschedulable  (``plugins/nodeunschedulable/node_unschedulable.go``)
-2. NodeName           (``plugins/nodename/node_name.go``)
-3. TaintToleration    (``plugins/tainttoleration/taint_toleration.go``)
-4. NodeAffinity       (``plugins/nodeaffinity/node_affinity.go``)
-5. NodeResourcesFit   (``plugins/noderesources/fit.go``)
-6. VolumeBinding      (``plugins/volumebinding/volume_binding.go``)  } ``volumebinding.py``
-7. VolumeZone         (``plugins/volumezone/volume_zone.go``)        }
-8. DynamicResources   (``plugins/dynamicresources/dynamicresources.go``; ``dra/plugin.py``)
-
-The last three keep per-pod state from their PreFilter (:class:`CyclePlugin`); their PreFilter
-rejections come in the same order, after NodeAffinity's.  DynamicResources sits just before
-DefaultPreemption (``applyFeatureGates`` inserts it there), after PodTopologySpread and
-InterPodAffinity, which the simulation does not model, nor NodePorts, VolumeRestrictions and
-NodeVolumeLimits.
-
-The failure message is ``FitError.Error()`` (``pkg/scheduler/framework/types.go``)
-followed by the DefaultPreemption PostFilter message
-(``plugins/defaultpreemption/default_preemption.go``,
-``framework/preemption/preemption.go``).
-
-Objects are plain JSON dicts as they travel over the wire.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -33,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
 
-from .podresources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
+from .pod_resources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
 
 # ---------------------------------------------------------------------------
 # node accounting (the scheduler cache's NodeInfo)
@@ -194,7 +168,7 @@ class MessageStyle:
     """Wording choices that changed between Kubernetes releases.
 
     ``taint_details``: releases up to 1.34.1 name the taint
-    (``node(s) had untolerated taint {sku: gpu}``); kubernetes PR #134740
+    (``node(s) had untolerated taint {sku: gpu}``); kubernetes/kubernetes pull 134740
     (1.35, cherry-picked to 1.34.2) replaced it with
     ``node(s) had untolerated taint(s)``.
     ``dra_postfilter``: with DynamicResourceAllocation enabled (GA in 1.34)
@@ -208,7 +182,7 @@ class MessageStyle:
 
 class CyclePlugin(Protocol):
     """A filter plugin with state from its PreFilter for one pod (the scheduler's CycleState):
-    ``volumebinding.PodVolumes`` (VolumeBinding and VolumeZone), the scheduler's DynamicResources."""
+    ``volume_binding.PodVolumes`` (VolumeBinding and VolumeZone), the scheduler's DynamicResources."""
 
     @property
     def plugin(self) -> str:

@@ -1,28 +1,5 @@
 """Request bodies in the Kubernetes protobuf encoding, decoded to the JSON form the store keeps.
-
-Typed clients (client-go's clientset, hence kubectl's ``create namespace``,
-``create configmap|secret|serviceaccount|service`` and ``drain``) send
-``Content-Type: application/vnd.kubernetes.protobuf``: the four bytes
-``k8s\\x00`` and then a ``runtime.Unknown`` message (``typeMeta``, ``raw``,
-``contentEncoding``, ``contentType``) whose ``raw`` is the object in the
-protobuf encoding of ``k8s.io/api``
-(``k8s.io/apimachinery/pkg/runtime/serializer/protobuf/protobuf.go``).
-
-This module reads the protobuf wire format (varint, 64-bit, length-delimited,
-32-bit) and knows the field numbers of the messages those clients send, copied
-from ``k8s.io/api/core/v1/generated.proto``, ``policy/v1/generated.proto``,
-``k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto``,
-``pkg/runtime/generated.proto`` and ``pkg/util/intstr/generated.proto``:
-Namespace, ConfigMap, Secret, ServiceAccount, Service, policy/v1 Eviction and
-meta/v1 DeleteOptions.  A field this table does not know is refused, never
-dropped.  Go's generated marshallers write every non-pointer field, also
-when it holds its zero value; those zeros are dropped here, as ``omitempty``
-drops them from JSON, while a pointer field (``gracePeriodSeconds``,
-``immutable``, ...) keeps an explicit zero.
-
-Not modelled: encoding (answers are JSON, which every client that sends
-protobuf also accepts), the kinds not listed above, ``contentEncoding``
-other than none.  Pure stdlib.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,5 @@
 """A simulated dynamic provisioner, behaving as kubernetes-csi/external-provisioner does.
-
-Sources: ``sigs.k8s.io/sig-storage-lib-external-provisioner/controller/controller.go``
-(``shouldProvision``, ``provisionClaimOperation``, ``deleteVolumeOperation``)
-and the CSI provisioner's topology handling.
-
-It provisions for claims the PV controller handed to it (the
-``volume.kubernetes.io/storage-provisioner`` annotation names it and the
-claim's StorageClass names it as ``provisioner``):
-
-* Immediate classes at once; WaitForFirstConsumer classes once the scheduler
-  has chosen a node (``volume.kubernetes.io/selected-node``);
-* the volume is ``pvc-<claim uid>``, with the claim's size, access modes and
-  volume mode, the class's reclaim policy and mount options, a ``claimRef``
-  to the claim (the PV controller completes the binding) and
-  ``pv.kubernetes.io/provisioned-by``;
-* topology: the volume is pinned by ``spec.nodeAffinity`` to the
-  ``topology.kubernetes.io/zone`` of the selected node, or for Immediate the
-  first zone (by name) that the class's ``allowedTopologies`` and the nodes
-  offer, as a zonal cloud disk is; nodes without a zone label give a volume
-  without affinity;
-* the data is a real directory (``spec.hostPath``, ``DirectoryOrCreate``)
-  under ``root`` on this machine, removed with the volume;
-* events ``Provisioning`` (``External provisioner is provisioning volume for
-  claim "ns/name"``) and ``ProvisioningSucceeded`` (``Successfully
-  provisioned volume pvc-...``) from ``<provisioner>_<host>_<id>``; a selected
-  node that does not exist gives ``ProvisioningFailed`` and the annotation is
-  removed so that the scheduler tries again.
-
-A Released volume it provisioned with the Delete policy is deleted.
-Not modelled: capacity limits, the ``external-provisioner.volume.kubernetes.io/finalizer``,
-volume expansion, snapshots and clones (``dataSource``).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -43,9 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import storageapi as sa
+from . import storage_api
 from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
-from .workqueue import WorkQueue
+from .work_queue import WorkQueue
 
 __all__ = ["HostPathProvisioner", "PROVISIONER"]
 
@@ -107,12 +77,12 @@ class HostPathProvisioner:
         ann = meta.get("annotations") or {}
         if spec.get("volumeName") or meta.get("deletionTimestamp"):
             return None
-        if (ann.get(sa.ANN_STORAGE_PROVISIONER) or ann.get(sa.ANN_BETA_STORAGE_PROVISIONER)) != self.name:
+        if (ann.get(storage_api.ANN_STORAGE_PROVISIONER) or ann.get(storage_api.ANN_BETA_STORAGE_PROVISIONER)) != self.name:
             return None
-        cls = self._get("storageclasses", sa.claim_class(pvc)) if sa.claim_class(pvc) else None
+        cls = self._get("storageclasses", storage_api.claim_class(pvc)) if storage_api.claim_class(pvc) else None
         if cls is None or cls.get("provisioner") != self.name:
             return None
-        if cls.get("volumeBindingMode") == "WaitForFirstConsumer" and sa.ANN_SELECTED_NODE not in ann:
+        if cls.get("volumeBindingMode") == "WaitForFirstConsumer" and storage_api.ANN_SELECTED_NODE not in ann:
             return None
         if self._get("persistentvolumes", f"pvc-{meta['uid']}") is not None:
             return None  # provisioned already; the PV controller binds it
@@ -131,7 +101,7 @@ class HostPathProvisioner:
                                f'failed to provision volume with StorageClass "{cls["metadata"]["name"]}": {error}')
             # rescheduling: the scheduler picks a node again once the annotation is gone
             self.store.patch("persistentvolumeclaims", name,
-                             {"metadata": {"annotations": {sa.ANN_SELECTED_NODE: None}}}, MERGE, namespace)
+                             {"metadata": {"annotations": {storage_api.ANN_SELECTED_NODE: None}}}, MERGE, namespace)
             return
         pv = self._volume(pvc, cls, zone)
         (self.root / pv["metadata"]["name"]).mkdir(parents=True, exist_ok=True)
@@ -141,7 +111,7 @@ class HostPathProvisioner:
 
     def _zone(self, pvc: dict, cls: dict) -> tuple[str | None, str | None]:
         """The zone to create the volume in, or an error."""
-        selected = ((pvc["metadata"].get("annotations") or {}).get(sa.ANN_SELECTED_NODE))
+        selected = ((pvc["metadata"].get("annotations") or {}).get(storage_api.ANN_SELECTED_NODE))
         if selected is not None:
             node = self._get("nodes", selected)
             if node is None:
@@ -173,7 +143,7 @@ class HostPathProvisioner:
             pv_spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zone]}]}]}}
         return {"apiVersion": "v1", "kind": "PersistentVolume",
-                "metadata": {"name": name, "annotations": {sa.ANN_PROVISIONED_BY: self.name}}, "spec": pv_spec}
+                "metadata": {"name": name, "annotations": {storage_api.ANN_PROVISIONED_BY: self.name}}, "spec": pv_spec}
 
     # -- deleting --
     def sync_volume(self, name: str) -> None:
@@ -181,7 +151,7 @@ class HostPathProvisioner:
         pv = self._get("persistentvolumes", name)
         if pv is None or (pv.get("status") or {}).get("phase") != "Released":
             return
-        if (pv["metadata"].get("annotations") or {}).get(sa.ANN_PROVISIONED_BY) != self.name:
+        if (pv["metadata"].get("annotations") or {}).get(storage_api.ANN_PROVISIONED_BY) != self.name:
             return
         if (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Delete":
             return

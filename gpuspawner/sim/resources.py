@@ -1,8 +1,5 @@
 """The resources the simulated API server serves: names, kinds, scopes and API groups.
-
-The table follows what ``kubectl api-resources`` lists for a 1.32 cluster
-(``pkg/registry/*/rest/storage_*.go`` register them); a resource in an API
-group other than core is served under ``/apis/{group}/{version}``.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,4 @@
-"""The simulated kube-scheduler.
-
-It runs in the simulation's event loop against the shared in-process ``Store``
-(``docs/architecture.md``) and uses only its documented API.  The filter and score
-rules live in ``gpuspawner.sim.plugins`` (pure), with the per-pod state of the volume
-plugins (``volumebinding``) and of DynamicResources (``dra.plugin``), whose Reserve and
-PreBind steps run here (volumes first, then claims, then the binding, in the background
-when volumes must be bound first); this module is the loop: it keeps an
-incremental cache of nodes and of what bound pods request (list, then watch, as the
-real scheduler's informers do), binds Pending pods with no ``spec.nodeName`` and
-``schedulerName: default-scheduler``, and parks pods that fit nowhere as
-unschedulable until a cluster event may help them (a node added or changed, a pod
-deleted or finished), with the scheduling queue's per-pod backoff (1 s doubling to
-10 s: ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``) and its periodic flush
-(``podMaxInUnschedulablePodsDuration``, 5 minutes).
-"""
+"""The simulated kube-scheduler.  Design notes: docs/simulated-cluster.md."""
 
 from __future__ import annotations
 
@@ -23,10 +8,10 @@ import logging
 import time
 from typing import Callable
 
-from . import plugins, storageapi, volumebinding
+from . import plugins, storage_api, volume_binding
 from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
-from .dra.plugin import PLUGIN as DRA_PLUGIN, Cycle, DynamicResources, FilterStage, SchedulerError
-from .podresources import QuantityError, pod_requests
+from .dra.plugin import PLUGIN, Cycle, DynamicResources, FilterStage, SchedulerError
+from .pod_resources import QuantityError, pod_requests
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +251,7 @@ class Scheduler:
             return None
         # skip placeholders for nodes known only from a bound pod
         nodes = [i for i in self.nodes.values() if i.node.get("spec") or i.node.get("status")]
-        volumes = volumebinding.prefilter(pod, self._storage_view(pod))
+        volumes = volume_binding.prefilter(pod, self._storage_view(pod))
         dra = FilterStage.pre_filter(self.dra, pod)
         try:
             feasible, statuses, pre_msg = plugins.evaluate(pod, nodes, reqs, self.style, volumes, dra=dra,
@@ -356,15 +341,15 @@ class Scheduler:
 
     # -- volumes (VolumeBinding's listers, Reserve and PreBind) ------------
 
-    def _storage_view(self, pod: dict) -> volumebinding.StorageView:
+    def _storage_view(self, pod: dict) -> volume_binding.StorageView:
         """The claims of the pod's namespace, the volumes and the classes, read as listers read them."""
-        if not volumebinding.claim_names(pod):
-            return volumebinding.StorageView({}, {}, {})
+        if not volume_binding.claim_names(pod):
+            return volume_binding.StorageView({}, {}, {})
         ns = (pod.get("metadata") or {}).get("namespace") or "default"
         claims = {c["metadata"]["name"]: c for c in self.store.list_page("persistentvolumeclaims", ns)[1]}
         volumes = {v["metadata"]["name"]: v for v in self.store.list_page("persistentvolumes")[1]}
         classes = {c["metadata"]["name"]: c for c in self.store.list_page("storageclasses")[1]}
-        return volumebinding.StorageView(claims, volumes, classes)
+        return volume_binding.StorageView(claims, volumes, classes)
 
     async def _bind_volumes_then_pod(self, pod: dict, node: str, reqs: dict[str, int], cycle: Cycle,
                                      static: list, provision: list) -> None:
@@ -400,7 +385,7 @@ class Scheduler:
         try:
             self.dra.pre_bind(cycle, node)
         except Exception as e:
-            return f'running PreBind plugin "{DRA_PLUGIN}": {e}'
+            return f'running PreBind plugin "{PLUGIN}": {e}'
         return None
 
     async def _bind_volumes(self, pod: dict, node: str, static: list, provision: list) -> str | None:
@@ -410,11 +395,11 @@ class Scheduler:
                    "uid": pvc["metadata"]["uid"], "apiVersion": "v1",
                    "resourceVersion": pvc["metadata"]["resourceVersion"]}
             self.store.patch("persistentvolumes", pv["metadata"]["name"],
-                             {"metadata": {"annotations": {storageapi.ANN_BOUND_BY_CONTROLLER: "yes"}},
+                             {"metadata": {"annotations": {storage_api.ANN_BOUND_BY_CONTROLLER: "yes"}},
                               "spec": {"claimRef": ref}}, MERGE)
         for pvc in provision:
             self.store.patch("persistentvolumeclaims", pvc["metadata"]["name"],
-                             {"metadata": {"annotations": {storageapi.ANN_SELECTED_NODE: node}}}, MERGE, ns)
+                             {"metadata": {"annotations": {storage_api.ANN_SELECTED_NODE: node}}}, MERGE, ns)
         claims = [pvc["metadata"]["name"] for _, pvc in static] + [p["metadata"]["name"] for p in provision]
         deadline = self.clock() + self.BIND_TIMEOUT
         while self.clock() < deadline and not self._stopping.is_set():
@@ -437,8 +422,8 @@ class Scheduler:
         for name in claims:
             pvc = self.store.get("persistentvolumeclaims", name, ns)
             ann = pvc["metadata"].get("annotations") or {}
-            if name in provisioned and ann.get(storageapi.ANN_SELECTED_NODE) != node:
+            if name in provisioned and ann.get(storage_api.ANN_SELECTED_NODE) != node:
                 return f'provisioning failed for PVC "{name}"'
-            if not (pvc["spec"].get("volumeName") and storageapi.ANN_BIND_COMPLETED in ann):
+            if not (pvc["spec"].get("volumeName") and storage_api.ANN_BIND_COMPLETED in ann):
                 return False
         return True

@@ -1,13 +1,5 @@
 """Label and field selectors, parsed and matched the way kube-apiserver does.
-
-Pure stdlib.  The grammar, the token set and the error texts follow
-``k8s.io/apimachinery/pkg/labels/selector.go`` (lexer + recursive-descent
-parser) and ``k8s.io/apimachinery/pkg/fields/selector.go``; the fields each
-kind may be selected on follow ``pkg/apis/core/v1/conversion.go``
-(``AddFieldLabelConversionFunc``) and the ``GetAttrs``/``ToSelectableFields``
-functions of ``pkg/registry/core/*/strategy.go``.  A parse error raises
-:class:`SelectorError`, which the API server turns into ``400 BadRequest``
-with the message unchanged, as the real server does.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

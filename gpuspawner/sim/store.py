@@ -1,34 +1,5 @@
 """The simulated cluster's object store: an etcd + registry + watch cache in one.
-
-Objects are plain JSON dicts, exactly as they travel over the wire.  Every
-write bumps one global revision (``Store.resource_version``), as etcd's
-revision does, and is delivered in revision order to the matching watchers.
-The in-process watchers (:meth:`Store.watch`) are what the simulated scheduler
-and kubelet use; the HTTP watch of ``apiserver.py`` is built on them.
-
-Stored dicts are never mutated after they are stored: a write stores a new
-dict.  That lets lists and watch events share them without copying; the
-public methods hand out deep copies, so callers may change what they get.
-
-What follows the real kube-apiserver, with the source of each rule:
-
-* errors and their messages: ``k8s.io/apimachinery/pkg/api/errors/errors.go``;
-* create/update/delete flow, preconditions, no-op updates that do not bump
-  the revision, graceful deletion and finalizers:
-  ``k8s.io/apiserver/pkg/registry/generic/registry/store.go``,
-  ``k8s.io/apiserver/pkg/registry/rest/delete.go`` and
-  ``k8s.io/apiserver/pkg/storage/etcd3/store.go``;
-* pod grace periods: ``pkg/registry/core/pod/strategy.go`` (CheckGracefulDelete);
-* propagation policies and the garbage collector's finalizers (``deletion.py``),
-  namespace termination: ``pkg/registry/core/namespace/storage/storage.go``;
-* admission: NamespaceLifecycle (no new content in a terminating namespace),
-  DefaultStorageClass and StorageObjectInUseProtection (``storageapi.py``);
-* pod defaulting: ``pkg/apis/core/v1/defaults.go`` plus the admission plugins
-  that every cluster runs (ServiceAccount, DefaultTolerationSeconds, Priority);
-* the watch cache's history, selector transitions and "too old resource
-  version": ``k8s.io/apiserver/pkg/storage/cacher/{watch_cache,cache_watcher}.go``;
-* paging and continue tokens: ``k8s.io/apiserver/pkg/storage/continue.go`` and
-  the Kubernetes API concepts page, "Retrieving large results sets in chunks".
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations
@@ -43,7 +14,7 @@ import time
 import uuid
 from typing import Any, Callable, Generator, Iterable, Iterator
 
-from . import deletion, patching, storageapi
+from . import deletion, patching, storage_api
 from .errors import (CONTINUE_EXPIRED, LIST_EXPIRED, MODIFIED, ApiError, already_exists, bad_request, conflict,
                      expired, invalid, not_found)
 from .resources import (DEFAULT_NAMESPACES, GENERATE_NAME_ALPHABET, IMMORTAL_NAMESPACES, MAX_GENERATED_BASE,
@@ -223,7 +194,7 @@ class Store:
             meta["creationTimestamp"] = self.now()
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
         default_object(plural, obj, self._next_cluster_ip)
-        storageapi.admit(plural, obj, self._objects["storageclasses"].values())
+        storage_api.admit(plural, obj, self._objects["storageclasses"].values())
         stored = self._commit("ADDED", info, key, obj, None)
         if plural == "namespaces":
             # The serviceaccounts controller creates "default" in every new

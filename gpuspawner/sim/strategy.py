@@ -1,8 +1,5 @@
 """What the registry does to an object before it is stored: defaulting and validation.
-
-The rules follow ``pkg/apis/core/v1/defaults.go``, ``pkg/apis/core/validation`` and the
-admission plugins every cluster runs (ServiceAccount, DefaultTolerationSeconds, Priority);
-each function names its source.  Everything here is pure: JSON dicts in, JSON dicts out.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations
@@ -14,8 +11,8 @@ import marshal
 import re
 from typing import Any, Callable
 
-from . import storageapi, validation
-from .dra import api as dra_api
+from . import storage_api, validation
+from .dra import api
 from .errors import bad_request, invalid
 from .resources import RESOURCES
 from .selectors import validate_label_value, validate_qualified_name
@@ -226,7 +223,7 @@ def _default_service(svc: dict[str, Any], ip: str) -> None:
 
 def default_object(plural: str, obj: dict[str, Any], next_cluster_ip: Callable[[], str]) -> None:
     meta = obj["metadata"]
-    dra_api.prepare_for_create(plural, obj)
+    api.prepare_for_create(plural, obj)
     if plural == "pods":
         default_pod(obj)
     elif plural == "namespaces":
@@ -237,7 +234,7 @@ def default_object(plural: str, obj: dict[str, Any], next_cluster_ip: Callable[[
     elif plural == "services":
         _default_service(obj, next_cluster_ip())
     elif plural in ("persistentvolumeclaims", "persistentvolumes", "storageclasses"):
-        storageapi.default_storage_object(plural, obj, meta.get("creationTimestamp") or "")
+        storage_api.default_storage_object(plural, obj, meta.get("creationTimestamp") or "")
     elif plural == "secrets":
         obj.setdefault("type", "Opaque")
         string_data = obj.pop("stringData", None)
@@ -256,7 +253,7 @@ def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool,
     """The subset of pkg/apis/core/validation that clients trip over (``old``: the object an
     update replaces).  API defaulting runs first, as the server defaults what it decodes."""
     info = RESOURCES[plural]
-    dra_api.default_spec(plural, obj)
+    api.default_spec(plural, obj)
     meta = obj["metadata"]
     name = meta.get("name") or ""
     causes: list[tuple[str, str, str]] = []
@@ -284,7 +281,7 @@ def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool,
         causes += validation.taints(spec.get("taints"))
     if plural == "pods":
         causes += validation.tolerations(spec.get("tolerations"))
-    causes += storageapi.validate_storage_object(plural, obj, None if on_create else old)
+    causes += storage_api.validate_storage_object(plural, obj, None if on_create else old)
     if plural == "pods" and on_create:
         containers = (obj.get("spec") or {}).get("containers")
         if not containers:
@@ -305,15 +302,15 @@ def validate_object(plural: str, obj: dict[str, Any], *, on_create: bool,
                     seen.add(cname)
                 if not c.get("image"):
                     causes.append(("FieldValueRequired", f"spec.containers[{i}].image", "Required value"))
-    if plural in dra_api.PLURALS:
-        causes += dra_api.validate(plural, obj, old)
+    if plural in api.PLURALS:
+        causes += api.validate(plural, obj, old)
     if causes:
         raise invalid(info.kind, name, causes, info.group)
 
 
 def validate_status_update(plural: str, new: dict[str, Any], old: dict[str, Any]) -> None:
     """Status-only updates of the kinds whose status has rules (``ResourceClaim``)."""
-    causes = dra_api.validate_status(plural, new, old)
+    causes = api.validate_status(plural, new, old)
     if causes:
         info = RESOURCES[plural]
         raise invalid(info.kind, new["metadata"].get("name") or "", causes, info.group)

@@ -1,14 +1,5 @@
 """Server-side printing: ``meta.k8s.io/v1`` Table responses for kubectl.
-
-kubectl asks for ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and
-prints the columns the server chooses.  The columns and cell rules follow
-``pkg/printers/internalversion/printers.go`` (printPod, printNode,
-printEvent, printNamespace, printService, printSecret, printConfigMap,
-printServiceAccount, printPersistentVolume, printPersistentVolumeClaim,
-printStorageClass); other kinds get the apiserver's default table
-(``k8s.io/apiserver/pkg/registry/rest/table.go``: Name, Created At).
-Ages use ``k8s.io/apimachinery/pkg/util/duration.HumanDuration``.
-Pure.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations
@@ -16,7 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Callable
 
-from . import storageapi
+from . import storage_api
 
 __all__ = ["human_duration", "table_for", "table_columns", "table_row"]
 
@@ -433,8 +424,8 @@ def _pv_cells(pv: dict[str, Any], now: float) -> list[Any]:
     claim = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if ref else ""
     phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
     return [meta.get("name", ""), str((spec.get("capacity") or {}).get("storage", "")),
-            storageapi.access_modes_string(spec.get("accessModes")), spec.get("persistentVolumeReclaimPolicy", ""),
-            phase, claim, storageapi.volume_class(pv), spec.get("volumeAttributesClassName") or "<unset>",
+            storage_api.access_modes_string(spec.get("accessModes")), spec.get("persistentVolumeReclaimPolicy", ""),
+            phase, claim, storage_api.volume_class(pv), spec.get("volumeAttributesClassName") or "<unset>",
             status.get("reason", ""), _since(meta.get("creationTimestamp"), now), spec.get("volumeMode") or "<unset>"]
 
 
@@ -445,8 +436,8 @@ def _pvc_cells(pvc: dict[str, Any], now: float) -> list[Any]:
     capacity = modes = ""
     if spec.get("volumeName"):
         capacity = str((status.get("capacity") or {}).get("storage", ""))
-        modes = storageapi.access_modes_string(status.get("accessModes"))
-    return [meta.get("name", ""), phase, spec.get("volumeName", ""), capacity, modes, storageapi.claim_class(pvc),
+        modes = storage_api.access_modes_string(status.get("accessModes"))
+    return [meta.get("name", ""), phase, spec.get("volumeName", ""), capacity, modes, storage_api.claim_class(pvc),
             spec.get("volumeAttributesClassName") or "<unset>", _since(meta.get("creationTimestamp"), now),
             spec.get("volumeMode") or "<unset>"]
 
@@ -454,7 +445,7 @@ def _pvc_cells(pvc: dict[str, Any], now: float) -> list[Any]:
 def _storageclass_cells(sc: dict[str, Any], now: float) -> list[Any]:
     """printStorageClass: the default class is named ``<name> (default)``."""
     meta = sc.get("metadata") or {}
-    name = meta.get("name", "") + (" (default)" if storageapi.is_default_class(sc) else "")
+    name = meta.get("name", "") + (" (default)" if storage_api.is_default_class(sc) else "")
     return [name, sc.get("provisioner", ""), sc.get("reclaimPolicy") or "Delete",
             sc.get("volumeBindingMode") or "Immediate", bool(sc.get("allowVolumeExpansion")),
             _since(meta.get("creationTimestamp"), now)]

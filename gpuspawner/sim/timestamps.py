@@ -1,21 +1,5 @@
 """The timestamps a cluster snapshot carries, and how a load without ``keep_timestamps`` resets them.
-
-A snapshot (``kubectl get ... -o yaml``) holds the times of a real cluster:
-``metadata.creationTimestamp`` (the store sets it on create unless asked to
-keep it) and these, which this module knows by kind:
-
-* Pod: ``status.startTime``, ``status.conditions[].lastTransitionTime`` and
-  ``lastProbeTime``, and in every container status ``state`` /
-  ``lastState``: ``running.startedAt``, ``terminated.startedAt`` and
-  ``finishedAt``;
-* Node: ``status.conditions[].lastHeartbeatTime`` and ``lastTransitionTime``,
-  ``spec.taints[].timeAdded``;
-* Event: ``firstTimestamp``, ``lastTimestamp``, ``eventTime`` (a MicroTime),
-  ``series.lastObservedTime``;
-* Namespace, PersistentVolumeClaim: ``status.conditions[]`` times.
-
-Loaded without ``keep_timestamps`` they all become the load time, so that a
-pod that is "1s" old did not start "5d" ago.  Pure, in place.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

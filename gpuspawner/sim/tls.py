@@ -1,18 +1,5 @@
 """A serving certificate for the simulated API server, as kube-apiserver makes one for itself.
-
-A real API server speaks HTTPS only. Started without ``--tls-cert-file``, kube-apiserver writes a
-self-signed CA and a serving certificate signed by it for its bind address and ``localhost``
-(``k8s.io/apiserver/pkg/server/options/serving.go``, ``MaybeDefaultWithSelfSignedCerts``, which
-calls ``k8s.io/client-go/util/cert.GenerateSelfSignedCertKey``: a CA ``<host>-ca@<unix time>`` and
-a server certificate with the host's IP addresses and DNS names as subject alternative names).
-Clients trust it through the CA's PEM in the kubeconfig (``certificate-authority-data``), which is
-what makes the client build its TLS context from that one CA instead of the system's trust store.
-
-Modelled: that CA and certificate (RSA 2048-bit keys, valid for a year from an hour ago, as client-go), the server's TLS context
-(TLS 1.2 or newer, kube-apiserver's ``--tls-min-version`` default) and the kubeconfig's CA data.
-Not modelled: client certificates (the simulated API server authenticates nobody), rotation,
-``--tls-cipher-suites``. Needs the ``cryptography`` package, which JupyterHub already requires
-(through certipy).
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

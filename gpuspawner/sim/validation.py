@@ -1,12 +1,5 @@
 """Field validation the real API server runs, with its messages: each function returns causes.
-
-A cause is ``(reason, field, message)`` as ``field.Error`` renders it
-(``k8s.io/apimachinery/pkg/util/validation/field/errors.go``), e.g.
-``("FieldValueInvalid", "spec.taints[0].value", 'Invalid value: "<svg>": a valid label must be ...')``.
-
-Sources: ``k8s.io/apimachinery/pkg/api/validation/objectmeta.go``
-(annotations, owner references, finalizers) and
-``pkg/apis/core/validation/validation.go`` (taints, tolerations).  Pure.
+Design notes: docs/simulated-apiserver.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Who may use which GPUs: allowed groups (issue #4, section 2); GPU quotas are ``quota``.
+"""Who may use which GPUs: allowed groups; GPU quotas are ``quota``.
 
 Pure: stdlib and ``gpuspawner.capacity.model`` only (``ProfileOffer`` and
 ``GPUProfileSpec`` are used by duck typing; they are imported for type

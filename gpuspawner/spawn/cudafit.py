@@ -38,8 +38,8 @@ driver are kept off too.
   ``skip``: "driver unknown") and nodes the hub has not judged stay eligible;
   the opt-in probe checks them on the node itself. ``In [fitting drivers]``
   would exclude them.
-* The ``.full`` label exists only since GFD v0.15.0 (reference
-  ``cuda-compat-and-gpu-labels.md`` section 4.1). A failing group that lacks
+* The ``.full`` label exists only since GFD v0.15.0 (NVIDIA/k8s-device-plugin
+  ``docs/gpu-feature-discovery/README.md``). A failing group that lacks
   it is excluded by the deprecated ``nvidia.com/cuda.driver.major`` when no
   group that may run the image shares that major version; expressing a whole
   ``major.minor.rev`` with the deprecated labels would need one term per
@@ -62,7 +62,7 @@ from typing import Any
 from gpuspawner.capacity.model import DRIVER_LABELS, DriverGroup, PoolView, driver_key
 from gpuspawner.cuda.custom import safe_verdict
 from gpuspawner.cuda.image import ImageCuda, ImageDeclarationError, image_cuda
-from gpuspawner.cuda.rules import CudaCheck, NodeCuda, Verdict
+from gpuspawner.cuda.compatibility import CudaCheck, NodeCuda, Verdict
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # the key of the profile's own image when no profile option chooses the image

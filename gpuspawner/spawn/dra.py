@@ -22,7 +22,7 @@ CEL used (Kubernetes' DRA CEL environment, ``k8s.io/dynamic-resource-allocation/
 ``device.attributes['<driver>'].<name>`` (attributes without a domain are in the driver's),
 ``==`` on strings, ``'name' in <map>``, and the semver library's ``semver('<x.y.z>')`` and
 ``<version>.compareTo(<version>)`` (``staging/src/k8s.io/apiserver/pkg/cel/library/semverlib.go``:
-strict three-part semver, hence :func:`~gpuspawner.capacity.dra.semver_text`).
+strict three-part semver, hence :func:`~gpuspawner.capacity.dra_objects.semver_text`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpuspawner.capacity.dra import ATTR_CUDA, ATTR_DRIVER, ATTR_PRODUCT, ATTR_PROFILE, ATTR_TYPE, semver_text
+from gpuspawner.capacity.dra_objects import ATTR_CUDA, ATTR_DRIVER, ATTR_PRODUCT, ATTR_PROFILE, ATTR_TYPE, semver_text
 from gpuspawner.capacity.labels import version_key
 from gpuspawner.capacity.model import DriverGroup, NodeView, PoolView
 from gpuspawner.kube.times import parse_time

@@ -46,7 +46,7 @@ def expected_visible_gpus(resource: str, product: str | None, gpus: int) -> int:
     Whole GPUs (``nvidia.com/gpu`` on a node without sharing): all of them.
     MIG slices (``nvidia.com/mig-*``, or a product ending ``-MIG-<profile>``
     under the single strategy) and shared replicas (``nvidia.com/gpu.shared``,
-    or a product ending ``-SHARED``: reference section 4.1, GFD's
+    or a product ending ``-SHARED``: NVIDIA/k8s-device-plugin, GFD's
     ``nvidia.com/gpu.product``) may all sit on one physical GPU, so [I] only
     one is certain to be visible.
     """

@@ -48,7 +48,7 @@ from gpuspawner.capacity.health import figures_age
 from gpuspawner.capacity.model import CapacitySnapshot, DriverGroup, FitCount, PoolView
 from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.capacity.names import model_name
-from gpuspawner.capacity.noderes import request_words, shortfall_words
+from gpuspawner.capacity.node_resources import request_words, shortfall_words
 from gpuspawner.spawn.cards import CardWords, card_words, nodes_name
 from gpuspawner.spawn.cudafit import GroupFit, PoolFit, ProfileImages, profile_images
 

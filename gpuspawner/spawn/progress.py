@@ -28,8 +28,8 @@ say so when sure:
   ``OutOf<resource>``): the pod is ``Failed`` and is never retried.
 * The image does not exist (the runtime answered ``NotFound``), or
   libnvidia-container refused the image's ``NVIDIA_REQUIRE_CUDA``
-  (``unsatisfied condition: cuda>=X``, reference file
-  ``cuda-compat-and-gpu-labels.md`` section 3.3): retrying on the same node
+  (``unsatisfied condition: cuda>=X``, libnvidia-container
+  ``src/cli/dsl.c``): retrying on the same node
   gives the same answer.
 * The pod was preempted.
 * A volume of the pod's is missing: its PersistentVolumeClaim does not exist or is
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
-from gpuspawner.capacity.noderes import request_words, shortfall_words
+from gpuspawner.capacity.node_resources import request_words, shortfall_words
 from gpuspawner.kube import objects
 from gpuspawner.spawn.schedmsg import (
     AFFINITY,

@@ -1,4 +1,4 @@
-"""GPU quotas: how many GPUs one user may hold at once (issue #4, section 2).
+"""GPU quotas: how many GPUs one user may hold at once.
 
 Pure: stdlib, and the principal and refusal of ``access``. The hub glue
 (``spawner.py``) lists the user's other active servers as :class:`OtherServer`

@@ -312,7 +312,7 @@ def image_not_found(message: str) -> bool:
 def cuda_refusal(message: str) -> str | None:
     """The condition libnvidia-container refused (``cuda>=12.8``) in a container's failure
     (``nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please
-    update your driver ...``, reference ``cuda-compat-and-gpu-labels.md`` section 3.3)."""
+    update your driver ...``, libnvidia-container ``src/cli/dsl.c``)."""
     m = _CUDA_REFUSED.search(message)
     return m.group(1) if m and "nvidia-container-cli" in message else None
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuspawner.capacity.noderes import base_of
+from gpuspawner.capacity.node_resources import base_of
 
 __all__ = ["REQUEST_TRAITS", "server_request", "profile_requests"]
 

@@ -24,7 +24,7 @@ __all__ = ["NEVER_TOLERATED_PREFIXES", "DEFAULT_TOLERATED_TAINT_KEYS", "HARD_EFF
 NEVER_TOLERATED_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 
 #: ``GPUSpawner.gpu_tolerated_taint_keys``' default: the GPU vendors' device-plugin taints, AKS's
-#: GPU ``sku`` taint and its spot-node taint (shared/reference/cuda-compat-and-gpu-labels.md).
+#: GPU ``sku`` taint and its spot-node taint (learn.microsoft.com/azure/aks/gpu-cluster, /spot-node-pool).
 DEFAULT_TOLERATED_TAINT_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority")
 
 #: Effects that keep a pod off a node; PreferNoSchedule only steers.

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 _MIG_SLICES_DEFAULT = 7
 _MIG_SLICES = (("a30", 4),)
 _MIG_PROFILE = re.compile(r"(?:^|-)(?:mig-)?([1-9])g\.[0-9]+gb", re.IGNORECASE)
-# a time-sliced or MPS share: the renamed resource, or "-SHARED" on GFD's product label (reference
-# notes, section 1: NVIDIA device plugin sharing and GPU Feature Discovery labels)
+# a time-sliced or MPS share: the renamed resource, or "-SHARED" on GFD's product label (NVIDIA/k8s-device-plugin
+# README, "Shared Access to GPUs", and GPU Feature Discovery's labels)
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 _SHARED_SUFFIX = "-shared"
 

@@ -1,4 +1,4 @@
-"""Fault scenarios of issue #7 (section 3), each a script that exits non-zero when an invariant breaks.
+"""Fault scenarios, each a script that exits non-zero when an invariant breaks.
 
 * ``api_outage.py``: the Kubernetes API server unreachable for minutes, then back;
 * ``stalled_watch.py``: every watch stalled while lists answer, with spawns cancelled while pending

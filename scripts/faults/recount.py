@@ -1,7 +1,7 @@
 """GPU pools counted from scratch, for comparing with the incremental ledger.
 
 The same reading of one node and one pod as the capacity cache (``labels.node_record``,
-``podres.pod_record``: what those say is tested on its own), but none of the ledger's
+``pod_requests.pod_record``: what those say is tested on its own), but none of the ledger's
 incremental bookkeeping: a plain loop over every object, as if the hub had just started.
 
 Device-plugin pools only: DRA pools (``allocation == "dra"``, counted from ResourceSlices and
@@ -16,7 +16,7 @@ from typing import Any
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.model import CapacitySnapshot
-from gpuspawner.capacity.podres import pod_record
+from gpuspawner.capacity.pod_requests import pod_record
 
 Counts = tuple[int, int, int, int]  # nodes, total, free, max_free_per_node
 

@@ -22,7 +22,7 @@ from typing import Any
 from gpuspawner.sim import loader
 from gpuspawner.sim.devices import DeviceLedger
 
-from . import nodes as N
+from .nodes import pulled_images, ready_status
 from .apistore import ApiStore, EventWrites, PodWrites
 from .client import KNOWN, Client
 from .dcgm import AgentDcgm
@@ -107,7 +107,7 @@ class NodeAgent:
         mine = {img for n, img in self.kubelet.pulled if n == node}
         have = list((self.registered.images.get(node) if self.registered else None) or [])
         named = {name for i in have for name in i.get("names") or []}
-        return have + N.pulled_images({i for i in mine if i not in named}, self.kubelet.image_size)
+        return have + pulled_images({i for i in mine if i not in named}, self.kubelet.image_size)
 
     def _pod_uid(self, key: str) -> str | None:
         w = self.kubelet.workers.get(key)
@@ -229,7 +229,7 @@ class NodeAgent:
 
     def _registered(self, node: dict) -> None:
         # a node the file says is Unknown has a kubelet that stopped posting: no lease, no status
-        if N.ready_status(node) != "Unknown":
+        if ready_status(node) != "Unknown":
             self.heartbeats.add(node)
 
     def _on_node(self, kind: str, node: dict) -> None:
@@ -239,7 +239,7 @@ class NodeAgent:
             self.kubelet.node_event("DELETED", node)
             return
         posted = self.heartbeats.nodes.get(name)
-        if posted is not None and N.ready_status(node) != N.ready_status(posted):
+        if posted is not None and ready_status(node) != ready_status(posted):
             # the node lifecycle controller marked it Unknown (a late lease): the kubelet corrects it
             self.heartbeats.mark_dirty(name)
         if _allocatable(self.kubelet.node_objs.get(name)) == _allocatable(node):

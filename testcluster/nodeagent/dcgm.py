@@ -19,8 +19,8 @@ from typing import Any, Callable, Mapping
 from gpuspawner.sim.dcgm import APP_LABEL, DEPLOY_LABEL, NAMESPACE, Dcgm
 from gpuspawner.sim.devices import DeviceLedger
 from gpuspawner.sim.dra.nvidia import DRIVER
-from gpuspawner.sim.gpuhw import Gpu, MigInstance, has_nvidia_gpus
-from gpuspawner.sim.podresources import QuantityError, parse_quantity
+from gpuspawner.sim.gpu_hardware import Gpu, MigInstance, has_nvidia_gpus
+from gpuspawner.sim.pod_resources import QuantityError, parse_quantity
 
 from .client import KNOWN, ApiError, Client
 from .informer import Informer

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from gpuspawner.sim.kubelet import ExecError
-from gpuspawner.sim.kubelet import runtime as rt
+from gpuspawner.sim.kubelet import runtime
 from gpuspawner.sim.kubelet.logs import STDOUT
 
 STDIN, STDOUT_FRAME, STDERR_FRAME, EXIT, RESIZE, STDIN_CLOSE = range(6)
@@ -196,7 +196,7 @@ class AgentSocket:
                                 on_stdout=out(STDOUT_FRAME), on_stderr=out(STDERR_FRAME))
         except ExecError as e:
             raise Refused(500, str(e)) from None
-        except rt.StartError as e:
+        except runtime.StartError as e:
             raise Refused(500, f"failed to exec in container: OCI runtime exec failed: exec failed: "
                                f"unable to start container process: {e}: unknown") from None
         self._ok(writer)
@@ -272,4 +272,4 @@ async def _read_inputs(reader: asyncio.StreamReader, write: Callable[[bytes], No
             elif kind == RESIZE:
                 size = resize_sizes(data)
                 if size is not None:
-                    rt.resize(tty_fd(), *size)
+                    runtime.resize(tty_fd(), *size)

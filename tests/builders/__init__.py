@@ -506,6 +506,6 @@ def fake_pynvml(name: str):
 
 def require_samples() -> list[dict[str, str]]:
     """The real NVIDIA_REQUIRE_CUDA strings of the official nvidia/cuda images
-    (copy of the project's reference ``nvidia-require-cuda-samples.csv``)."""
+    (read from the images' Dockerfiles in NVIDIA's container-images/cuda repository)."""
     with open(FIXTURES / "nvml" / "nvidia-require-cuda-samples.csv", newline="") as f:
         return list(csv.DictReader(f))

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuspawner.capacity import dra as capacity_dra
+from gpuspawner.capacity import dra_objects as capacity_dra
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.draledger import DraLedger
+from gpuspawner.capacity.dra_ledger import DraLedger
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.sim.dra import nvidia

@@ -412,7 +412,7 @@ async def sim():
     def make(**kw):
         kw.setdefault("backoff_base", 0.02)
         kw.setdefault("backoff_cap", 0.1)
-        # DRA off: these tests count the node and pod informers' requests (DRA: test_dracache.py)
+        # DRA off: these tests count the node and pod informers' requests (DRA: test_dra_source.py)
         c = CapacityCache(CapacityConfig(dra_drivers=()), api_factory=sim_api(url), **kw)
         caches.append(c)
         c.start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
-from tests.builders import DECLARED_H100 as H100
+from tests.builders import DECLARED_H100
 from tests.builders import GKE
 
 
@@ -32,14 +32,14 @@ from tests.builders import GKE
 )
 def test_declared_pool_validation_says_what_to_fix(change, message):
     if message is None:  # valid
-        DeclaredPool.from_config({**H100, **change})
+        DeclaredPool.from_config({**DECLARED_H100, **change})
         return
     with pytest.raises(ValueError, match=message):
-        DeclaredPool.from_config({**H100, **change})
+        DeclaredPool.from_config({**DECLARED_H100, **change})
 
 
 def test_declared_pool_labels_follow_its_group_and_product():
-    pool = DeclaredPool.from_config({**H100, "labels": {"example.com/rack": "r1"}, "memory_mib": 81559,
+    pool = DeclaredPool.from_config({**DECLARED_H100, "labels": {"example.com/rack": "r1"}, "memory_mib": 81559,
                                      "driver_version": "570.172.08"})
     assert pool.labels == {"example.com/rack": "r1", GKE: "h100-spot",
                            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
@@ -48,7 +48,7 @@ def test_declared_pool_labels_follow_its_group_and_product():
 
 
 def test_declared_pool_missing_field():
-    d = dict(H100)
+    d = dict(DECLARED_H100)
     del d["max_nodes"]
     with pytest.raises(ValueError, match="'max_nodes' is required"):
         DeclaredPool.from_config(d)
@@ -56,14 +56,14 @@ def test_declared_pool_missing_field():
 
 def test_config_validation():
     with pytest.raises(ValueError, match="declared twice"):
-        CapacityConfig(declared_pools=(H100, H100))
+        CapacityConfig(declared_pools=(DECLARED_H100, DECLARED_H100))
     with pytest.raises(ValueError, match="not a GPU resource"):
-        CapacityConfig(declared_pools=({**H100, "resource": "example.com/fpga"},))
+        CapacityConfig(declared_pools=({**DECLARED_H100, "resource": "example.com/fpga"},))
     with pytest.raises(ValueError, match="reservation_ttl"):
         CapacityConfig(reservation_ttl=0)
     with pytest.raises(ValueError, match="gpu_resources must be a list of names"):
         CapacityConfig(gpu_resources="nvidia.com/gpu")
-    assert CapacityConfig(declared_pools=(H100,)).declared_pools[0].labels[GKE] == "h100-spot"
+    assert CapacityConfig(declared_pools=(DECLARED_H100,)).declared_pools[0].labels[GKE] == "h100-spot"
 
 
 @pytest.mark.parametrize("name, prefix, good", [

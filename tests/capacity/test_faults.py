@@ -1,4 +1,4 @@
-"""The capacity cache under faults (issue #7, sections 3 and 5): a silent watch is stale well
+"""The capacity cache under faults: a silent watch is stale well
 before two minutes, failures are told in plain words, a re-check re-lists on demand, an API
 server that is gone for minutes and comes back, and random watch events against a recount."""
 

@@ -7,8 +7,8 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import FitCount
-from gpuspawner.capacity.noderes import node_base, request_words, shortfall_words
-from gpuspawner.capacity.podres import base_record, pod_base, pod_record
+from gpuspawner.capacity.node_resources import node_base, request_words, shortfall_words
+from gpuspawner.capacity.pod_requests import base_record, pod_base, pod_record
 
 from tests.builders import container, node, pod
 
@@ -128,7 +128,7 @@ def test_node_base_reads_allocatable_and_defaults_what_is_missing():
     ids=["zeros", "big", "long-name"],
 )
 def test_held_pods_keep_a_record_exactly(rec):
-    from gpuspawner.capacity.heldpods import HeldPods
+    from gpuspawner.capacity.held_pods import HeldPods
 
     held = HeldPods()
     held.put("ns/a", rec)

@@ -6,9 +6,9 @@ from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import DriverGroup, ScaleUp, Taint, driver_groups, pool_id
-from gpuspawner.capacity.podres import pod_record
+from gpuspawner.capacity.pod_requests import pod_record
 
-from tests.builders import DECLARED_H100 as H100
+from tests.builders import DECLARED_H100
 from tests.builders import GFD_A100, node, pod
 
 CFG = CapacityConfig()
@@ -200,7 +200,7 @@ def h100(name):
 
 
 def test_declared_pool_scales_from_zero_and_merges_with_its_nodes():
-    d = DeclaredPool.from_config(H100)
+    d = DeclaredPool.from_config(DECLARED_H100)
     led = Ledger([d])
     p = led.pools_by_id()[d.id]
     assert (p.nodes, p.total, p.free, p.scale_up) == (0, 0, 0, ScaleUp(2, 8, 6.0))

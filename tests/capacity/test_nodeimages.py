@@ -8,7 +8,7 @@ import pytest
 
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dracache import NOT_SERVED
+from gpuspawner.capacity.dra_source import NOT_SERVED
 from gpuspawner.capacity.nodeimages import NodeImages, node_images, normalize_image
 from tests.builders import gpu_node
 from tests.builders.dra import device_class, gpu_device, group_node, mig_device, resource_slice

@@ -16,7 +16,8 @@ from gpuspawner.capacity.sharing import (
 
 from tests.builders import GFD_A100, node
 
-# the reference notes' example B (g4dn.xlarge, one T4 time-sliced four ways), trimmed
+# a time-sliced node, label names as GFD writes them (NVIDIA/k8s-device-plugin internal/lm), values
+# illustrative (g4dn.xlarge, one T4 time-sliced four ways), trimmed
 T4_TIME_SLICED = {
     "nvidia.com/gpu.count": "1",
     "nvidia.com/gpu.memory": "15360",

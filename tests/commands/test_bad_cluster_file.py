@@ -1,5 +1,5 @@
 """An invalid cluster file given to ``gpuspawner sim`` or ``gpuspawner demo`` ends in the error that
-names the object and the field, exit status 2, and no traceback (issue #7, section 5)."""
+names the object and the field, exit status 2, and no traceback."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ def labels_of(fixture):
 
 def test_a100_labels_match_the_reference_gfd_label_set():
     labels = labels_of("a100-mig-570")
-    # the values of the reference's example A (section 4.1) for the labels label-node writes
+    # the label values GFD writes for this node (an A100 with MIG), for the labels label-node writes
     expected = {
         "nvidia.com/cuda.driver-version.full": "570.172.08",
         "nvidia.com/cuda.driver-version.major": "570",

@@ -4,7 +4,7 @@ import pytest
 
 from gpuspawner.cuda import table
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.cuda.rules import NodeCuda, decide
+from gpuspawner.cuda.compatibility import NodeCuda, decide
 from gpuspawner.cuda.versions import fmt
 
 ROWS = table.releases()

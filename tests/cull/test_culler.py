@@ -17,9 +17,9 @@ from tests.builders.prometheus import CLEAN, HOSTILE, UNUSABLE, FakePrometheus
 from gpuspawner.cull.activity import GR_ENGINE, SeriesWindow, SourceError
 from gpuspawner.cull.culler import Culler
 from gpuspawner.cull.hub import HubError
-from gpuspawner.cull.metrics import CullMetrics
+from gpuspawner.cull.culler_metrics import CullMetrics
 from gpuspawner.cull.prometheus import PrometheusSource
-from gpuspawner.cull.rules import CullRules, Limits
+from gpuspawner.cull.idle_timeouts import CullRules, Limits
 
 POOL = "gpu-a100:nvidia-a100-sxm4-40gb:nvidia.com/gpu"
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpuspawner.cull.now import FB_FREE, FB_USED, instant_query, readings, server_now, stop_words
-from gpuspawner.cull.rules import AppliedRule
+from gpuspawner.cull.idle_timeouts import AppliedRule
 from tests.builders.prometheus import GPU_UTIL, GR_ENGINE, matrix, sample, vector
 
 POD = ("jupyterhub", "jupyter-ada")

@@ -9,7 +9,7 @@ import pytest
 from tests.builders.hubapi import NOW, hub_user, server_model, server_pod
 from gpuspawner.cull.activity import DeviceActivity, PodActivity
 from gpuspawner.cull.policy import Action, decide, judge_gpus
-from gpuspawner.cull.rules import CullRules, rule_for
+from gpuspawner.cull.idle_timeouts import CullRules, rule_for
 from gpuspawner.cull.servers import pod_index, servers_from_users
 
 POD = ("jupyterhub", "jupyter-alice")

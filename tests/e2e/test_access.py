@@ -1,4 +1,4 @@
-"""End to end: allowed groups and GPU quotas (issue #4, section 2) through the REST API.
+"""End to end: allowed groups and GPU quotas through the REST API.
 
 The demo hub gets a site config with a group-only pool, a group-only profile
 and GPU quotas; groups are created and filled through ``/hub/api/groups``, as

@@ -1,4 +1,4 @@
-"""The CUDA driver check on the simulated cluster (issue #3, section 4).
+"""The CUDA driver check on the simulated cluster.
 
 The simulated cluster (API server over HTTP on loopback, scheduler, kubelet)
 runs in the test's event loop; GPUSpawner reaches it through a kubeconfig
@@ -54,7 +54,7 @@ WAIT = 60  # generous: a loaded 2-core CI machine
 
 
 def gpu_node(name: str, group: str, driver: str, cuda: str, *, deprecated_only: bool = False) -> dict:
-    """A node with GPU Feature Discovery's labels (reference section 4.1); with
+    """A node with GPU Feature Discovery's labels (k8s-device-plugin ``internal/lm``); with
     ``deprecated_only`` only the pre-v0.15 ``cuda.driver.*``/``cuda.runtime.*``."""
     major, minor, rev = driver.split(".")
     cmaj, cmin = cuda.split(".")

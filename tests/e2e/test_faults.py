@@ -1,4 +1,4 @@
-"""End to end under faults and hostile load (issue #7, sections 3 and 5): ``gpuspawner demo``
+"""End to end under faults and hostile load: ``gpuspawner demo``
 (simulated cluster, real JupyterHub, real configurable-http-proxy), driven over HTTP only.
 
 The scenarios are the scripts of ``scripts/faults/`` run with CI sizes: 1,000 hostile REST bodies

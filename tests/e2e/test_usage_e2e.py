@@ -38,7 +38,7 @@ c.Spawner.poll_interval = 2  # the hub notices a pod deleted behind its back wit
 # the ledger's clock seam: the test moves the hub's time on through a file
 import pathlib as _pathlib
 from datetime import datetime as _datetime, timedelta as _timedelta, timezone as _timezone
-from gpuspawner.usage import clock as _clock
+from gpuspawner.usage.clock import set_source
 _offset = _pathlib.Path({offset!r})
 
 def _now():
@@ -48,7 +48,7 @@ def _now():
         seconds = 0.0
     return _datetime.now(_timezone.utc) + _timedelta(seconds=seconds)
 
-_clock.set_source(_now)
+set_source(_now)
 """
 
 

@@ -15,8 +15,8 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import class_record, dra_node, slice_record
-from gpuspawner.capacity.draledger import DraLedger
+from gpuspawner.capacity.dra_objects import class_record, dra_node, slice_record
+from gpuspawner.capacity.dra_ledger import DraLedger
 from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.hub import dra as dra_glue
 from gpuspawner.spawn.dra import CLAIM_NAME, TEMPLATE_LABELS

@@ -1,4 +1,4 @@
-"""GPUSpawner against what a hostile tester did (issue #7, section 5), with KubeSpawner's client
+"""GPUSpawner against what a hostile tester did, with KubeSpawner's client
 and the capacity cache replaced (``tests/hub/test_spawner.py``'s stand-ins): refusals logged once
 at INFO and not kept as defaults, nothing deleted after a refusal, query-string spawns, and the early
 end of a spawn whose pool turned out full."""

@@ -1,5 +1,5 @@
-"""JupyterHub's own ERROR lines and tracebacks about a refused spawn are kept out of the hub's log
-(issue #7, section 5): records on a real ``logging.Logger``, worded as JupyterHub 6.1 words them."""
+"""JupyterHub's own ERROR lines and tracebacks about a refused spawn are kept out of the hub's log:
+records on a real ``logging.Logger``, worded as JupyterHub 6.1 words them."""
 
 from __future__ import annotations
 

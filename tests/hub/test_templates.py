@@ -65,7 +65,7 @@ def test_spawn_form_shows_the_idle_rule_of_the_profile_and_pool_only_when_config
                                                   "pools": {POOL_ID: {"max_age": "12h"}}})
     html = render_form(template_dirs(), None, profile_list=profiles, user_options={}, gpu_offers=offers,
                        cull_rules=settings.cull_rules(), idle_rule=settings.idle_rule)
-    # the profile's timeout, the pool's maximum age: cull.rules.describe's words, one line per pool
+    # the profile's timeout, the pool's maximum age: cull.idle_timeouts.describe's words, one line per pool
     assert _idle_lines(html) == ["This server is stopped after 4h00m in which neither the notebook nor its GPUs "
                                  "were used. It is stopped 12h00m after it started, even if busy."]
     html = render_form(template_dirs(), None, profile_list=profiles, user_options={}, gpu_offers=offers,

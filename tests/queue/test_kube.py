@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.queue.kube import KueueView, pending_path
-from tests.builders import kueue as kb
+from tests.builders import kueue
 
 BASE = "/apis/kueue.x-k8s.io/v1beta2/namespaces/jhub"
 
@@ -35,16 +35,16 @@ def view_of(answers):
 
 
 ANSWERS = {
-    f"{BASE}/localqueues": {"items": [kb.local_queue("gpu-a100", pending=2, admitted=2), kb.local_queue("gpu-t4")]},
+    f"{BASE}/localqueues": {"items": [kueue.local_queue("gpu-a100", pending=2, admitted=2), kueue.local_queue("gpu-t4")]},
     f"{BASE}/workloads": {"items": [
-        kb.admitted(name="w-alice", pod_uid="uid-alice"),
-        kb.pending(name="w-bob", pod_uid="uid-bob", priority_class="high"),
-        kb.pending(name="w-carol", pod_uid="uid-carol"),
-        kb.evicted("Preempted", "Preempted to accommodate", "InClusterQueue", name="w-dave", pod_uid="uid-dave"),
+        kueue.admitted(name="w-alice", pod_uid="uid-alice"),
+        kueue.pending(name="w-bob", pod_uid="uid-bob", priority_class="high"),
+        kueue.pending(name="w-carol", pod_uid="uid-carol"),
+        kueue.evicted("Preempted", "Preempted to accommodate", "InClusterQueue", name="w-dave", pod_uid="uid-dave"),
         {"metadata": {"name": "no-uid-label"}},
     ]},
-    pending_path("jhub", "gpu-a100"): {"items": [kb.pending_entry("w-bob", 0, priority=100),
-                                                 kb.pending_entry("w-carol", 1)]},
+    pending_path("jhub", "gpu-a100"): {"items": [kueue.pending_entry("w-bob", 0, priority=100),
+                                                 kueue.pending_entry("w-carol", 1)]},
 }
 
 
@@ -84,7 +84,7 @@ async def test_why_kueue_stopped_a_server_outlives_its_workload():
     ],
 )
 async def test_malformed_queue_figures_read_as_unknown(status):
-    lq = kb.local_queue("gpu-a100")
+    lq = kueue.local_queue("gpu-a100")
     lq["status"] = status
     view, _ = view_of({**ANSWERS, f"{BASE}/localqueues": {"items": [lq]}})
     await view.refresh()
@@ -119,7 +119,7 @@ def test_deploy_rbac_yaml_gives_the_hub_what_the_view_reads():
 async def test_a_watch_event_keeps_why_kueue_stopped_a_server_the_list_never_saw():
     view, _ = view_of(ANSWERS)
     await view.refresh()
-    evicted = kb.evicted("Preempted", "Preempted to accommodate a workload", "InClusterQueue", name="w-carol",
+    evicted = kueue.evicted("Preempted", "Preempted to accommodate a workload", "InClusterQueue", name="w-carol",
                          pod_uid="uid-carol")
     view.observe("MODIFIED", evicted)
     view.observe("DELETED", evicted)

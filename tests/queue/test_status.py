@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.queue import status as st
+from gpuspawner.queue.status import ADMITTED, DEACTIVATED, EVICTED, EXCEEDS_MAX_QUOTA, NO_MATCHING_FLAVOR, PENDING, PODS_READY_TIMEOUT, PREEMPTED, QUEUE_INACTIVE, RESERVED
 from gpuspawner.queue.status import Position, position_of, workload_state
-from tests.builders import kueue as kb
+from tests.builders import kueue
 
 MAX = ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor a100, "
        "previously considered podsets requests (0) + current podset request (4) > maximum capacity (2)")
@@ -17,18 +17,18 @@ MAX = ("couldn't assign flavors to pod set main: insufficient quota for nvidia.c
 @pytest.mark.parametrize(
     "workload, position, kind, message, fatal",
     [
-        pytest.param(kb.pending(priority_class="high"), Position(3, 7), st.PENDING,
+        pytest.param(kueue.pending(priority_class="high"), Position(3, 7), PENDING,
                      "Queued in gpu-a100: position 3 of 7 (priority high)", False, id="position-and-priority"),
-        pytest.param(kb.pending(), Position(1, 1), st.PENDING, "Queued in gpu-a100: position 1 of 1", False,
+        pytest.param(kueue.pending(), Position(1, 1), PENDING, "Queued in gpu-a100: position 1 of 1", False,
                      id="position-default-priority"),
-        pytest.param(kb.pending(), None, st.PENDING, "Queued in gpu-a100: waiting for GPU quota", False,
+        pytest.param(kueue.pending(), None, PENDING, "Queued in gpu-a100: waiting for GPU quota", False,
                      id="position-unknown"),
-        pytest.param(kb.workload(conditions=[]), None, st.PENDING, "Queued in gpu-a100: waiting for GPU quota", False,
+        pytest.param(kueue.workload(conditions=[]), None, PENDING, "Queued in gpu-a100: waiting for GPU quota", False,
                      id="not-looked-at-yet"),
-        pytest.param(kb.admitted("a100"), None, st.ADMITTED, "Admitted: quota reserved in flavor a100", False,
+        pytest.param(kueue.admitted("a100"), None, ADMITTED, "Admitted: quota reserved in flavor a100", False,
                      id="admitted"),
-        pytest.param(kb.workload(conditions=[kb.condition("QuotaReserved")], flavors={"nvidia.com/gpu": "a100"}), None,
-                     st.RESERVED, "Quota reserved in flavor a100; waiting for Kueue's admission checks", False,
+        pytest.param(kueue.workload(conditions=[kueue.condition("QuotaReserved")], flavors={"nvidia.com/gpu": "a100"}), None,
+                     RESERVED, "Quota reserved in flavor a100; waiting for Kueue's admission checks", False,
                      id="reserved-checks-pending"),
     ],
 )
@@ -40,26 +40,26 @@ def test_waiting_and_admitted(workload, position, kind, message, fatal):
 @pytest.mark.parametrize(
     "workload, kind, words",
     [
-        pytest.param(kb.pending(MAX), st.EXCEEDS_MAX_QUOTA,
+        pytest.param(kueue.pending(MAX), EXCEEDS_MAX_QUOTA,
                      ["Never admissible in gpu-a100", "more GPUs than the queue's quota can ever give",
                       "Ask for fewer GPUs"], id="ExceedsMaxQuota"),
-        pytest.param(kb.pending("couldn't assign flavors to pod set main: flavor a100 doesn't match node affinity"),
-                     st.NO_MATCHING_FLAVOR, ["none of the queue's GPU flavors fits", "Choose another pool"],
+        pytest.param(kueue.pending("couldn't assign flavors to pod set main: flavor a100 doesn't match node affinity"),
+                     NO_MATCHING_FLAVOR, ["none of the queue's GPU flavors fits", "Choose another pool"],
                      id="NoMatchingFlavor-affinity"),
-        pytest.param(kb.pending("couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in "
-                                "ClusterQueue"), st.NO_MATCHING_FLAVOR, ["none of the queue's GPU flavors fits"],
+        pytest.param(kueue.pending("couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in "
+                                "ClusterQueue"), NO_MATCHING_FLAVOR, ["none of the queue's GPU flavors fits"],
                      id="NoMatchingFlavor-resource-not-covered"),
-        pytest.param(kb.evicted("Preempted", "Preempted to accommodate a workload", "InClusterQueue"), st.PREEMPTED,
+        pytest.param(kueue.evicted("Preempted", "Preempted to accommodate a workload", "InClusterQueue"), PREEMPTED,
                      ["Preempted in gpu-a100", "higher priority", "start it again"], id="preempted"),
-        pytest.param(kb.evicted("Preempted", "reclaim", "InCohortReclamation"), st.PREEMPTED,
+        pytest.param(kueue.evicted("Preempted", "reclaim", "InCohortReclamation"), PREEMPTED,
                      ["another queue took back the GPU quota"], id="preempted-reclaimed"),
-        pytest.param(kb.evicted("PodsReadyTimeout", "Exceeded the PodsReady timeout"), st.PODS_READY_TIMEOUT,
+        pytest.param(kueue.evicted("PodsReadyTimeout", "Exceeded the PodsReady timeout"), PODS_READY_TIMEOUT,
                      ["did not become ready within Kueue's waitForPodsReady timeout", "image"], id="PodsReadyTimeout"),
-        pytest.param(kb.evicted("ClusterQueueStopped", "The ClusterQueue is stopped"), st.EVICTED,
+        pytest.param(kueue.evicted("ClusterQueueStopped", "The ClusterQueue is stopped"), EVICTED,
                      ["an admin stopped the queue"], id="queue-stopped"),
-        pytest.param(kb.pending(active=False), st.DEACTIVATED, ["Deactivated", "Stop it and start it again"],
+        pytest.param(kueue.pending(active=False), DEACTIVATED, ["Deactivated", "Stop it and start it again"],
                      id="deactivated"),
-        pytest.param(kb.evicted("SomethingNew", "a reason Kueue adds later"), st.EVICTED,
+        pytest.param(kueue.evicted("SomethingNew", "a reason Kueue adds later"), EVICTED,
                      ["SomethingNew: a reason Kueue adds later"], id="unknown-eviction-reason"),
     ],
 )
@@ -71,15 +71,15 @@ def test_states_that_end_the_wait_say_what_to_do(workload, kind, words):
 
 
 def test_a_request_that_fits_in_one_flavor_but_not_another_keeps_waiting():
-    mixed = kb.pending(MAX + ", insufficient unused quota for nvidia.com/gpu in flavor h100, 1 more needed")
+    mixed = kueue.pending(MAX + ", insufficient unused quota for nvidia.com/gpu in flavor h100, 1 more needed")
     state = workload_state(mixed, "gpu-a100", Position(2, 2))
-    assert (state.kind, state.fatal) == (st.PENDING, False)
+    assert (state.kind, state.fatal) == (PENDING, False)
 
 
 def test_a_missing_queue_is_shown_not_fatal():
-    wl = kb.workload(conditions=[kb.condition("QuotaReserved", False, "Inadmissible", "ClusterQueue cq-a100 is inactive")])
+    wl = kueue.workload(conditions=[kueue.condition("QuotaReserved", False, "Inadmissible", "ClusterQueue cq-a100 is inactive")])
     state = workload_state(wl, "gpu-a100")
-    assert state.kind == st.QUEUE_INACTIVE and not state.fatal
+    assert state.kind == QUEUE_INACTIVE and not state.fatal
     assert "ClusterQueue cq-a100 is inactive" in state.message
 
 
@@ -89,7 +89,7 @@ def test_a_missing_queue_is_shown_not_fatal():
         pytest.param({"status": "x", "spec": []}, id="wrong-types"),
         pytest.param({}, id="empty"),
         pytest.param(None, id="none"),
-        pytest.param(kb.workload(conditions=[{"type": "Evicted", "status": "True", "reason": 3}]), id="bad-reason"),
+        pytest.param(kueue.workload(conditions=[{"type": "Evicted", "status": "True", "reason": 3}]), id="bad-reason"),
     ],
 )
 def test_malformed_workloads_never_raise(workload):
@@ -99,10 +99,10 @@ def test_malformed_workloads_never_raise(workload):
 @pytest.mark.parametrize(
     "entries, name, position",
     [
-        pytest.param([kb.pending_entry("a", 0), kb.pending_entry("b", 1), kb.pending_entry("c", 2)], "c",
+        pytest.param([kueue.pending_entry("a", 0), kueue.pending_entry("b", 1), kueue.pending_entry("c", 2)], "c",
                      Position(3, 3), id="third-of-three"),
-        pytest.param([kb.pending_entry("a", 0)], "a", Position(1, 1), id="first"),
-        pytest.param([kb.pending_entry("a", 0)], "zzz", None, id="not-listed"),
+        pytest.param([kueue.pending_entry("a", 0)], "a", Position(1, 1), id="first"),
+        pytest.param([kueue.pending_entry("a", 0)], "zzz", None, id="not-listed"),
         pytest.param([{"metadata": {"name": "a"}, "positionInLocalQueue": -1}], "a", None, id="negative"),
         pytest.param([{"metadata": {"name": "a"}, "positionInLocalQueue": "0"}], "a", None, id="string"),
     ],

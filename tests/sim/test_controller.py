@@ -10,7 +10,7 @@ import pytest
 from gpuspawner.sim.controller import get_or_none, worker
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.store import Store
-from gpuspawner.sim.workqueue import WorkQueue
+from gpuspawner.sim.work_queue import WorkQueue
 
 
 def test_get_or_none_reads_an_object_and_none_when_it_is_gone():

@@ -9,12 +9,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuspawner.sim import devices as dev
+from gpuspawner.sim import devices
 from gpuspawner.sim.cluster import SimCluster, default_cluster_file
 from gpuspawner.sim.dcgm import ActivityMeter, cpu_to_activity, parse_activity
-from gpuspawner.sim.gpuhw import model_name, node_gpus
+from gpuspawner.sim.gpu_hardware import model_name, node_gpus
 from gpuspawner.sim.loader import load_file
-from gpuspawner.sim.proctree import ProcStat, parse_stat, tree_cpu_seconds
+from gpuspawner.sim.process_tree import ProcStat, parse_stat, tree_cpu_seconds
 
 
 def default_node(name: str) -> dict:
@@ -23,7 +23,7 @@ def default_node(name: str) -> dict:
 
 def test_full_gpus_have_the_device_plugins_ids_as_uuids():
     gpus = node_gpus(default_node("gke-gpu-a100-pool-7f3c-0"))
-    assert [g.uuid for g in gpus] == [dev.device_id("gke-gpu-a100-pool-7f3c-0", "nvidia.com/gpu", i)
+    assert [g.uuid for g in gpus] == [devices.device_id("gke-gpu-a100-pool-7f3c-0", "nvidia.com/gpu", i)
                                       for i in range(4)]
     assert {g.model for g in gpus} == {"NVIDIA A100-SXM4-40GB"} and gpus[3].device == "nvidia3"
 
@@ -34,7 +34,7 @@ def test_mig_instances_are_spread_over_the_nodes_gpus_larger_profiles_first():
     assert [(i.gpu_instance_id, i.profile) for i in gpus[0].instances] == [
         (1, "3g.40gb"), (2, "2g.20gb"), (3, "1g.10gb"), (4, "1g.10gb")]
     all_ids = {i.uuid for g in gpus for i in g.instances}
-    assert dev.device_id("dgx-a100-01", "nvidia.com/mig-1g.10gb", 15) in all_ids and len(all_ids) == 32
+    assert devices.device_id("dgx-a100-01", "nvidia.com/mig-1g.10gb", 15) in all_ids and len(all_ids) == 32
 
 
 def test_time_sliced_replicas_are_aliases_of_their_gpu():
@@ -42,7 +42,7 @@ def test_time_sliced_replicas_are_aliases_of_their_gpu():
             "status": {"allocatable": {"nvidia.com/gpu.shared": "8"}}}
     gpus = node_gpus(node)
     assert len(gpus) == 2
-    assert gpus[1].aliases == tuple(dev.device_id("t4", "nvidia.com/gpu.shared", j) for j in range(4, 8))
+    assert gpus[1].aliases == tuple(devices.device_id("t4", "nvidia.com/gpu.shared", j) for j in range(4, 8))
 
 
 def test_amd_and_cpu_nodes_have_no_dcgm_gpus():

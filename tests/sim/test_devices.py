@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from gpuspawner.sim import devices as d
-from gpuspawner.sim.podresources import container_requests
+from gpuspawner.sim.devices import AMD_ENV, AllocationError, DeviceLedger, NVIDIA_ENV, device_env, device_id, is_device_resource, split_for_containers
+from gpuspawner.sim.pod_resources import container_requests
 
 
 @pytest.mark.parametrize("resource,pattern", [
@@ -17,12 +17,12 @@ from gpuspawner.sim.podresources import container_requests
     ("example.com/fpga", r"^fpga-[0-9a-f]{12}$"),
 ], ids=["gpu", "mig", "amd", "other"])
 def test_device_id_forms(resource, pattern):
-    assert re.match(pattern, d.device_id("node-a", resource, 0))
+    assert re.match(pattern, device_id("node-a", resource, 0))
 
 
 def test_ids_are_stable_and_distinct():
-    assert d.device_id("n", "nvidia.com/gpu", 1) == d.device_id("n", "nvidia.com/gpu", 1)
-    ids = {d.device_id(n, "nvidia.com/gpu", i) for n in ("a", "b") for i in range(8)}
+    assert device_id("n", "nvidia.com/gpu", 1) == device_id("n", "nvidia.com/gpu", 1)
+    ids = {device_id(n, "nvidia.com/gpu", i) for n in ("a", "b") for i in range(8)}
     assert len(ids) == 16
 
 
@@ -31,15 +31,15 @@ def test_ids_are_stable_and_distinct():
     ("hugepages-2Mi", False), ("kubernetes.io/something", False),
 ])
 def test_is_device_resource(resource, ok):
-    assert d.is_device_resource(resource) is ok
+    assert is_device_resource(resource) is ok
 
 
 def test_allocation_never_hands_a_device_twice():
-    led = d.DeviceLedger()
+    led = DeviceLedger()
     led.set_node("a", {"nvidia.com/gpu": 4, "cpu": 16})
     first = led.allocate("ns/p1", "a", {"nvidia.com/gpu": 3, "cpu": 1000})
     assert list(first) == ["nvidia.com/gpu"] and len(first["nvidia.com/gpu"]) == 3
-    with pytest.raises(d.AllocationError, match=r"Requested: 2, Available: 1, which is unexpected"):
+    with pytest.raises(AllocationError, match=r"Requested: 2, Available: 1, which is unexpected"):
         led.allocate("ns/p2", "a", {"nvidia.com/gpu": 2})
     # the failed request took nothing
     second = led.allocate("ns/p2", "a", {"nvidia.com/gpu": 1})
@@ -54,14 +54,14 @@ def test_allocation_never_hands_a_device_twice():
 
 
 def test_allocate_is_idempotent_per_pod():
-    led = d.DeviceLedger()
+    led = DeviceLedger()
     led.set_node("a", {"nvidia.com/gpu": 2})
     assert led.allocate("ns/p", "a", {"nvidia.com/gpu": 1}) == led.allocate("ns/p", "a", {"nvidia.com/gpu": 1})
     assert len(led.free("a", "nvidia.com/gpu")) == 1
 
 
 def test_resizing_a_node_keeps_owners():
-    led = d.DeviceLedger()
+    led = DeviceLedger()
     led.set_node("a", {"nvidia.com/gpu": 1})
     got = led.allocate("ns/p", "a", {"nvidia.com/gpu": 1})
     led.set_node("a", {"nvidia.com/gpu": 2})
@@ -70,13 +70,13 @@ def test_resizing_a_node_keeps_owners():
 
 
 def test_device_env():
-    led = d.DeviceLedger()
+    led = DeviceLedger()
     led.set_node("a", {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 2, "amd.com/gpu": 2})
     got = led.allocate("ns/p", "a", {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 1, "amd.com/gpu": 1})
-    env = d.device_env(got, led.node_devices("a"))
-    assert env[d.NVIDIA_ENV].split(",") == got["nvidia.com/gpu"] + got["nvidia.com/mig-1g.10gb"]
-    assert env[d.AMD_ENV] == "/dev/dri/renderD128"
-    assert d.device_env({}) == {}
+    env = device_env(got, led.node_devices("a"))
+    assert env[NVIDIA_ENV].split(",") == got["nvidia.com/gpu"] + got["nvidia.com/mig-1g.10gb"]
+    assert env[AMD_ENV] == "/dev/dri/renderD128"
+    assert device_env({}) == {}
 
 
 def test_split_for_containers():
@@ -91,7 +91,7 @@ def test_split_for_containers():
         ],
     }}
     ids = ["g0", "g1"]
-    out = d.split_for_containers(pod, {"nvidia.com/gpu": ids}, container_requests)
+    out = split_for_containers(pod, {"nvidia.com/gpu": ids}, container_requests)
     assert out["probe"] == {"nvidia.com/gpu": ["g0", "g1"]}  # reuses the pod's devices
     assert out["side"] == {"nvidia.com/gpu": ["g0"]}
     assert out["nb"] == {"nvidia.com/gpu": ["g1"]}  # disjoint from the running sidecar

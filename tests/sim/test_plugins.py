@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.sim import plugins as s
-from gpuspawner.sim.nodelifecycle import lifecycle_taints
-from gpuspawner.sim.podresources import QuantityError, parse_quantity, pod_requests, scheduler_units
+from gpuspawner.sim import plugins
+from gpuspawner.sim.node_lifecycle import lifecycle_taints
+from gpuspawner.sim.pod_resources import QuantityError, parse_quantity, pod_requests, scheduler_units
 
 
 def node(name, *, labels=None, taints=None, alloc=None, unschedulable=False, ready="True"):
@@ -100,7 +100,7 @@ def test_pod_requests(p, expected):
 ], ids=["equal", "empty-effect-matches-all", "value-differs", "exists", "empty-key-exists-all",
         "effect-differs", "gke-gpu", "empty-values"])
 def test_toleration(tol, taint, ok):
-    assert s.toleration_tolerates(tol, taint) is ok
+    assert plugins.toleration_tolerates(tol, taint) is ok
 
 
 GPU = {"nvidia.com/gpu": "4"}
@@ -151,26 +151,26 @@ A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/cuda.driv
         "selector-match", "selector-miss", "gt", "lt-miss", "terms-ored", "notin", "match-fields",
         "match-fields-miss", "empty-term", "no-gpu", "gpu-fits", "gpu-short", "too-many-pods", "filter-order"])
 def test_filter_node(n, p, reason):
-    st = s.filter_node(p, s.NodeInfo(n), pod_requests(p))
+    st = plugins.filter_node(p, plugins.NodeInfo(n), pod_requests(p))
     assert (st.reasons[0] if st else None) == reason
 
 
 def test_resources_account_for_running_pods():
-    info = s.NodeInfo(node("a", alloc={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}))
+    info = plugins.NodeInfo(node("a", alloc={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}))
     p = pod(requests={"cpu": "3", "memory": "5Gi"}, limits={"nvidia.com/gpu": 2})
     info.add_pod("x/y", pod_requests(p))
-    st = s.filter_node(p, info, pod_requests(p))
+    st = plugins.filter_node(p, info, pod_requests(p))
     assert st.reasons == ("Insufficient cpu", "Insufficient memory", "Insufficient nvidia.com/gpu")
     assert not st.unresolvable
     info.remove_pod("x/y", pod_requests(p))
-    assert s.filter_node(p, info, pod_requests(p)) is None
+    assert plugins.filter_node(p, info, pod_requests(p)) is None
 
 
 def _statuses(nodes, p):
     reqs = pod_requests(p)
     out = {}
     for n in nodes:
-        st = s.filter_node(p, s.NodeInfo(n), reqs)
+        st = plugins.filter_node(p, plugins.NodeInfo(n), reqs)
         if st:
             out[n["metadata"]["name"]] = st
     return out
@@ -206,24 +206,24 @@ SKU = [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]
 ], ids=["gpu-and-taints", "cordoned-and-not-ready", "bytewise-sort", "two-resources-one-node",
         "preemption-never", "no-nodes"])
 def test_fit_error_message(nodes, p, message):
-    assert s.fit_error_message(len(nodes), _statuses(nodes, p), p) == message
+    assert plugins.fit_error_message(len(nodes), _statuses(nodes, p), p) == message
 
 
 def test_histogram_sorts_bytewise_like_go():
-    statuses = {f"n{i}": s.Status("NodeResourcesFit", ("Insufficient cpu",), False) for i in range(10)}
-    statuses["t"] = s.Status("TaintToleration", ("node(s) had untolerated taint {a: b}",), True)
-    statuses["u"] = s.Status("TaintToleration", ("node(s) had untolerated taint {a: b}",), True)
-    msg = s.fit_error_message(12, statuses)
+    statuses = {f"n{i}": plugins.Status("NodeResourcesFit", ("Insufficient cpu",), False) for i in range(10)}
+    statuses["t"] = plugins.Status("TaintToleration", ("node(s) had untolerated taint {a: b}",), True)
+    statuses["u"] = plugins.Status("TaintToleration", ("node(s) had untolerated taint {a: b}",), True)
+    msg = plugins.fit_error_message(12, statuses)
     assert msg.startswith("0/12 nodes are available: 10 Insufficient cpu, 2 node(s) had untolerated taint {a: b}.")
     assert msg.endswith("preemption: 0/12 nodes are available: 10 No preemption victims found for incoming pod, "
                         "2 Preemption is not helpful for scheduling.")
 
 
 def test_newer_message_style_hides_taints():
-    style = s.MessageStyle(taint_details=False, dra_postfilter=True)
+    style = plugins.MessageStyle(taint_details=False, dra_postfilter=True)
     p = pod()
-    st = s.filter_node(p, s.NodeInfo(node("a", taints=SKU)), {}, style)
-    msg = s.fit_error_message(1, {"a": st}, p, style)
+    st = plugins.filter_node(p, plugins.NodeInfo(node("a", taints=SKU)), {}, style)
+    msg = plugins.fit_error_message(1, {"a": st}, p, style)
     assert msg == ("0/1 nodes are available: 1 node(s) had untolerated taint(s). no new claims to deallocate, "
                    "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
 
@@ -245,12 +245,12 @@ def test_lifecycle_taints(ready, unsched, taints, expected):
 
 
 def test_pick_node_least_allocated_then_name():
-    a, b, c = (s.NodeInfo(node(x)) for x in "abc")
+    a, b, c = (plugins.NodeInfo(node(x)) for x in "abc")
     b.add_pod("ns/busy", {"cpu": 8000, "memory": 2**30})
     p_reqs = {"cpu": 1000}
-    assert s.pick_node(p_reqs, [b, c, a]).name == "a"
-    assert s.pick_node(p_reqs, [b]).name == "b"
-    assert s.pick_node(p_reqs, []) is None
+    assert plugins.pick_node(p_reqs, [b, c, a]).name == "a"
+    assert plugins.pick_node(p_reqs, [b]).name == "b"
+    assert plugins.pick_node(p_reqs, []) is None
 
 
 def _pin(*terms):
@@ -271,11 +271,11 @@ def _pin(*terms):
      "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."),
 ], ids=["pinned", "terms-united", "pinned-to-missing-node", "conflict"])
 def test_node_affinity_prefilter(p, feasible, message):
-    infos = [s.NodeInfo(node(x)) for x in "abc"]
-    ok, statuses, pre = s.evaluate(p, infos, pod_requests(p))
+    infos = [plugins.NodeInfo(node(x)) for x in "abc"]
+    ok, statuses, pre = plugins.evaluate(p, infos, pod_requests(p))
     assert [i.name for i in ok] == feasible
     if message:
-        assert s.fit_error_message(3, statuses, p, prefilter_message=pre) == message
+        assert plugins.fit_error_message(3, statuses, p, prefilter_message=pre) == message
 
 
 # -- the plugins with PreFilter state: volumes, then DynamicResources (default_plugins.go) ----
@@ -289,7 +289,7 @@ class Later:
     def filter(self, node):
         self.asked.append(node["metadata"]["name"])
         if node["metadata"]["name"] in self.rejects:
-            return s.Status(self.plugin, (f"{self.plugin} says no",), True)
+            return plugins.Status(self.plugin, (f"{self.plugin} says no",), True)
         return None
 
 
@@ -299,7 +299,7 @@ CONFLICT = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "ope
 
 @pytest.mark.parametrize("affinity, volume_msg, dra_msg, want", [
     (CONFLICT, "pod has unbound immediate PersistentVolumeClaims", "resourceclaim in use",
-     s.ERR_AFFINITY_CONFLICT),
+     plugins.ERR_AFFINITY_CONFLICT),
     (None, "pod has unbound immediate PersistentVolumeClaims", "resourceclaim in use",
      "pod has unbound immediate PersistentVolumeClaims"),
     (None, None, "resourceclaim in use", "resourceclaim in use"),
@@ -307,7 +307,7 @@ CONFLICT = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "ope
 def test_prefilter_rejections_come_in_the_profile_order(affinity, volume_msg, dra_msg, want):
     p = pod(affinity=affinity)
     volumes, dra = Later("VolumeBinding", volume_msg), Later("DynamicResources", dra_msg)
-    ok, statuses, pre = s.evaluate(p, [s.NodeInfo(node(x)) for x in "ab"], pod_requests(p), s.MessageStyle(),
+    ok, statuses, pre = plugins.evaluate(p, [plugins.NodeInfo(node(x)) for x in "ab"], pod_requests(p), plugins.MessageStyle(),
                                    volumes, dra=dra)
     assert (ok, pre) == ([], want)
     assert all(st.unresolvable and not st.reasons for st in statuses.values())
@@ -316,13 +316,13 @@ def test_prefilter_rejections_come_in_the_profile_order(affinity, volume_msg, dr
 
 def test_filters_after_node_resources_fit_run_volumes_then_dynamic_resources():
     p = pod(requests={"nvidia.com/gpu": "1"})
-    infos = [s.NodeInfo(node("small")), *(s.NodeInfo(node(x, alloc={"nvidia.com/gpu": "1"})) for x in "abc")]
+    infos = [plugins.NodeInfo(node("small")), *(plugins.NodeInfo(node(x, alloc={"nvidia.com/gpu": "1"})) for x in "abc")]
     volumes, dra = Later("VolumeZone", rejects={"a"}), Later("DynamicResources", rejects={"a", "b"})
-    ok, statuses, pre = s.evaluate(p, infos, pod_requests(p), s.MessageStyle(), volumes, dra=dra)
+    ok, statuses, pre = plugins.evaluate(p, infos, pod_requests(p), plugins.MessageStyle(), volumes, dra=dra)
     assert [i.name for i in ok] == ["c"] and pre is None
     assert {n: st.plugin for n, st in statuses.items()} == {
         "small": "NodeResourcesFit", "a": "VolumeZone", "b": "DynamicResources"}
     # a node rejected earlier is not offered to the later plugins
     assert volumes.asked == ["a", "b", "c"] and dra.asked == ["b", "c"]
-    assert s.fit_error_message(4, statuses, p, prefilter_message=pre).startswith(
+    assert plugins.fit_error_message(4, statuses, p, prefilter_message=pre).startswith(
         "0/4 nodes are available: 1 DynamicResources says no, 1 Insufficient nvidia.com/gpu, 1 VolumeZone says no.")

@@ -12,9 +12,9 @@ import pytest
 from gpuspawner.sim.controller import MERGE
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.scheduler import Scheduler
-from gpuspawner.sim.storageapi import ANN_BIND_COMPLETED, ANN_SELECTED_NODE
+from gpuspawner.sim.storage_api import ANN_BIND_COMPLETED, ANN_SELECTED_NODE
 from gpuspawner.sim.store import Store
-from tests.builders import sim as sv
+from tests.builders import sim
 from tests.builders.dra import claim as dra_claim, device_classes, dra_node, gpu_slice
 from tests.builders.sim import storage_class
 
@@ -179,7 +179,7 @@ def dra_world(store):
     for c in device_classes().values():
         store.create("deviceclasses", c)
     store.create("storageclasses", storage_class("slow", provisioner="example.com/nobody"))
-    store.create("persistentvolumeclaims", sv.claim("home-a", storage_class_name="slow"), namespace="default")
+    store.create("persistentvolumeclaims", sim.claim("home-a", storage_class_name="slow"), namespace="default")
     for name in ("ca", "cb"):
         store.create("resourceclaims", dra_claim(name), namespace="default")
 

@@ -10,8 +10,8 @@ import kubernetes_validate
 import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import class_record, dra_node, slice_record
-from gpuspawner.capacity.draledger import DraLedger
+from gpuspawner.capacity.dra_objects import class_record, dra_node, slice_record
+from gpuspawner.capacity.dra_ledger import DraLedger
 from gpuspawner.cuda import decide
 from gpuspawner.cuda.image import image_cuda
 from gpuspawner.spawn import dra
@@ -195,11 +195,11 @@ def test_unused_templates():
 
 
 # --- the selectors evaluated as the scheduler's allocator evaluates them (the simulated cluster's
-# DRA CEL environment: cel-python with Kubernetes' semver library, gpuspawner/sim/dra/celenv.py)
+# DRA CEL environment: cel-python with Kubernetes' semver library, gpuspawner/sim/dra/cel_environment.py)
 
 
 def selects(expressions, device):
-    from gpuspawner.sim.dra.celenv import compile_expression, device_variable
+    from gpuspawner.sim.dra.cel_environment import compile_expression, device_variable
 
     return all(compile_expression(e).matches(device_variable("gpu.nvidia.com", device)) for e in expressions)
 

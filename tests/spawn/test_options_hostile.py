@@ -1,4 +1,4 @@
-"""What a hostile tester sent as user options (issue #7, section 5), refused with a 400 that says why.
+"""What a hostile tester sent as user options, refused with a 400 that says why.
 
 Pure: ``gpuspawner.spawn.options`` against offers built from a fixed snapshot.
 """

@@ -1,5 +1,5 @@
 """A GPU pod admitted on counts that had room, which the scheduler turns away with ``Insufficient``
-GPUs: when it truly cannot fit soon (issue #7, section 5).  Pure: ``spawn.pending``."""
+GPUs: when it truly cannot fit soon.  Pure: ``spawn.pending``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Query-string spawns (``/hub/spawn/<user>?profile=gpu&gpu_pool=...&gpus=2``): the REST names and the
-form's are read, nothing is dropped silently (issue #7, section 5).  Pure: ``spawn.options``."""
+form's are read, nothing is dropped silently.  Pure: ``spawn.options``."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import pytest
 
 from jupyterhub.spawner import SpawnException
 
-from gpuspawner.hub import queue as queue_glue
+from gpuspawner.hub.queue import apply_selection, check_pod, current_message
 from gpuspawner.queue.kube import KueueView
 from gpuspawner.queue.pools import full_card_text, pool_queue
 from gpuspawner.queue.rules import parse_rules, pod_labels
@@ -126,7 +126,7 @@ def hub_spawner(name: str, view: KueueView):
                                                                    "priority_class": "low"}])
     spawner.kueue_view = lambda: view
     spawner._queue_base_timeout = spawner.start_timeout
-    queue_glue.apply_selection(spawner, "gpu", "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu", "nvidia.com/gpu")
+    apply_selection(spawner, "gpu", "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu", "nvidia.com/gpu")
     assert spawner.extra_labels == pod_labels(RULES[0])
     return spawner
 
@@ -151,8 +151,8 @@ async def test_queue_fill_wait_admit_preempt_and_never(no_kube_client, kueue, vi
     assert state.message == "Queued in gpu-a100: position 1 of 1 (priority low)"
     # what carol's progress page says, from her real pod and Workload
     carol = hub_spawner("carol", view)
-    queue_glue.check_pod(carol, pod(kueue, "carol"))
-    assert queue_glue.current_message(carol) == "Queued in gpu-a100: position 1 of 1 (priority low)"
+    check_pod(carol, pod(kueue, "carol"))
+    assert current_message(carol) == "Queued in gpu-a100: position 1 of 1 (priority low)"
     queue = pool_queue(RULES, "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu", view.queue_counts)
     assert queue == {"name": QUEUE, "pending": 1, "admitted": 2}
     assert full_card_text(queue["pending"]) == "Full — 1 waiting; you would be 2nd"
@@ -163,8 +163,8 @@ async def test_queue_fill_wait_admit_preempt_and_never(no_kube_client, kueue, vi
     await until(lambda: not gated(pod(kueue, "carol")), what="carol admitted after alice stopped")
     print(f"\nfrom a freed GPU to the next server's admission: {time.monotonic() - stopped:.1f}s")
     await until(lambda: view.state_of(uids["carol"], QUEUE).kind == "admitted", what="carol's Workload admitted")
-    queue_glue.check_pod(carol, pod(kueue, "carol"))
-    assert queue_glue.current_message(carol) == "Admitted: quota reserved in flavor a100"
+    check_pod(carol, pod(kueue, "carol"))
+    assert current_message(carol) == "Admitted: quota reserved in flavor a100"
     assert carol._gpu_queued.admitted_at is not None  # start_timeout counts from here
     # and alice's Workload went with her pod
     await until(lambda: view.state_of(uids["alice"], QUEUE) is None, what="alice's Workload gone")
@@ -200,7 +200,7 @@ async def test_queue_fill_wait_admit_preempt_and_never(no_kube_client, kueue, vi
     assert gated(pod(kueue, "erin"))
     erin = hub_spawner("erin", view)
     with pytest.raises(SpawnException) as e:  # the spawn ends at once, with the words the user reads
-        queue_glue.check_pod(erin, pod(kueue, "erin"))
+        check_pod(erin, pod(kueue, "erin"))
     assert e.value.jupyterhub_message == state.message
 
 

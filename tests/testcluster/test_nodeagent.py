@@ -9,7 +9,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from gpuspawner.sim.podresources import parse_quantity
+from gpuspawner.sim.pod_resources import parse_quantity
 from testcluster.nodeagent import NodeAgent
 from testcluster.nodeagent.client import KNOWN, ssl_context
 from tests.builders import GFD_A100_40GB, node

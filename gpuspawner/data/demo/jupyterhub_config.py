@@ -1,10 +1,8 @@
-# The demo's jupyterhub_config.py, run by `gpuspawner demo` (which sets the GPUSPAWNER_DEMO_*
-# variables, starts the simulated cluster and points KUBECONFIG at it).
-#
-# It loads jupyterhub_config.d/gpuspawner.py, the snippet an admin drops into a real hub, and then
-# adds what a site would: an authenticator, profiles, and a pool the autoscaler can create.
-# Read without the demo's variables (`gpuspawner doctor --config` on this file, while the demo runs
-# or not), it gives the same GPU settings, with JupyterHub's default ports and the current directory.
+"""The demo's ``jupyterhub_config.py``, run by ``gpuspawner demo`` (which sets the GPUSPAWNER_DEMO_*
+variables, starts the simulated cluster and points KUBECONFIG at it): the snippet an admin drops
+into a real hub, then what a site adds (an authenticator, profiles, a pool the autoscaler can create).
+"""
+
 import os
 
 import gpuspawner

@@ -1,21 +1,5 @@
 """Doctor's checks, one module per topic, and :func:`run_checks`, which runs them all.
-
-* ``nodes``: GPU nodes without allocatable GPUs, not Ready, cordoned; no GPU node at all;
-* ``gfd``: missing or deprecated GPU Feature Discovery labels;
-* ``taints``: taints on GPU nodes no GPU server tolerates;
-* ``images``: profile images whose CUDA fits no (or not every) node's driver;
-* ``warmth``: pools where an image of their profiles is on no node and pre-pulling is off;
-* ``pending``: pods stuck Pending on GPUs;
-* ``rbac``: access the hub lacks;
-* ``cull``: GPU nodes whose GPU activity the culler cannot see (only when culling is configured);
-* ``kueue``: the Kueue LocalQueues, ClusterQueues, flavors and visibility API of queued pools;
-* ``dra``: Dynamic Resource Allocation: DeviceClasses, ResourceSlices, ResourceClaims, GPUs
-  published by both paths, the hub's DRA rights (and the device-plugin findings DRA explains).
-
-Every check is pure: plain Node and Pod dicts (as the API server sends them), the hub's facts
-(``doctor.facts``), its access rights (``doctor.rbac``) and the DRA objects (``doctor.dra``) in, :class:`~gpuspawner.doctor.findings.Finding`
-objects out.  GPU facts are read with the capacity layer's readers, taints and tolerations with
-the spawn layer's rules, so doctor judges a cluster exactly as the spawner will.
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -35,7 +19,7 @@ from gpuspawner.doctor.checks.rbac import check_rbac
 from gpuspawner.doctor.checks.scaleup import check_scale_up
 from gpuspawner.doctor.checks.taints import check_taints
 from gpuspawner.doctor.checks.warmth import check_image_warmth
-from gpuspawner.doctor.dra import DraState
+from gpuspawner.doctor.dra_state import DraState
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.kueue import KueueState
 from gpuspawner.doctor.findings import Finding, ObjectRef, by_severity

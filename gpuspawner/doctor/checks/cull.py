@@ -1,17 +1,5 @@
 """GPU nodes whose GPU activity the culler cannot see: finding ``cull-no-gpu-metrics``.  Pure.
-
-``gpuspawner cull`` keeps every GPU server whose GPUs report no activity (docs/culling.md:
-missing metrics never count as idle), so on such a node nothing is ever culled.  Asked only when
-culling is configured (``gpuspawner doctor --cull`` or ``--prometheus-url``), from the two views
-of ``cull.coverage``:
-
-* the cluster: an NVIDIA GPU node without a Running, Ready DCGM exporter pod
-  (``app=nvidia-dcgm-exporter``, the GPU Operator's label);
-* Prometheus (with ``--prometheus-url``): an NVIDIA GPU node that no activity series names
-  (the labels of ``count by (Hostname) (...)``; the exporter runs but is not scraped).
-
-One finding per node: a node without an exporter is reported for that only (its series are
-missing for the same reason).
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,5 @@
 """Doctor's DRA checks: what keeps GPUs handed out through ResourceClaims from reaching notebooks.
-
-Pure: takes the DRA objects ``gather`` read (``doctor.dra.DraState``: DeviceClasses,
-ResourceSlices, ResourceClaims as plain dicts), the nodes and the hub's access rights to them,
-and returns findings.  Devices, classes and pools are read with the capacity layer's own readers
-and ledger (``capacity.dra``, ``capacity.draledger``), so doctor judges a cluster as the hub counts it.
-
-Findings (docs/troubleshooting.md):
-
-* ``dra-no-deviceclass`` (error): a GPU driver publishes devices that no DeviceClass gpuspawner
-  can read takes, so no claim can name them and the hub offers no pool for them;
-* ``dra-gpus-published-twice`` (error): a node publishes GPUs through a device plugin (an
-  extended resource in ``status.allocatable``) and through ResourceSlices: both hand out the
-  same GPUs, and the hub counts that node's device-plugin GPUs only;
-* ``dra-slices-incomplete`` (warning): a resource pool whose newest generation lacks some of its
-  ``resourceSliceCount`` slices (a driver stuck updating it): its devices are not counted;
-* ``dra-claim-unallocated`` (warning): a ResourceClaim without an allocation for longer than
-  ``--pending-after`` (its pod cannot be scheduled);
-* ``dra-rbac-missing`` (warning): the hub may not read the DRA objects (no DRA pools, the
-  device-plugin path unaffected) or manage ResourceClaimTemplates in its namespace (no DRA spawns).
-
-It also corrects two device-plugin findings for DRA nodes (:func:`reconcile`): a node whose GPUs
-are published by a DRA driver is no "GPU node without allocatable GPUs", and a cluster with DRA
-GPUs has GPU nodes.  ``run_checks`` runs both.
+Design notes: docs/dra.md.
 """
 
 from __future__ import annotations
@@ -31,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import choose_class, class_record, dra_node, slice_record
-from gpuspawner.capacity.draledger import DraLedger
-from gpuspawner.doctor.dra import DRA_GROUP, DraState
+from gpuspawner.capacity.dra_objects import choose_class, class_record, dra_node, slice_record
+from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.doctor.dra_state import DRA_GROUP, DraState
 from gpuspawner.doctor.findings import Finding, ObjectRef
-from gpuspawner.kube.apierrors import (
+from gpuspawner.kube.api_errors import (
     CLUSTER_ROLE_NAME,
     DRA_CLUSTER_ROLE_RULES,
     DRA_ROLE_NAME,

@@ -1,9 +1,5 @@
-"""GPU Feature Discovery labels (ref §4.1): findings ``gfd-labels-missing`` (per node group)
-and ``gfd-labels-deprecated``.  Pure.
-
-Without ``nvidia.com/gpu.product`` pools are named "unknown" and cannot be told apart; without
-the driver labels the CUDA check cannot run and steering by driver is impossible
-(``capacity.labels`` reads them for the spawner; this check reads them the same way).
+"""GPU Feature Discovery labels: findings ``gfd-labels-missing`` (per node group)
+and ``gfd-labels-deprecated``.  Pure.  Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """Images whose CUDA does not fit the GPU nodes' drivers: findings ``image-driver-mismatch``,
-``image-driver-partial`` and ``cuda-check-error``.  Pure.
-
-Each declared image of each GPU profile is judged on the nodes of the pools the profile admits,
-by the hub's own ``cuda_check`` and ``cuda_policy`` (default ``cuda.rules.decide``, reference
-§2), on the node view the spawner builds (``spawn.cudafit.node_cuda``), called as the spawner
-calls it (``cuda.custom.safe_verdict``).
+``image-driver-partial`` and ``cuda-check-error``.  Pure.  Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from gpuspawner.capacity.labels import driver_versions, gpu_facts, node_record
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.cuda.custom import safe_verdict
 from gpuspawner.cuda.image import ImageCuda
-from gpuspawner.cuda.rules import POLICIES, NodeCuda, Verdict
+from gpuspawner.cuda.compatibility import POLICIES, NodeCuda, Verdict
 from gpuspawner.cuda.table import min_driver_for_cuda
 from gpuspawner.doctor.facts import HubFacts, ProfileImage
 from gpuspawner.doctor.findings import Finding, ObjectRef, names, node_ref, plural

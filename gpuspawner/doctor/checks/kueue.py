@@ -1,10 +1,5 @@
 """Kueue for the hub's queued pools (``c.GPUSpawner.gpu_kueue_queues``): findings ``kueue-*``.  Pure.
-
-A rule's LocalQueue must exist in the servers' namespace and point at a ClusterQueue that admits
-(not missing, stopped or inactive); a GPU flavor of that ClusterQueue must name nodes of a GPU pool
-(its ``nodeLabels`` on some GPU node), and its GPU quota (nominal plus borrowing) must not exceed
-what those nodes hold; the visibility API must be served, or users see no place in line; and Kueue's pod webhook must gate
-a queued pod (doctor creates one with ``dryRun=All``).
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """GPU nodes: does a node have GPUs, does its device plugin advertise them, is it Ready and
 schedulable?  Findings ``gpu-node-no-allocatable``, ``gpu-node-not-ready``,
-``gpu-node-cordoned`` and ``no-gpu-nodes``.  Pure.
-
-Label names and their sources are in the project's reference notes on CUDA
-compatibility and GPU labels ("ref §x.y"; primary sources: NVIDIA/k8s-device-plugin
-``docs/gpu-feature-discovery/README.md``, ROCm/k8s-device-plugin, the GKE/EKS/AKS GPU guides).
+``gpu-node-cordoned`` and ``no-gpu-nodes``.  Pure.  Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -42,18 +38,18 @@ def _is_cordoned(node: Mapping[str, Any]) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# is it a GPU node?  (ref §4.1-§4.3)
+# is it a GPU node?  (GFD, NFD and the cloud providers' GPU labels)
 
 #: Labels that say a node has GPUs even when no device plugin advertises them:
 #: NFD's PCI vendor labels (10de NVIDIA, 1002 AMD), the GPU Operator's
 #: ``nvidia.com/gpu.present`` (set from the NFD label), the clouds' accelerator
 #: labels (GKE, AKS).  (label, expected value or None for "any non-empty", vendor)
 _HARDWARE_LABELS: tuple[tuple[str, str | None, str], ...] = (
-    ("feature.node.kubernetes.io/pci-10de.present", "true", "nvidia"),  # ref §4.1 / §4.3 (NFD)
-    ("nvidia.com/gpu.present", "true", "nvidia"),  # ref §4.1 (GPU Operator state_manager.go)
-    ("cloud.google.com/gke-accelerator", None, "nvidia"),  # ref §4.3 (GKE)
-    ("kubernetes.azure.com/accelerator", "nvidia", "nvidia"),  # ref §4.3 (AKS)
-    ("feature.node.kubernetes.io/pci-1002.present", "true", "amd"),  # ref §4.3 (NFD, AMD vendor 1002)
+    ("feature.node.kubernetes.io/pci-10de.present", "true", "nvidia"),  # NFD's PCI vendor label (NVIDIA: 10de)
+    ("nvidia.com/gpu.present", "true", "nvidia"),  # NVIDIA/gpu-operator controllers/state_manager.go
+    ("cloud.google.com/gke-accelerator", None, "nvidia"),  # cloud.google.com/kubernetes-engine/docs/how-to/gpus
+    ("kubernetes.azure.com/accelerator", "nvidia", "nvidia"),  # learn.microsoft.com/azure/aks/use-labels
+    ("feature.node.kubernetes.io/pci-1002.present", "true", "amd"),  # NFD's PCI vendor label (AMD: 1002)
 )
 
 
@@ -84,7 +80,7 @@ def gpu_evidence(node: Mapping[str, Any], config: CapacityConfig) -> GpuEvidence
         if isinstance(value, str) and value and (want is None or value.lower() == want):
             found.append(f"{key}={value}")
             vendor = vendor or who
-    # GFD's count of full GPUs (ref §4.1): written from NVML, so the GPUs are there
+    # GFD's count of full GPUs: written from NVML, so the GPUs are there
     if _count(labels.get("nvidia.com/gpu.count")) > 0:
         found.append(f"nvidia.com/gpu.count={labels['nvidia.com/gpu.count']}")
         vendor = vendor or "nvidia"
@@ -117,7 +113,7 @@ def _device_plugin_fix(node: Mapping[str, Any], ev: GpuEvidence) -> str:
         )
     deploy = labels.get("nvidia.com/gpu.deploy.device-plugin")
     if deploy is not None and deploy != "true":
-        # GPU Operator: state_manager.go deploys an operand only where its deploy label is "true" (ref §4.1)
+        # GPU Operator: state_manager.go deploys an operand only where its deploy label is "true"
         return (
             f"The GPU Operator does not deploy the device plugin on {name} "
             f"(nvidia.com/gpu.deploy.device-plugin={deploy}): "

@@ -1,8 +1,5 @@
 """Pods stuck Pending on GPUs: finding ``pod-pending-on-gpu``, with a fix that follows the
-scheduler's own words.  Pure.
-
-The scheduler's verdict is the ``PodScheduled=False`` condition; its message is read with the
-spawner's parser (``spawn.schedmsg``), so doctor and the spawn page sort a stuck pod alike.
+scheduler's own words.  Pure.  Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -11,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.noderes import request_words
-from gpuspawner.capacity.podres import pod_base, pod_usage
+from gpuspawner.capacity.node_resources import request_words
+from gpuspawner.capacity.pod_requests import pod_base, pod_usage
 from gpuspawner.doctor.findings import Finding, ObjectRef
 from gpuspawner.kube import objects
 from gpuspawner.kube.times import format_duration

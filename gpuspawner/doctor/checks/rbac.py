@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpuspawner.doctor.findings import Finding, ObjectRef
 from gpuspawner.doctor.rbac import RbacCheck, RbacFacts
-from gpuspawner.kube.apierrors import CLUSTER_ROLE_NAME, rules_text
+from gpuspawner.kube.api_errors import CLUSTER_ROLE_NAME, rules_text
 
 __all__ = ["check_rbac"]
 

@@ -1,10 +1,5 @@
 """Taints on GPU nodes that no GPU server tolerates: finding ``untolerated-gpu-taint``.  Pure.
-
-A server gets the tolerations the spawn layer decides (``spawn.overrides.pool_tolerations``:
-the admin's own, plus one per pool taint whose key ``gpu_tolerated_taint_keys`` allows), and a
-taint keeps it off a node unless one of them tolerates it (``spawn.taints.tolerates``,
-Kubernetes' rule).  Doctor asks exactly that of every hard taint of every GPU node, with the
-hub's settings (``facts.HubFacts``).
+Design notes: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

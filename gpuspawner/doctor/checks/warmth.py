@@ -11,12 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import class_record, dra_node, slice_record
-from gpuspawner.capacity.draledger import DraLedger
+from gpuspawner.capacity.dra_objects import class_record, dra_node, slice_record
+from gpuspawner.capacity.dra_ledger import DraLedger
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.nodeimages import node_images, normalize_image
 from gpuspawner.doctor.checks.images import fits_some_node, fits_some_pool_node
-from gpuspawner.doctor.dra import DraState
+from gpuspawner.doctor.dra_state import DraState
 from gpuspawner.doctor.facts import HubFacts, ProfileImage
 from gpuspawner.doctor.findings import Finding, ObjectRef, plural
 

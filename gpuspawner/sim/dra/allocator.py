@@ -1,23 +1,5 @@
 """The structured-parameters allocator: devices for a pod's claims on one node.  Pure.
-
-A transcription of the rules of ``structured/internal/stable/allocator_stable.go`` (Kubernetes 1.34+):
-
-* claims one after the other, each claim's requests in order, each request's devices one by one;
-  a candidate is the next device, in pool order, that is not allocated (to another claim, or
-  earlier in this search), matches the DeviceClass's selectors and then the request's own, and
-  keeps the claim's ``matchAttribute`` constraints; the search backtracks and takes the first full
-  solution (no scoring);
-* ``allocationMode: All`` takes every matching device of the node's pools (at least one), and
-  fails with an error while a pool is incomplete or invalid; ``ExactCount`` skips such pools;
-* ``firstAvailable`` tries the subrequests in order; results then name ``request/subrequest``;
-* a CEL error aborts allocation with ``class X: selector #i on device D: CEL runtime error: ...``
-  (or ``claim ns/name: ...``), as does a missing DeviceClass;
-* the result: ``devices.results`` (request, driver, pool, device), ``devices.config`` (the
-  classes' config, then the claim's), and ``nodeSelector`` (``metadata.name`` of the node when
-  a device is node-local).
-
-Not modelled: admin access, device taints and tolerations, partitionable devices (counters),
-binding conditions, consumable capacity, the 32-results limit's early backtracking.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -66,7 +48,7 @@ class SelectorCache:
 
     def matches(self, expression: str, rs: Mapping[str, Any], index: int) -> tuple[bool, str | None]:
         """(match, error); the error is the CEL compile or runtime message."""
-        from . import celenv  # cel-python loads with the first selector
+        from . import cel_environment  # cel-python loads with the first selector
 
         meta = rs.get("metadata") or {}
         dev_key = (meta.get("uid"), meta.get("resourceVersion"), index, id(rs) if not meta.get("uid") else 0)
@@ -78,19 +60,19 @@ class SelectorCache:
             self._results.clear()
             self._vars.clear()
         try:
-            program = celenv.compile_expression(expression)
-        except celenv.CelCompileError as e:
+            program = cel_environment.compile_expression(expression)
+        except cel_environment.CelCompileError as e:
             out: tuple[bool, str | None] = (False, f"CEL compile error: {e}")
         else:
             try:
                 var = self._vars.get(dev_key)
                 if var is None:
                     device = ((rs.get("spec") or {}).get("devices") or [])[index]
-                    var = self._vars[dev_key] = celenv.device_variable((rs.get("spec") or {}).get("driver", ""),
+                    var = self._vars[dev_key] = cel_environment.device_variable((rs.get("spec") or {}).get("driver", ""),
                                                                       device)
                 self.evaluations += 1
                 out = (program.matches(var), None)
-            except celenv.CelRuntimeError as e:
+            except cel_environment.CelRuntimeError as e:
                 out = (False, f"CEL runtime error: {e}")
         self._results[key] = out
         return out

@@ -1,14 +1,5 @@
 """``resource.k8s.io/v1`` objects: names, defaulting and validation, as the API server applies them.  Pure.
-
-Sources: ``staging/src/k8s.io/api/resource/v1/types.go`` (fields, limits), ``pkg/apis/resource/v1/defaults.go``
-(``allocationMode: ExactCount`` and ``count: 1``), ``pkg/apis/resource/validation/validation.go`` (the
-checks and their words) and the registry strategies (``pkg/registry/resource/*/strategy.go``: a claim's
-and a template's spec cannot change, a new claim's status is dropped, status updates change status
-only).  Modelled: the checks clients trip over (required fields, names, counts, modes, CEL selectors
-that do not compile, duplicates, one node selection field per slice, attribute values, versions,
-reservations without an allocation, an allocation rewritten); not modelled: admin access, device
-taints, counters (partitionable devices), binding conditions, consumable capacity, size limits
-beyond devices per slice and requests per claim.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -17,9 +8,9 @@ import json
 import re
 from typing import Any, Callable, Iterable, Mapping
 
-from ..podresources import QuantityError, parse_quantity
+from ..pod_resources import QuantityError, parse_quantity
 from ..selectors import validate_qualified_name
-from . import semver as sv
+from .semver import SemverError, parse
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"
@@ -132,11 +123,11 @@ def validate_selectors(selectors: Any, path: str) -> list[Cause]:
         if len(expr) > CEL_EXPRESSION_MAX_LENGTH:
             return [("FieldValueTooLong", f"{p}.cel.expression",
                      f"Too long: may not be more than {CEL_EXPRESSION_MAX_LENGTH} bytes")]
-        from . import celenv  # cel-python loads only when a selector is checked
+        from . import cel_environment  # cel-python loads only when a selector is checked
 
         try:
-            celenv.compile_expression(expr)
-        except celenv.CelCompileError as e:
+            cel_environment.compile_expression(expr)
+        except cel_environment.CelCompileError as e:
             return [invalid(f"{p}.cel.expression", expr, str(e))]
         return []
     return _set(selectors, 32, path, lambda s: None, one)
@@ -361,9 +352,9 @@ def _attribute(name: str, value: Any, path: str) -> list[Cause]:
         return [("FieldValueTooLong", f"{path}.{kind}", "Too long: may not be more than 64 bytes")]
     if kind == "version":
         try:
-            if str(sv.parse(v)) != v:
-                raise sv.SemverError("not minimal")
-        except sv.SemverError:
+            if str(parse(v)) != v:
+                raise SemverError("not minimal")
+        except SemverError:
             return [invalid(f"{path}.version", v, "must be a string compatible with semver.org spec 2.0.0")]
     return []
 

@@ -1,25 +1,5 @@
 """ResourceSlices and DeviceClasses as NVIDIA's GPU DRA driver publishes them.  Pure.
-
-``kubernetes-sigs/dra-driver-nvidia-gpu`` (formerly ``NVIDIA/k8s-dra-driver-gpu``), driver
-``gpu.nvidia.com``: one pool per node (pool name = node name, ``nodeName`` set), full GPUs named
-``gpu-<minor>`` and MIG devices ``gpu-<minor>-mig-<giProfileId>-<placementStart>-<placementSize>``
-(``MigDeviceInfo.CanonicalName``), with attributes ``type`` (``gpu``/``mig``), ``uuid``,
-``productName``, ``brand``, ``architecture``, ``cudaComputeCapability``, ``driverVersion``,
-``cudaDriverVersion`` (versions), ``index``, ``minor``; MIG devices add ``profile`` and
-``parentUUID``; capacity ``memory`` (and for MIG ``multiprocessors``, ``copyEngines``).  The
-DeviceClasses ``gpu.nvidia.com`` and ``mig.nvidia.com`` select ``type`` ``gpu`` and ``mig``.
-
-:func:`node_slice` builds a node's slice from a small spec, for cluster files and tests::
-
-    node_slice("dgx-1", {"product": "NVIDIA A100-SXM4-80GB", "count": 2, "memory": "80Gi",
-                         "architecture": "Ampere", "computeCapability": "8.0",
-                         "driverVersion": "570.172.08", "cudaDriverVersion": "12.8",
-                         "mig": {"1": [{"profile": "1g.10gb", "count": 7}]}})
-
-(``mig`` maps a GPU index to the MIG devices carved from it; such a GPU is not published whole,
-as the driver publishes only the MIG devices of a GPU in MIG mode.)  UUIDs are stable per node and
-index (uuid5), as for the device-plugin path.  Versions are written as semver (``12.8`` ->
-``12.8.0``), as the driver does.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,5 @@
 """The scheduler's DynamicResources plugin (``pkg/scheduler/framework/plugins/dynamicresources``).
-
-The plugin keeps informer caches of ResourceClaims, ResourceSlices and DeviceClasses and answers
-the scheduler at each extension point, in the real plugin's words:
-
-* **PreEnqueue**: a pod whose claims do not exist yet (``pod "ns/name": ResourceClaim not created
-  yet``), or a claim being deleted, waits without a scheduling attempt;
-* **PreFilter**: ``resourceclaim in use`` (allocated, reserved for another pod, not shareable),
-  ``request R: device class C does not exist``; claims already allocated pin their node;
-* **Filter** (after NodeResourcesFit): ``resourceclaim not available on the node`` or ``cannot
-  allocate all claims`` (both UnschedulableAndUnresolvable); an allocator error (a CEL error, a
-  class that vanished) aborts the attempt as a scheduler error;
-* **PostFilter**: an allocated claim that fits no node and is used by no other pod is deallocated
-  (``deallocation of ResourceClaim completed``), else ``still not schedulable``;
-* **Reserve**: the devices chosen for the node count as allocated at once (the pending
-  allocations, ``SignalClaimPendingAllocation``), so the next cycle never hands out a device twice
-  while the binding cycle waits (for the pod's volumes); **Unreserve** drops them;
-* **PreBind**: the finalizer ``resource.kubernetes.io/delete-protection``, ``status.allocation``
-  and ``status.reservedFor``, written before the pod is bound (after VolumeBinding's PreBind, the
-  profile's order); the plugin assumes its own writes at once (the assume cache).
-
-Extended resources backed by DRA (KEP-5004, ``DeviceClass.spec.extendedResourceName`` or the
-implicit ``deviceclass.resource.kubernetes.io/<class>``): on a node whose allocatable lacks the
-resource, the pod's request becomes one request ``container-<i>-request-<j>`` of a special claim
-(``<pod>-extended-resources-``, annotation ``resource.kubernetes.io/extended-resource-claim``,
-owned by the pod) created at PreBind, and ``status.extendedResourceClaimStatus`` maps containers to
-its requests; on a node with the resource in allocatable the device plugin serves it.  A device is
-never handed out through both paths.
-
-Not modelled: PodSchedulingContext, binding conditions, device taints, admin access, the filter
-timeout, scoring.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -40,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from ..controller import MERGE, informer, pod_key
 from ..plugins import Status
-from ..podresources import container_requests, pod_requests
+from ..pod_resources import container_requests, pod_requests
 from . import api
 from .allocator import AllocationError, SelectorCache, allocate, allocated_devices
 from .pools import node_selector_matches

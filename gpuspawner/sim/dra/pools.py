@@ -1,12 +1,4 @@
-"""The resource pools a node can draw devices from.  Pure.
-
-``structured/internal/stable/pools_stable.go`` (``GatherPools``): a slice is for a node when its
-``nodeName`` is the node, ``allNodes`` is true, its ``nodeSelector`` matches the node, or it uses
-``perDeviceNodeSelection`` (then each device says).  Slices group into pools by (driver, pool name);
-only the slices of a pool's newest ``generation`` count.  A pool is *incomplete* while fewer than
-``resourceSliceCount`` slices of that generation exist (devices are not taken from it), and
-*invalid* when two of its slices publish the same device name.
-"""
+"""The resource pools a node can draw devices from.  Pure.  Design notes: docs/simulated-cluster.md."""
 
 from __future__ import annotations
 

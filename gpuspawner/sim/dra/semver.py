@@ -1,11 +1,5 @@
 """Semantic versions as DRA's CEL ``semver()`` and ResourceSlice ``version`` attributes read them.  Pure.
-
-Kubernetes parses both with ``github.com/blang/semver/v4`` (``semver.Parse``, strict semver.org 2.0.0:
-``MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]``, no leading zeros) and compares with ``Version.Compare``
-(precedence: numbers, then a version without prerelease above one with it, then prerelease
-identifiers one by one, numeric below alphanumeric; build metadata ignored).  The Kubernetes CEL
-library's tolerant form (``semver(s, true)``, ``k8s.io/apiserver/pkg/cel/library/semverlib.go``)
-drops a leading ``v`` and fills a missing minor or patch with ``0``.  The error texts are blang's.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
 """A container's environment and the downward API's values, as the kubelet computes them.  Pure.
-
-Sources: ``pkg/kubelet/kubelet_pods.go`` (``makeEnvironmentVariables``: ``envFrom`` then ``env``,
-``$(VAR)`` expansion against what came before, ``valueFrom``), ``podFieldSelectorRuntimeValue``
-and ``k8s.io/kubernetes/pkg/fieldpath`` (field values, ``FormatMap``),
-``pkg/api/v1/resource/helpers.go`` (``ExtractContainerResourceValue``: limits default to the node's
-allocatable), ``third_party/forked/golang/expansion`` (``$(VAR)``, ``$$``).
-
-Not modelled: the service links (``FOO_SERVICE_HOST`` for each Service of the namespace).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -15,7 +8,7 @@ import math
 import re
 from typing import Any, Callable, Mapping
 
-from .. import podresources as rules
+from .. import pod_resources
 
 __all__ = ["ConfigError", "expand", "field_value", "resource_value", "container_env", "go_quote", "Lookup"]
 
@@ -98,10 +91,10 @@ def resource_value(container: Mapping[str, Any], ref: Mapping[str, Any],
     raw = ((container.get("resources") or {}).get(kind) or {}).get(name)
     if raw is None and kind == "limits":
         raw = node_allocatable.get(name)
-    value = rules.parse_quantity(raw if raw is not None else "0")
-    divisor = rules.parse_quantity(ref.get("divisor") or "1")
+    value = pod_resources.parse_quantity(raw if raw is not None else "0")
+    divisor = pod_resources.parse_quantity(ref.get("divisor") or "1")
     if divisor == 0:
-        divisor = rules.parse_quantity("1")
+        divisor = pod_resources.parse_quantity("1")
     return str(math.ceil(value / divisor))
 
 

@@ -1,14 +1,5 @@
 """The kubelet of every simulated node: watches pods and nodes, runs one ``PodWorker`` per pod.
-
-Pods bound to a node after the kubelet started are run (``worker.py``); pods already bound when
-it starts were loaded from a cluster file: they keep their state, never run, and take their
-devices first.  The API server reaches the kubelet in-process for the streaming subresources
-(where a real one proxies to the kubelet's port 10250): ``log_stream`` (``pods/log``),
-``exec`` (``pods/exec``), ``attach`` (``pods/attach``).
-
-``stop()`` kills every process the kubelet started: each container's whole PID namespace (or
-process tree), each exec.  Should the simulation itself be killed, the kernel kills the shims
-(``PR_SET_PDEATHSIG``) and with them the containers.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -25,13 +16,13 @@ import tempfile
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
 
-from .. import devices as dev
-from .. import podresources as rules
+from ..devices import AllocationError, DeviceLedger, is_device_resource
+from .. import pod_resources
 from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
-from ..dra import kubeletenv as dra_env
+from ..dra import kubelet_env
 from ..errors import bad_request
 from . import logs, streams, volumes
-from . import runtime as rt
+from . import runtime
 from .network import IPAllocator, pod_subnet_allocator
 from .standin import start_stand_in
 from .status import Container, container_status
@@ -47,7 +38,7 @@ def _asks_for_devices(pod: dict) -> bool:
     for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         res = c.get("resources") or {}
         for section in ("limits", "requests"):
-            if any(dev.is_device_resource(r) for r in res.get(section) or {}):
+            if any(is_device_resource(r) for r in res.get(section) or {}):
                 return True
     return False
 
@@ -60,7 +51,7 @@ async def _nothing() -> AsyncIterator[bytes]:
 class Kubelet:
     """The kubelet of every simulated node."""
 
-    def __init__(self, store, *, ledger: dev.DeviceLedger | None = None, run_pods: bool = True,
+    def __init__(self, store, *, ledger: DeviceLedger | None = None, run_pods: bool = True,
                  stand_in: bool = False, api_url: str | None = None, bin_dir: str | None = None,
                  restart_backoff: tuple[float, float] = (10.0, 300.0), workdir: str | None = None,
                  pod_subnet: str | None = None, isolation: str | None = None,
@@ -71,7 +62,7 @@ class Kubelet:
         # no rate: pulls are instant
         self.image_sizes = dict(image_sizes or {})
         self.pull_bytes_per_second = pull_bytes_per_second
-        self.ledger = ledger or dev.DeviceLedger()
+        self.ledger = ledger or DeviceLedger()
         self.run_pods = run_pods
         self.stand_in = stand_in
         self.bin_dir = bin_dir or os.path.dirname(sys.executable)
@@ -80,14 +71,14 @@ class Kubelet:
         self.volume_resync = volume_resync      # how often volumes get new ConfigMap/Secret content
         self.recorder = EventRecorder(store, "kubelet")
         self.ips = pod_subnet_allocator(pod_subnet)
-        if isolation is not None and isolation not in rt.ISOLATIONS:
-            raise ValueError(f"isolation {isolation!r}: use one of {', '.join(rt.ISOLATIONS)}")
+        if isolation is not None and isolation not in runtime.ISOLATIONS:
+            raise ValueError(f"isolation {isolation!r}: use one of {', '.join(runtime.ISOLATIONS)}")
         self._isolation = isolation
         self.workers: dict[str, PodWorker] = {}
         self.static: dict[str, dict] = {}  # pods loaded already bound: never run
         self.node_objs: dict[str, dict] = {}
         self.pulled: set[tuple[str, str]] = set()
-        self.procs: set[rt.Process] = set()
+        self.procs: set[runtime.Process] = set()
         self._own_workdir = workdir is None
         self.workdir = os.path.realpath(workdir or tempfile.mkdtemp(prefix="gpuspawner-sim-"))
         self.pods_dir = os.path.join(self.workdir, "pods")
@@ -115,7 +106,7 @@ class Kubelet:
     def isolation(self) -> str:
         """How containers are isolated here (``runtime.isolation()``, found on first use)."""
         if self._isolation is None:
-            self._isolation = rt.isolation()
+            self._isolation = runtime.isolation()
         return self._isolation
 
     # -- what the workers read --------------------------------------------------------
@@ -161,8 +152,8 @@ class Kubelet:
 
     def qos_class(self, pod: dict) -> str:
         cs = (pod.get("spec") or {}).get("containers") or []
-        reqs = [rules.container_requests(c) for c in cs]
-        lims = [rules.resource_list(((c.get("resources") or {}).get("limits"))) for c in cs]
+        reqs = [pod_resources.container_requests(c) for c in cs]
+        lims = [pod_resources.resource_list(((c.get("resources") or {}).get("limits"))) for c in cs]
         if not any(r.get("cpu") or r.get("memory") for r in reqs) and not any(
                 lm.get("cpu") or lm.get("memory") for lm in lims):
             return "BestEffort"
@@ -226,7 +217,7 @@ class Kubelet:
         return secrets.token_hex(32)
 
     async def exec(self, pod: dict, container: str, argv: list[str], *, tty: bool, stdin: bool,
-                   on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> rt.Process:
+                   on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> runtime.Process:
         w = self._worker(pod)
         if w is None:
             raise ExecError(f'container not found ("{container}")')
@@ -275,9 +266,9 @@ class Kubelet:
 
     def _declare(self, node: dict) -> None:
         try:
-            cap = rules.resource_list((node.get("status") or {}).get("allocatable")
+            cap = pod_resources.resource_list((node.get("status") or {}).get("allocatable")
                                       or (node.get("status") or {}).get("capacity"))
-        except rules.QuantityError:
+        except pod_resources.QuantityError:
             cap = {}
         self.ledger.set_node(node["metadata"]["name"], cap)
 
@@ -309,9 +300,9 @@ class Kubelet:
             self.static[key] = p
             if (p.get("status") or {}).get("phase") not in TERMINAL and _asks_for_devices(p):
                 try:
-                    want = {r: n for r, n in rules.pod_requests(p).items() if dev.is_device_resource(r)}
-                    self.ledger.allocate(key, node, dra_env.device_plugin_requests(p, want))
-                except (dev.AllocationError, rules.QuantityError) as e:
+                    want = {r: n for r, n in pod_resources.pod_requests(p).items() if is_device_resource(r)}
+                    self.ledger.allocate(key, node, kubelet_env.device_plugin_requests(p, want))
+                except (AllocationError, pod_resources.QuantityError) as e:
                     short.append(f"{key} on {node}: {e}")
         if short:
             log.warning("%d loaded pods got no devices (their node has fewer than its pods ask for), "

@@ -1,17 +1,5 @@
 """Container logs as the kubelet serves them (``GET pods/{name}/log``).
-
-A real runtime writes each line of a container's stdout and stderr to a file with the time it was
-read and the stream (the CRI log format, ``pkg/kubelet/kuberuntime/logs``); the kubelet reads that
-file back for ``kubectl logs``: ``tailLines`` picks the last lines, ``sinceSeconds``/``sinceTime``
-drops older ones, ``timestamps`` prefixes each line with its RFC 3339 time (nanoseconds, trailing
-zeros cut, as Go's ``time.RFC3339Nano`` prints it), ``limitBytes`` stops after that many bytes and
-``follow`` keeps the stream open for new lines until the container stops or the client leaves.
-``previous`` reads the container's last terminated instance.
-
-Here each instance's lines are kept in memory (the last ``LOG_LINES``), with the same fields.
-``validate_status`` refuses like ``kubelet_pods.go`` (``validateContainerLogStatus``) does.
-Output that ends without a newline is kept as a partial line (the CRI's ``P`` tag) and shown
-without one.  Not modelled: log rotation, the ``stream`` parameter (alpha in 1.32).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

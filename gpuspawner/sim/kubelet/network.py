@@ -1,9 +1,5 @@
 """Pod addresses: each pod gets a loopback address of its own from the kubelet's pod subnet.
-
-A real pod has a network namespace of its own; here every pod shares the machine's network, so a
-pod is told apart by its address (``127.x.y.z``), never one a live pod holds.  A random /16 inside
-127/8 by default, so that two simulated clusters on one machine (parallel test runs, a demo beside
-the tests) never give their pods the same address.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

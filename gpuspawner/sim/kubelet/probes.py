@@ -1,17 +1,5 @@
 """Container probes: readiness, liveness and startup, as the kubelet's prober runs them.
-
-Sources: ``pkg/kubelet/prober/worker.go`` (one worker per probe of a container: nothing during
-``initialDelaySeconds``; readiness and liveness wait until the startup probe has succeeded, the
-startup probe stops then; ``successThreshold``/``failureThreshold`` consecutive results before the
-result changes; after a liveness or startup failure the worker holds until the container is
-restarted), ``prober.go`` (a Warning ``Unhealthy`` event for every failed try:
-``Readiness probe failed: <output>``), ``pkg/probe/http`` (2xx and 3xx succeed; same-host
-redirects are followed; ``HTTP probe failed with statuscode: 503``; ``User-Agent: kube-probe/1.32``),
-``pkg/probe/tcp`` and ``pkg/probe/exec`` (exit 0 succeeds; the output is the combined
-stdout/stderr; a timeout reads ``command "..." timed out``, ``remote_runtime.go``).
-
-Initial results: readiness fails until a probe succeeds, liveness succeeds, startup is unknown.
-``grpc`` probes are not run here (no gRPC client in the simulation): they count as succeeding.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

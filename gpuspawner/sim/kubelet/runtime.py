@@ -1,19 +1,5 @@
 """The simulated container runtime: starts containers and execs through ``shim.py``.
-
-``isolation()`` finds, once per process, what this machine allows (``shim.py check``):
-
-* ``"namespaces"``: as root, a PID and a mount namespace per container;
-* ``"userns"``: not root, the same inside a user namespace of one's own (mapped to one's own uid,
-  so the container's processes keep running as that user);
-* ``"processes"``: neither is allowed.  Containers are plain processes under a subreaper shim,
-  which kills every descendant when the container ends; volumes cannot be mounted (the kubelet
-  then fails such pods with ``FailedMount``).
-
-``GPUSPAWNER_SIM_ISOLATION`` (one of those words) forces a mode, e.g. to try ``processes`` on a
-machine that allows more.
-
-Every shim dies with the simulation: the kubelet holds its control pipe (end-of-file kills the
-container), and the kernel kills the shim when its parent dies (``PR_SET_PDEATHSIG``).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

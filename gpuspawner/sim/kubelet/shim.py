@@ -1,42 +1,5 @@
 """The simulated container runtime's shim: runs one container, or one exec into it.
-
-The kubelet starts it as ``python -I -S shim.py MODE CONFIG STATUS_FD CONTROL_FD`` (standard
-library only, no ``site``: it starts in a few milliseconds).  It plays the parts that containerd's
-shim, runc and an init such as ``tini -g`` play on a real node:
-
-``run``
-    Starts a container.  With ``isolation`` ``"namespaces"`` (or ``"userns"``, the same inside a
-    user namespace of one's own for a machine where the simulation does not run as root) it
-    unshares a **PID and a mount namespace**: the fork becomes PID 1 of the container, makes the
-    mount tree private, binds the container's volumes at their ``mountPath`` (read-only where
-    asked), creates missing mount points and the working directory inside a copy-on-write overlay
-    of their nearest existing directory (so the machine's own files never change), mounts a
-    fresh ``/proc`` (and, with ``privateTmp``, an empty ``/tmp`` of its own, as a container's
-    image gives it) and starts the command as PID 2 in a session of its own.  PID 1 forwards
-    SIGTERM & co. to the command's process group, reaps orphans, and exits with the command's
-    status; when it exits the kernel kills every process left in the namespace, whatever they did
-    with sessions or process groups (``pid_namespaces(7)``).  With ``"processes"`` (no namespaces
-    allowed) the shim is a child subreaper (``PR_SET_CHILD_SUBREAPER``): orphans of the
-    container re-parent to it, and it kills every descendant when the command ends.
-
-``exec``
-    Joins a running container's namespaces (``setns(2)``: user, mount, PID), changes into its root
-    and working directory, and runs a command there (``kubectl exec``).
-
-``check``
-    Tries what ``run`` needs (unshare, a private mount, tmpfs, overlay, proc) and exits 0 when the
-    machine allows it.
-
-Protocol with the kubelet: CONFIG is a JSON file (read, then removed: it holds the environment).
-STATUS_FD gets JSON lines: ``{"init": <host pid of PID 1>}`` and, when the container cannot start,
-``{"error": "...", "stage": "mount"|"exec"}``; it reaches end-of-file once the command was
-exec'd.  CONTROL_FD is read: the line ``kill``, or end-of-file (the kubelet went away, even
-killed), makes the shim kill the whole container and exit.  The shim exits with the command's
-exit code (128+N when signal N ended it).  In the namespaced modes the shim also asks the kernel
-to kill it when its parent dies (``PR_SET_PDEATHSIG``), and PID 1 likewise when the shim dies.
-
-Not modelled: network, IPC and UTS namespaces (pods share the machine's network; each has its own
-loopback address), user ids, capabilities, seccomp, cgroups (no resource limits).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The stand-in: HTTP answers on a pod's IP and container ports instead of running its command.
-
-Enough for JupyterHub's reachability check (any HTTP answer counts) and for tests that need
-hundreds of pods: ``SimCluster(stand_in=True)``, ``gpuspawner sim --stand-in`` or the pod
-annotation ``gpuspawner.dev/sim-stand-in: "true"``.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """A container's state and the pod status the kubelet reports from it.
-
-Sources: ``pkg/kubelet/kubelet_pods.go`` (``generateAPIPodStatus``, ``convertToAPIContainerStatuses``)
-and ``pkg/kubelet/status/generate.go`` (conditions: ``PodReadyToStartContainers``, ``Initialized``
-with ``containers with incomplete status: [...]``, ``ContainersReady``/``Ready`` with
-``containers with unready status: [...]`` or ``PodCompleted``, restartable init containers counted
-with the containers).
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations

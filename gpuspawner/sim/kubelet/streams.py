@@ -1,22 +1,5 @@
 """The kubelet's streaming server for ``pods/exec`` and ``pods/attach`` (WebSocket).
-
-On a real cluster the API server proxies v4 (and older) WebSocket requests to the kubelet's
-streaming server (``cri/streaming/remotecommand``), which refuses a container that is not running
-before upgrading (HTTP 500, ``container not found ("x")``), then runs the command and writes its
-status on the error channel; v5 requests are upgraded by the API server itself, whose stream
-translator reaches the kubelet over SPDY and reports any failure on the error channel as an
-``InternalError`` (``util/proxy/streamtranslator.go``).  Both paths are served here, with the
-channel protocols of ``wsstream.py``.
-
-Exec: the command runs in the container's namespaces, root, environment and working directory;
-stdin (``-i``), a terminal (``-t``, resized through channel 4), stdout and stderr (a terminal
-merges them); the v5 CLOSE signal for stdin closes the command's stdin.  When the client leaves
-first, the command's stdin is closed (a terminal gets SIGHUP) and it runs on until it ends or
-the container stops, as on a real node.
-
-Attach: the container's output from now on; stdin reaches the container's stdin when its spec
-has ``stdin: true`` (``stdinOnce``: closed when this attach ends); whether a terminal is used
-follows the container's ``tty``, as the kubelet decides.  The session ends when the container does.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -29,8 +12,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from .. import wsstream as ws
-from . import runtime as rt
+from .. import websocket_stream
+from . import runtime
 from .logs import STDOUT
 from .worker import ExecError
 
@@ -61,13 +44,13 @@ def _sizes(data: bytes) -> list[tuple[int, int]]:
     return out
 
 
-async def _upgrade(request: web.Request, protocol: str) -> ws.Channels:
+async def _upgrade(request: web.Request, protocol: str) -> websocket_stream.Channels:
     resp = web.WebSocketResponse(protocols=(protocol,) if protocol else (), max_msg_size=0)
     await resp.prepare(request)
-    return ws.Channels(resp, protocol)
+    return websocket_stream.Channels(resp, protocol)
 
 
-async def _send_all(ch: ws.Channels, queue: asyncio.Queue) -> None:
+async def _send_all(ch: websocket_stream.Channels, queue: asyncio.Queue) -> None:
     while True:
         channel, data = await queue.get()
         if channel is None:
@@ -76,30 +59,30 @@ async def _send_all(ch: ws.Channels, queue: asyncio.Queue) -> None:
             await ch.send(channel, data)
 
 
-async def _read_input(ch: ws.Channels, write: Callable[[bytes], None], close: Callable[[], None],
+async def _read_input(ch: websocket_stream.Channels, write: Callable[[bytes], None], close: Callable[[], None],
                       tty_fd: Callable[[], int | None]) -> None:
     async for channel, data in ch.messages():
-        if channel == ws.STDIN:
+        if channel == websocket_stream.STDIN:
             write(data)
-        elif channel == ws.RESIZE:
+        elif channel == websocket_stream.RESIZE:
             for width, height in _sizes(data):
-                rt.resize(tty_fd(), width, height)
-        elif channel == ws.CLOSE and ch.protocol == ws.V5 and data[:1] == bytes([ws.STDIN]):
+                runtime.resize(tty_fd(), width, height)
+        elif channel == websocket_stream.CLOSE and ch.protocol == websocket_stream.V5 and data[:1] == bytes([websocket_stream.STDIN]):
             close()
 
 
 def _first_channel(opts: dict[str, bool]) -> int:
-    return ws.STDOUT if opts["stdout"] else ws.STDERR if opts["stderr"] else ws.ERROR
+    return websocket_stream.STDOUT if opts["stdout"] else websocket_stream.STDERR if opts["stderr"] else websocket_stream.ERROR
 
 
 async def _open(request: web.Request, kubelet: Any, pod: dict, container: str,
                 opts: dict[str, bool]) -> web.Response | tuple[str, Any]:
     """The refusal (403: no subprotocol both sides speak; 500: the container is not running, where
     the subprotocol predates v5), or the subprotocol and the upgraded channel, its first frame sent."""
-    protocol = ws.negotiate(request.headers.get("Sec-WebSocket-Protocol"))
+    protocol = websocket_stream.negotiate(request.headers.get("Sec-WebSocket-Protocol"))
     if protocol is None:
         return web.Response(status=403)
-    if protocol != ws.V5:
+    if protocol != websocket_stream.V5:
         try:
             kubelet.running_container(pod, container)
         except ExecError as e:
@@ -121,18 +104,18 @@ async def serve_exec(request: web.Request, kubelet: Any, pod: dict, container: s
     emit = (lambda c: (lambda d: queue.put_nowait((c, d))))
     try:
         proc = await kubelet.exec(pod, container, argv, tty=tty, stdin=opts["stdin"],
-                                  on_stdout=emit(ws.STDOUT) if opts["stdout"] else _drop,
-                                  on_stderr=emit(ws.STDERR) if opts["stderr"] and not tty else _drop)
+                                  on_stdout=emit(websocket_stream.STDOUT) if opts["stdout"] else _drop,
+                                  on_stderr=emit(websocket_stream.STDERR) if opts["stderr"] and not tty else _drop)
     except ExecError as e:
-        await ch.finish(ws.internal_error(f"unable to upgrade connection: {e}"))
+        await ch.finish(websocket_stream.internal_error(f"unable to upgrade connection: {e}"))
         return ch.ws
-    except rt.StartError as e:
+    except runtime.StartError as e:
         words = (f'error executing command in container: failed to exec in container: failed to start exec '
                  f'"{kubelet.new_exec_id()}": OCI runtime exec failed: exec failed: unable to start container '
                  f"process: {e}: unknown")
-        status = ws.internal_error(words)
-        if protocol == ws.V5:  # the translator wraps the kubelet's InternalError once more
-            status = ws.internal_error(status["message"])
+        status = websocket_stream.internal_error(words)
+        if protocol == websocket_stream.V5:  # the translator wraps the kubelet's InternalError once more
+            status = websocket_stream.internal_error(status["message"])
         await ch.finish(status)
         return ch.ws
     sender = asyncio.create_task(_send_all(ch, queue))
@@ -148,7 +131,7 @@ async def serve_exec(request: web.Request, kubelet: Any, pod: dict, container: s
     queue.put_nowait((None, b""))
     await sender
     code = waiter.result()
-    await ch.finish(ws.success() if code == 0 else ws.exit_status(code, argv, protocol))
+    await ch.finish(websocket_stream.success() if code == 0 else websocket_stream.exit_status(code, argv, protocol))
     reader.cancel()
     return ch.ws
 
@@ -164,15 +147,15 @@ async def serve_attach(request: web.Request, kubelet: Any, pod: dict, container:
     try:
         c = kubelet.running_container(pod, container)
     except ExecError as e:
-        await ch.finish(ws.internal_error(f"unable to upgrade connection: {e}"))
+        await ch.finish(websocket_stream.internal_error(f"unable to upgrade connection: {e}"))
         return ch.ws
     tty, instance, proc = bool(c.spec.get("tty")), c.log, c.process
 
     def on_output(stream: str, data: bytes) -> None:
         if (stream == STDOUT or tty) and opts["stdout"]:
-            queue.put_nowait((ws.STDOUT, data))
+            queue.put_nowait((websocket_stream.STDOUT, data))
         elif stream != STDOUT and opts["stderr"]:
-            queue.put_nowait((ws.STDERR, data))
+            queue.put_nowait((websocket_stream.STDERR, data))
 
     detach = instance.listen(on_output)
     takes_stdin = opts["stdin"] and bool(c.spec.get("stdin")) and proc is not None
@@ -191,7 +174,7 @@ async def serve_attach(request: web.Request, kubelet: Any, pod: dict, container:
         return ch.ws
     queue.put_nowait((None, b""))
     await sender
-    await ch.finish(ws.success())
+    await ch.finish(websocket_stream.success())
     reader.cancel()
     return ch.ws
 

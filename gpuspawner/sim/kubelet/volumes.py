@@ -1,27 +1,5 @@
 """A pod's volumes, set up as the kubelet's volume plugins set them up.
-
-Each volume gets a directory ``<workdir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` (the
-kubelet's layout) that the runtime binds into the containers at their ``mountPath``:
-
-* ``emptyDir``: an empty directory (mode 0777) that lives as long as the pod (``medium: Memory``
-  is a plain directory here; ``sizeLimit`` is not enforced);
-* ``configMap``, ``secret``, ``downwardAPI``, ``projected`` (configMap, secret, downwardAPI and
-  serviceAccountToken sources): their payload written by the atomic writer
-  (``pkg/volume/util/atomic_writer.go``): a timestamped directory, the ``..data`` link to it, and a
-  link per top-level entry, so that updates swap atomically; ``items``, ``defaultMode`` (0644) and
-  per-item ``mode``, ``optional``; mounted read-only (these plugins' ``ReadOnly`` attribute);
-  re-projected on ``refresh()`` (the kubelet's periodic sync) except where bound with ``subPath``;
-* ``hostPath`` (with its ``type`` checks) and ``persistentVolumeClaim`` (the bound
-  PersistentVolume's ``hostPath`` or ``local`` path; any other PV gets a directory of this
-  kubelet's that outlives the pod, standing for the disk).
-
-Failures are worded as ``operation_generator.go`` and the plugins word them, e.g.
-``MountVolume.SetUp failed for volume "config" : configmap "app-config" not found`` or
-``configmap references non-existent config key: foo``.  The service account token is a JWT-shaped
-string with the claims a real one carries; its signature is random bytes (nothing verifies it).
-
-Not modelled: CSI and other network volume plugins, generic ephemeral volumes, ``fsGroup``
-ownership, image volumes, ``clusterTrustBundle`` projections.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -38,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import env as envmod
+from .env import ConfigError, expand, field_value, resource_value
 from .runtime import Mount
 
 __all__ = ["VolumeError", "ProcessError", "Payload", "atomic_write", "configmap_payload", "secret_payload",
@@ -136,13 +114,13 @@ def downward_payload(items: list, pod: Mapping[str, Any], default: int,
         path = os.path.normpath(str(item.get("path", "")))
         try:
             if item.get("fieldRef"):
-                value = envmod.field_value(pod, item["fieldRef"].get("fieldPath", ""), env_var=False)
+                value = field_value(pod, item["fieldRef"].get("fieldPath", ""), env_var=False)
             elif item.get("resourceFieldRef"):
                 ref = item["resourceFieldRef"]
-                value = envmod.resource_value(containers.get(ref.get("containerName"), {}), ref, node_allocatable)
+                value = resource_value(containers.get(ref.get("containerName"), {}), ref, node_allocatable)
             else:
                 continue
-        except envmod.ConfigError as e:
+        except ConfigError as e:
             errors.append(str(e))
             continue
         out[path] = (value.encode(), _mode(item, default))
@@ -412,16 +390,16 @@ def _sub_path(volume_path: str, sub: str) -> str:
     """The host path of a ``subPath`` (``makeMounts``, ``subpath.SafeMakeDir``): relative, no
     ``..``, resolved inside the volume, created as a directory when missing."""
     if os.path.isabs(sub):
-        raise envmod.ConfigError(f"unable to provision SubPath `{sub}`: abs paths are not allowed")
+        raise ConfigError(f"unable to provision SubPath `{sub}`: abs paths are not allowed")
     if ".." in Path(sub).parts:
-        raise envmod.ConfigError(f"unable to provision SubPath `{sub}`: must not contain '..'")
+        raise ConfigError(f"unable to provision SubPath `{sub}`: must not contain '..'")
     base = os.path.realpath(volume_path)
     path = os.path.join(volume_path, sub)
     if not os.path.lexists(path):
         os.makedirs(path, mode=0o750, exist_ok=True)
     real = os.path.realpath(path)
     if real != base and not real.startswith(base + os.sep):
-        raise envmod.ConfigError(f"subpath {real!r} not within volume path {base!r}")
+        raise ConfigError(f"subpath {real!r} not within volume path {base!r}")
     return real
 
 
@@ -431,11 +409,11 @@ def container_mounts(spec: Mapping[str, Any], volumes: Mapping[str, "_Volume"], 
     for vm in spec.get("volumeMounts") or []:
         vol = volumes.get(vm.get("name"))
         if vol is None or vol.path is None:
-            raise envmod.ConfigError(f"cannot find volume {vm.get('name')!r} to mount into container "
+            raise ConfigError(f"cannot find volume {vm.get('name')!r} to mount into container "
                                      f"{spec.get('name')!r}")
         sub = vm.get("subPath") or ""
         if vm.get("subPathExpr"):
-            sub = envmod.expand(str(vm["subPathExpr"]), env)
+            sub = expand(str(vm["subPathExpr"]), env)
         source = _sub_path(vol.path, sub) if sub else vol.path
         out.append(Mount(source, str(vm.get("mountPath", "")), bool(vm.get("readOnly")) or vol.read_only))
     return out

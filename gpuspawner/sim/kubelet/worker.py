@@ -1,27 +1,5 @@
 """The pod worker: one pod's life on its node, in the order the kubelet's ``SyncPod`` goes.
-
-1. admission: device ids from the ``DeviceLedger`` (the device manager's ``Allocate``); when they
-   are short the pod fails with ``UnexpectedAdmissionError``;
-2. volumes (``volumes.PodVolumes``): every volume set up before any container starts; while one
-   fails, Warning ``FailedMount`` events, retried with the operation executor's backoff (0.5 s
-   doubling to 2 min 2 s) and ``Unable to attach or mount volumes: ...: timed out waiting for
-   the condition`` every 2 min 3 s; the pod stays ``ContainerCreating``;
-3. the sandbox: the pod's own loopback address (``podIP``), ``PodReadyToStartContainers``;
-4. init containers one at a time, sidecars (``restartPolicy: Always`` init containers) kept
-   running, then the containers, each through the runtime (``runtime.py``/``shim.py``: a PID and
-   mount namespace of its own, volumes at their ``mountPath``), restarted per ``restartPolicy``
-   with CrashLoopBackOff (the first restart at once, then 10 s doubling to 5 min, reset after
-   10 min of running);
-5. probes (``probes.py``): readiness gates ``ready``, a failed liveness or startup probe kills the
-   container (``Killing``: ``Container x failed liveness probe, will be restarted``);
-6. deletion: SIGTERM to each container's main process, SIGKILL of the whole container after the
-   grace period, apps first then sidecars in reverse order (KEP-753), then the store's
-   ``finalize_delete``.
-
-``0.0.0.0`` in command, args and env values is rewritten to the pod IP: pods share the machine's
-network, where ``0.0.0.0`` would mean every address (KubeSpawner puts it in
-``JUPYTERHUB_SERVICE_URL``).  Not modelled: lifecycle hooks, image pulls (events only), resource
-limits, security contexts, ephemeral containers.
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
@@ -39,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import devices as dev
-from .. import podresources as rules
+from .. import pod_resources
 from ..controller import MERGE, now_rfc3339, pod_key
-from ..dra import kubeletenv as dra_env
-from . import env as envmod
-from . import runtime as rt
-from . import volumes as vol
+from ..dra import kubelet_env
+from .env import ConfigError, container_env, expand
+from . import runtime
+from .volumes import PodVolumes, container_mounts, unmountable
 from .logs import STDERR, STDOUT, ContainerLog
 from .probes import LIVENESS, READINESS, STARTUP, ProbeConfig, ProbeWorker
 from .status import Container, Transitions, container_status, pod_conditions
@@ -101,7 +79,7 @@ class PodWorker:
         self.message: str | None = None
         self.deleting = asyncio.Event()
         self.stand_in = kubelet.stand_in or (meta.get("annotations") or {}).get(STAND_IN_ANNOTATION) == "true"
-        self.volumes = vol.PodVolumes(pod, str(self.dir / "volumes"), kubelet.get_object_for(self.ns),
+        self.volumes = PodVolumes(pod, str(self.dir / "volumes"), kubelet.get_object_for(self.ns),
                                       node=self.node, node_allocatable=kubelet.allocatable(self.node),
                                       disk_dir=kubelet.disks_dir, token=kubelet.service_account_token)
         self.task: asyncio.Task | None = None
@@ -194,14 +172,14 @@ class PodWorker:
 
     def _admit(self) -> bool:
         try:
-            want = {r: n for r, n in rules.pod_requests(self.pod).items() if dev.is_device_resource(r)}
-            self.devices = self.k.ledger.allocate(self.key, self.node, dra_env.device_plugin_requests(self.pod, want))
+            want = {r: n for r, n in pod_resources.pod_requests(self.pod).items() if dev.is_device_resource(r)}
+            self.devices = self.k.ledger.allocate(self.key, self.node, kubelet_env.device_plugin_requests(self.pod, want))
         except dev.AllocationError as e:
             self.phase, self.reason, self.message = "Failed", "UnexpectedAdmissionError", str(e)
             self.event("Warning", "UnexpectedAdmissionError", str(e))
             self.push_status()
             return False
-        self.per_container = dev.split_for_containers(self.pod, self.devices, rules.container_requests)
+        self.per_container = dev.split_for_containers(self.pod, self.devices, pod_resources.container_requests)
         return True
 
     def _unmountable(self) -> dict[str, str]:
@@ -213,7 +191,7 @@ class PodWorker:
             for vm in c.spec.get("volumeMounts") or []:
                 v = self.volumes.volumes.get(vm.get("name"))
                 if v is not None and v.path is not None:
-                    out[v.name] = vol.unmountable(v.path, str(vm.get("mountPath", "")))
+                    out[v.name] = unmountable(v.path, str(vm.get("mountPath", "")))
         return out
 
     async def _mount_volumes(self) -> bool:
@@ -413,8 +391,8 @@ class PodWorker:
         try:
             env = self._env(c)
             argv = self._argv(c, env)
-            mounts = vol.container_mounts(c.spec, self.volumes.volumes, env) if runs else []
-        except (envmod.ConfigError, rules.QuantityError, OSError) as e:
+            mounts = container_mounts(c.spec, self.volumes.volumes, env) if runs else []
+        except (ConfigError, pod_resources.QuantityError, OSError) as e:
             return self._not_started(c, "CreateContainerConfigError", str(e))
         if runs and argv is None:
             return self._not_started(c, "CreateContainerError",
@@ -448,7 +426,7 @@ class PodWorker:
             return False
         return True
 
-    def _process_spec(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[rt.Mount]) -> rt.ProcessSpec:
+    def _process_spec(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[runtime.Mount]) -> runtime.ProcessSpec:
         env[TERMINATION_LOG_ENV] = str(c.term_file)
         tm_path = c.spec.get("terminationMessagePath") or "/dev/termination-log"
         cwd = c.spec.get("workingDir") or str(self.dir)
@@ -461,22 +439,22 @@ class PodWorker:
             if not os.path.isdir(cwd):
                 cwd = str(self.dir)
         else:
-            mounts = [*mounts, rt.Mount(str(c.term_file), tm_path)]
-        return rt.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir, *rt.image_paths()],
+            mounts = [*mounts, runtime.Mount(str(c.term_file), tm_path)]
+        return runtime.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir, *runtime.image_paths()],
                               scratch=str(self.dir / "scratch" / c.name), stdin=bool(c.spec.get("stdin")),
                               tty=bool(c.spec.get("tty")), hostname=self.name, private_tmp=True)
 
-    async def _launch(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[rt.Mount]) -> bool:
+    async def _launch(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[runtime.Mount]) -> bool:
         spec = self._process_spec(c, argv, env, mounts)
         out = c.log
         try:
-            c.process = await rt.start(spec, mode="run", isolation_mode=self.k.isolation, config_dir=str(self.dir),
+            c.process = await runtime.start(spec, mode="run", isolation_mode=self.k.isolation, config_dir=str(self.dir),
                                        on_stdout=lambda d: out.write(STDOUT, d),
                                        on_stderr=lambda d: out.write(STDERR, d))
-        except (rt.StartError, OSError) as e:
+        except (runtime.StartError, OSError) as e:
             out.close()
             where = "error during container init: " if getattr(e, "stage", "") == "mount" else ""
-            words = str(e) if isinstance(e, rt.StartError) else (e.strerror or str(e))
+            words = str(e) if isinstance(e, runtime.StartError) else (e.strerror or str(e))
             return self._not_started(c, "", "failed to create containerd task: failed to create shim task: OCI "
                                      "runtime create failed: runc create failed: unable to start container "
                                      f"process: {where}{words}: unknown", start_error=True)
@@ -610,12 +588,12 @@ class PodWorker:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             **self.k.service_env,
         }
-        env = envmod.container_env(self.pod, c.spec, base=base, lookup=self.k.lookup_for(self.ns), pod_ip=self.ip,
+        env = container_env(self.pod, c.spec, base=base, lookup=self.k.lookup_for(self.ns), pod_ip=self.ip,
                                    host_ip=node_ip(self.k.node_objs.get(self.node)),
                                    node_allocatable=self.k.allocatable(self.node))
-        env.update(dra_env.merge_env(
+        env.update(kubelet_env.merge_env(
             dev.device_env(self.per_container.get(c.name, {}), self.k.ledger.node_devices(self.node)),
-            dra_env.container_env(self.k.store, self.pod, c.spec)))
+            kubelet_env.container_env(self.k.store, self.pod, c.spec)))
         if self.ip:
             env = {k: v.replace("0.0.0.0", self.ip) for k, v in env.items()}
         return env
@@ -624,7 +602,7 @@ class PodWorker:
         """``command`` (the image's ENTRYPOINT) + ``args`` (its CMD), ``$(VAR)`` expanded.  There are
         no images: with no command, args is run as the command (the entrypoint execs its arguments,
         as the Jupyter docker-stacks' ``tini -g --`` does)."""
-        argv = [envmod.expand(str(x), env) for x in (c.spec.get("command") or []) + (c.spec.get("args") or [])]
+        argv = [expand(str(x), env) for x in (c.spec.get("command") or []) + (c.spec.get("args") or [])]
         if not argv:
             return None
         if self.ip:
@@ -634,7 +612,7 @@ class PodWorker:
     # -- exec and attach --------------------------------------------------------------
 
     async def exec(self, name: str, argv: list[str], *, tty: bool, stdin: bool,
-                   on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> rt.Process:
+                   on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> runtime.Process:
         """Run ``argv`` in the running container ``name`` (its namespaces, root, env, working dir).
         Raises ``ExecError`` when it is not running, ``runtime.StartError`` when it cannot start."""
         c = self.container(name)
@@ -643,8 +621,8 @@ class PodWorker:
         if c.process is None:
             raise ExecError(f'container "{name}" has no process here (the simulated kubelet runs a stand-in): '
                             "there is nothing to exec into")
-        spec = rt.ProcessSpec(argv, dict(c.env), c.cwd, stdin=stdin, tty=tty)
-        p = await rt.start(spec, mode="exec", isolation_mode=self.k.isolation, config_dir=str(self.dir),
+        spec = runtime.ProcessSpec(argv, dict(c.env), c.cwd, stdin=stdin, tty=tty)
+        p = await runtime.start(spec, mode="exec", isolation_mode=self.k.isolation, config_dir=str(self.dir),
                            on_stdout=on_stdout, on_stderr=on_stderr, target=c.process.init_pid)
         c.execs.add(p)
         self.k.procs.add(p)

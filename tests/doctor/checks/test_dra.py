@@ -11,7 +11,7 @@ import pytest
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.doctor import DRA_FINDING_IDS, FINDING_IDS, checks
 from gpuspawner.doctor.checks import dra
-from gpuspawner.doctor.dra import DraState
+from gpuspawner.doctor.dra_state import DraState
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.findings import SEVERITIES, Finding, ObjectRef
 from gpuspawner.doctor.rbac import RbacCheck, RbacFacts

@@ -6,7 +6,7 @@ import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.doctor import checks
-from tests.builders import finding_ids as ids, gpu_node, node
+from tests.builders import finding_ids, gpu_node, node
 
 CONFIG = CapacityConfig()
 
@@ -37,7 +37,7 @@ DEPRECATED_ONLY = {
     ],
 )
 def test_check_gfd_labels(nodes, expected):
-    assert ids(checks.check_gfd_labels(nodes, CONFIG)) == expected
+    assert finding_ids(checks.check_gfd_labels(nodes, CONFIG)) == expected
 
 
 def test_gfd_missing_groups_nodes_and_lists_missing_labels():

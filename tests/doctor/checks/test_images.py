@@ -10,8 +10,8 @@ from gpuspawner.doctor import checks
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.facts import ProfileImage
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
-from tests.builders import GFD_A100_40GB as GFD_A100
-from tests.builders import GFD_T4_470, finding_ids as ids, gpu_node
+from tests.builders import GFD_A100_40GB
+from tests.builders import GFD_T4_470, finding_ids, gpu_node
 
 CONFIG = CapacityConfig()
 
@@ -41,13 +41,13 @@ def img(cuda, profile="gpu", image="img:1"):
                      id="not-ready-node-not-judged"),
         pytest.param([gpu_node(labels=GFD_T4_470, unschedulable=True)], img("12.4"), "minor", [],
                      id="cordoned-node-not-judged"),
-        pytest.param([gpu_node(labels={**GFD_A100, "nvidia.com/gpu.compute.major": "3",
+        pytest.param([gpu_node(labels={**GFD_A100_40GB, "nvidia.com/gpu.compute.major": "3",
                                        "nvidia.com/gpu.compute.minor": "7"})],
                      img("13.0"), "minor", ["image-driver-mismatch"], id="arch-floor"),
     ],
 )
 def test_check_images(nodes, image, policy, expected):
-    assert ids(checks.check_images(nodes, hub_with(image, policy=policy), CONFIG)) == expected
+    assert finding_ids(checks.check_images(nodes, hub_with(image, policy=policy), CONFIG)) == expected
 
 
 def test_mismatch_names_profile_image_and_driver_fix():
@@ -60,7 +60,7 @@ def test_mismatch_names_profile_image_and_driver_fix():
 
 
 def test_partial_fit_names_the_pools_to_exclude():
-    nodes = [gpu_node("a", labels={**GFD_A100, "cloud.google.com/gke-nodepool": "a100"}),
+    nodes = [gpu_node("a", labels={**GFD_A100_40GB, "cloud.google.com/gke-nodepool": "a100"}),
              gpu_node("t", labels={**GFD_T4_470, "cloud.google.com/gke-nodepool": "t4"})]
     (f,) = checks.check_images(nodes, hub_with(img("12.4")), CONFIG)
     assert (f.id, f.severity) == ("image-driver-partial", "info")  # the spawner steers off node t
@@ -84,7 +84,7 @@ def test_broken_cuda_check_is_reported(check):
 
 
 def test_the_hubs_cuda_check_decides():
-    from gpuspawner.cuda.rules import Verdict
+    from gpuspawner.cuda.compatibility import Verdict
 
     calls = []
 
@@ -104,6 +104,6 @@ def test_image_check_respects_the_profile_pools():
 
     spec = GPUProfileSpec.from_config({"slug": "a100", "pools": {"include": ["a100:*"]}})
     image = ProfileImage("a100", "pt:12", image_cuda("12.4"), spec=spec)
-    nodes = [gpu_node("a", labels={**GFD_A100, "cloud.google.com/gke-nodepool": "a100"}),
+    nodes = [gpu_node("a", labels={**GFD_A100_40GB, "cloud.google.com/gke-nodepool": "a100"}),
              gpu_node("t", labels={**GFD_T4_470, "cloud.google.com/gke-nodepool": "t4"})]
-    assert ids(checks.check_images(nodes, hub_with(image), CONFIG)) == []
+    assert finding_ids(checks.check_images(nodes, hub_with(image), CONFIG)) == []

@@ -6,8 +6,8 @@ import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.doctor import checks
-from tests.builders import GFD_A100_40GB as GFD_A100
-from tests.builders import finding_ids as ids, gpu_node, node
+from tests.builders import GFD_A100_40GB
+from tests.builders import finding_ids, gpu_node, node
 
 CONFIG = CapacityConfig()
 
@@ -33,7 +33,7 @@ CONFIG = CapacityConfig()
             ["gpu-node-no-allocatable"], id="unhealthy-gpus-capacity-only",
         ),
         pytest.param(
-            [node(labels={"nvidia.com/mig.strategy": "mixed", **GFD_A100},
+            [node(labels={"nvidia.com/mig.strategy": "mixed", **GFD_A100_40GB},
                   allocatable={"nvidia.com/mig-1g.10gb": "7"})],
             [], id="mig-mixed-counts-as-allocatable",
         ),
@@ -50,7 +50,7 @@ CONFIG = CapacityConfig()
     ],
 )
 def test_check_nodes(nodes, expected):
-    assert ids(checks.check_nodes(nodes, CONFIG)) == expected
+    assert finding_ids(checks.check_nodes(nodes, CONFIG)) == expected
 
 
 def test_no_allocatable_fix_names_the_operator_deploy_label():
@@ -75,5 +75,5 @@ def test_cordoned_fix_is_uncordon():
 
 def test_custom_gpu_resource_is_recognised():
     config = CapacityConfig(gpu_resources=("example.com/gpu",))
-    assert ids(checks.check_nodes([node(allocatable={"example.com/gpu": "2"})], config)) == []
-    assert ids(checks.check_nodes([node(allocatable={"example.com/gpu": "2"})], CONFIG)) == ["no-gpu-nodes"]
+    assert finding_ids(checks.check_nodes([node(allocatable={"example.com/gpu": "2"})], config)) == []
+    assert finding_ids(checks.check_nodes([node(allocatable={"example.com/gpu": "2"})], CONFIG)) == ["no-gpu-nodes"]

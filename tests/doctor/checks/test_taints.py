@@ -9,7 +9,7 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.doctor import checks
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
-from tests.builders import finding_ids as ids, gpu_node, node
+from tests.builders import finding_ids, gpu_node, node
 
 CONFIG = CapacityConfig()
 DEFAULT_HUB = HubFacts(tolerated_taint_keys=DEFAULT_TOLERATED_TAINT_KEYS)
@@ -53,7 +53,7 @@ def taint(key, effect="NoSchedule", value=None):
     ],
 )
 def test_check_taints(taints, hub, expected):
-    assert ids(checks.check_taints([gpu_node(taints=taints)], hub, CONFIG)) == expected
+    assert finding_ids(checks.check_taints([gpu_node(taints=taints)], hub, CONFIG)) == expected
 
 
 def test_taint_finding_groups_nodes_and_gives_both_fixes():

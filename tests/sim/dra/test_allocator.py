@@ -3,7 +3,7 @@
 import pytest
 
 from tests.builders.dra import claim, device_classes, dra_node, gpu_slice, request
-from gpuspawner.sim.dra import allocator as al
+from gpuspawner.sim.dra.allocator import AllocationError, DeviceID, allocate, allocated_devices
 from gpuspawner.sim.dra import nvidia
 
 NODE = dra_node("n1")
@@ -16,7 +16,7 @@ def devices(result):
 
 
 def run(claims, slices, allocated=(), node=NODE, classes=CLASSES):
-    return al.allocate(claims, node, slices, classes, set(allocated))
+    return allocate(claims, node, slices, classes, set(allocated))
 
 
 def test_exact_count_takes_the_first_free_devices_in_order_and_pins_the_node():
@@ -28,7 +28,7 @@ def test_exact_count_takes_the_first_free_devices_in_order_and_pins_the_node():
 
 
 def test_a_device_is_never_given_twice_across_claims_or_to_an_allocated_one():
-    taken = {al.DeviceID(GPU, "n1", "gpu-0")}
+    taken = {DeviceID(GPU, "n1", "gpu-0")}
     a, b = run([claim("a", request(count=2)), claim("b", request(count=1))], [gpu_slice("n1", "u1")], taken)
     assert devices(a) == ["gpu-1", "gpu-2"]
     assert devices(b) == ["gpu-3"]
@@ -111,7 +111,7 @@ def test_incomplete_pool_is_skipped_and_fails_all_mode():
     rs = gpu_slice("n1", "u1")
     rs["spec"]["pool"]["resourceSliceCount"] = 2
     assert run([claim("c")], [rs]) is None
-    with pytest.raises(al.AllocationError, match="resource pool gpu.nvidia.com/n1 is currently being updated"):
+    with pytest.raises(AllocationError, match="resource pool gpu.nvidia.com/n1 is currently being updated"):
         run([claim("c", request(mode="All"))], [rs])
 
 
@@ -125,13 +125,13 @@ def test_only_the_newest_generation_counts():
 
 def test_cel_runtime_error_aborts_with_the_allocators_words():
     bad = claim("c", request(selectors=["device.attributes['gpu.nvidia.com'].nosuch == 1"]))
-    with pytest.raises(al.AllocationError, match=r"claim default/c: selector #0 on device gpu.nvidia.com/n1/gpu-0: "
+    with pytest.raises(AllocationError, match=r"claim default/c: selector #0 on device gpu.nvidia.com/n1/gpu-0: "
                                                  r"CEL runtime error: no such key: nosuch"):
         run([bad], [gpu_slice("n1", "u1")])
 
 
 def test_missing_class_is_an_error():
-    with pytest.raises(al.AllocationError, match='could not retrieve device class nope: deviceclass.resource.k8s.io '
+    with pytest.raises(AllocationError, match='could not retrieve device class nope: deviceclass.resource.k8s.io '
                                                  '"nope" not found'):
         run([claim("c", request(cls="nope"))], [gpu_slice("n1", "u1")])
 
@@ -149,4 +149,4 @@ def test_class_config_comes_before_claim_config():
 
 def test_allocated_devices_reads_claim_statuses():
     c = {"status": {"allocation": {"devices": {"results": [{"driver": GPU, "pool": "n1", "device": "gpu-1"}]}}}}
-    assert al.allocated_devices([c, {"status": {}}]) == {al.DeviceID(GPU, "n1", "gpu-1")}
+    assert allocated_devices([c, {"status": {}}]) == {DeviceID(GPU, "n1", "gpu-1")}

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from gpuspawner.sim.kubelet import volumes as vol
+from gpuspawner.sim.kubelet.volumes import PodVolumes, VolumeError, atomic_write, configmap_payload, container_mounts, secret_payload, service_account_token
 from gpuspawner.sim.kubelet.env import ConfigError
 
 CM = {"data": {"a.conf": "A", "b": "B"}, "binaryData": {"bin": base64.b64encode(b"\x00\x01").decode()}}
@@ -21,43 +21,43 @@ SECRET = {"data": {"token": base64.b64encode(b"t0k").decode()}}
     ({"name": "c", "optional": True, "items": [{"key": "zz", "path": "zz"}]}, CM, {}),
 ])
 def test_configmap_payloads(source, obj, payload):
-    assert vol.configmap_payload(source, obj, 0o644) == payload
+    assert configmap_payload(source, obj, 0o644) == payload
 
 
 @pytest.mark.parametrize("make,message", [
-    (lambda: vol.configmap_payload({"name": "c"}, None, 0o644), 'configmap "c" not found'),
-    (lambda: vol.configmap_payload({"name": "c", "items": [{"key": "x", "path": "x"}]}, CM, 0o644),
+    (lambda: configmap_payload({"name": "c"}, None, 0o644), 'configmap "c" not found'),
+    (lambda: configmap_payload({"name": "c", "items": [{"key": "x", "path": "x"}]}, CM, 0o644),
      "configmap references non-existent config key: x"),
-    (lambda: vol.secret_payload({"secretName": "s"}, None, 0o644), 'secret "s" not found'),
-    (lambda: vol.secret_payload({"secretName": "s", "items": [{"key": "x", "path": "x"}]}, SECRET, 0o644),
+    (lambda: secret_payload({"secretName": "s"}, None, 0o644), 'secret "s" not found'),
+    (lambda: secret_payload({"secretName": "s", "items": [{"key": "x", "path": "x"}]}, SECRET, 0o644),
      "references non-existent secret key: x"),
 ])
 def test_payload_errors_are_the_plugins_words(make, message):
-    with pytest.raises(vol.VolumeError) as e:
+    with pytest.raises(VolumeError) as e:
         make()
     assert str(e.value) == message
 
 
 def test_atomic_writer_layout_and_update(tmp_path):
     target = str(tmp_path / "v")
-    vol.atomic_write(target, {"a": (b"1", 0o644), "dir/b": (b"2", 0o600)})
+    atomic_write(target, {"a": (b"1", 0o644), "dir/b": (b"2", 0o600)})
     first = os.readlink(os.path.join(target, "..data"))
     assert first.startswith("..") and os.readlink(os.path.join(target, "a")) == "..data/a"
     assert os.readlink(os.path.join(target, "dir")) == "..data/dir"
     assert open(os.path.join(target, "dir", "b")).read() == "2"
     assert stat.S_IMODE(os.stat(os.path.join(target, "dir", "b")).st_mode) == 0o600
-    vol.atomic_write(target, {"a": (b"new", 0o644)})
+    atomic_write(target, {"a": (b"new", 0o644)})
     assert open(os.path.join(target, "a")).read() == "new"
     assert not os.path.lexists(os.path.join(target, "dir"))  # a stale entry goes
     assert not os.path.exists(os.path.join(target, first))    # so does the old timestamped dir
-    with pytest.raises(vol.VolumeError):
-        vol.atomic_write(target, {"../escape": (b"", 0o644)})
+    with pytest.raises(VolumeError):
+        atomic_write(target, {"../escape": (b"", 0o644)})
 
 
 def test_service_account_token_is_a_jwt_with_the_bound_claims():
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "pu"}}
     sa = {"metadata": {"name": "default", "uid": "su"}}
-    token = vol.service_account_token(pod, sa, "node-1", None, 600, now=1000)
+    token = service_account_token(pod, sa, "node-1", None, 600, now=1000)
     header, claims, sig = token.split(".")
     body = json.loads(base64.urlsafe_b64decode(claims + "=="))
     assert body["sub"] == "system:serviceaccount:ns:default" and body["exp"] == 1600
@@ -68,7 +68,7 @@ def test_service_account_token_is_a_jwt_with_the_bound_claims():
 def _pod_volumes(tmp_path, volumes, objects):
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
            "spec": {"volumes": volumes, "containers": [{"name": "c", "resources": {"limits": {"cpu": "2"}}}]}}
-    return vol.PodVolumes(pod, str(tmp_path / "vols"), lambda plural, name: objects.get((plural, name)),
+    return PodVolumes(pod, str(tmp_path / "vols"), lambda plural, name: objects.get((plural, name)),
                           node="n", node_allocatable={"cpu": "8"}, disk_dir=str(tmp_path / "disks"))
 
 
@@ -104,11 +104,11 @@ def test_container_mounts_with_sub_paths(tmp_path):
     assert pv.set_up() == ({}, {})
     spec = {"volumeMounts": [{"name": "cfg", "mountPath": "/etc/a.conf", "subPath": "a.conf"},
                              {"name": "data", "mountPath": "/home/u", "subPathExpr": "users/$(USER)", "readOnly": True}]}
-    mounts = vol.container_mounts(spec, pv.volumes, {"USER": "ada"})
+    mounts = container_mounts(spec, pv.volumes, {"USER": "ada"})
     assert mounts[0].target == "/etc/a.conf" and mounts[0].read_only
     assert open(mounts[0].source).read() == "A" and "..data" not in mounts[0].source  # the file itself
     assert mounts[1].source == os.path.realpath(os.path.join(pv.volumes["data"].path, "users", "ada"))
     assert mounts[1].read_only and os.path.isdir(mounts[1].source)
     with pytest.raises(ConfigError, match="must not contain '..'"):
-        vol.container_mounts({"volumeMounts": [{"name": "data", "mountPath": "/x", "subPath": "../up"}]},
+        container_mounts({"volumeMounts": [{"name": "data", "mountPath": "/x", "subPath": "../up"}]},
                              pv.volumes, {})

@@ -1,0 +1,193 @@
+"""The pool-building steps both ledgers share: a pool's contributing nodes and their sums.
+Design notes: docs/capacity.md.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+from collections import Counter
+from typing import Iterable, Protocol
+
+from gpuspawner.capacity.labels import version_key
+from gpuspawner.capacity.model import NodeView, Taint
+
+__all__ = [
+    "TRANSIENT_TAINT_PREFIXES",
+    "NodeTally",
+    "Reserving",
+    "bump",
+    "check_count",
+    "lowest",
+    "pool_taints",
+    "sorted_taints",
+]
+
+#: Taints that describe a node's passing state, not its pool: the node
+#: lifecycle controller's ``node.kubernetes.io/*`` (not-ready, unreachable,
+#: unschedulable, ...; Kubernetes docs "Taints and Tolerations", taint-based
+#: evictions), the cloud controller's ``node.cloudprovider.kubernetes.io/*``,
+#: Karpenter's disruption taints and the cluster autoscaler's scale-down marks.
+#: They are left out of a pool's taints: a spawn must not tolerate them.
+TRANSIENT_TAINT_PREFIXES: tuple[str, ...] = (
+    "node.kubernetes.io/",
+    "node.cloudprovider.kubernetes.io/",
+    "karpenter.sh/disrupted",
+    "karpenter.sh/unregistered",
+    "ToBeDeletedByClusterAutoscaler",
+    "DeletionCandidateOfClusterAutoscaler",
+)
+
+
+def pool_taints(taints: Iterable[Taint]) -> tuple[Taint, ...]:
+    """The taints of a node that describe its pool: the passing ones left out."""
+    return tuple(t for t in taints if not t.key.startswith(TRANSIENT_TAINT_PREFIXES))
+
+
+def sorted_taints(taints: Iterable[Taint]) -> tuple[Taint, ...]:
+    """A pool's taints in the order its view lists them (key, value, effect)."""
+    return tuple(sorted(taints, key=lambda t: (t.key, t.value or "", t.effect)))
+
+
+def bump(counter: Counter, key: object, sign: int) -> None:
+    """Add ``sign`` to ``counter[key]``, dropping the key when it reaches 0."""
+    n = counter[key] + sign
+    if n > 0:
+        counter[key] = n
+    else:
+        del counter[key]
+
+
+def lowest(versions: Iterable[str | None]) -> str | None:
+    """The lowest dotted version, compared numerically (``12.9 < 12.10``); None when there is none.
+
+    Ties keep the first seen.
+    """
+    best: str | None = None
+    best_key: tuple[int, ...] | None = None
+    for v in versions:
+        if v is None:
+            continue
+        k = version_key(v)
+        if best_key is None or k < best_key:
+            best, best_key = v, k
+    return best
+
+
+def check_count(count: object) -> None:
+    """Refuse a reservation of anything but a positive integer count of GPUs."""
+    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+        raise ValueError(f"reservation count must be a positive integer, got {count!r}")
+
+
+class _Expiring(Protocol):
+    expires_at: float
+
+
+class Reserving(abc.ABC):
+    """Releasing the GPUs reserved for a spawn (the scheduler's "assume"), by its owner or once
+    its time is up, the same way in both ledgers.  A ledger keeps its reservations by owner in
+    ``_resv`` and its ``generation``, and gives one reservation's GPUs back in
+    :meth:`_drop_reservation`."""
+
+    _resv: dict[str, _Expiring]
+    generation: int
+
+    @abc.abstractmethod
+    def _drop_reservation(self, owner: str) -> None:
+        """Forget ``owner``'s reservation and count its GPUs as free again."""
+
+    def release(self, owner: str) -> bool:
+        """Give back what ``owner`` holds; False when it holds nothing."""
+        if owner not in self._resv:
+            return False
+        self._drop_reservation(owner)
+        self.generation += 1
+        return True
+
+    def expire(self, now: float) -> int:
+        """Release reservations whose time is up; returns how many."""
+        if not self._resv:
+            return 0
+        due = [o for o, r in self._resv.items() if r.expires_at <= now]
+        for o in due:
+            self._drop_reservation(o)
+        if due:
+            self.generation += 1
+        return len(due)
+
+
+class NodeTally:
+    """The contributing nodes of one pool, kept sorted by name, with running sums and histograms.
+
+    ``bisect`` keeps insertion and removal at O(log n) plus a C-level memmove, so an event
+    costs a few microseconds even in a pool of thousands of nodes, and a rebuild copies
+    :attr:`views` instead of rescanning the pool.
+    """
+
+    __slots__ = ("names", "views", "total", "free", "frees", "by_free", "drivers", "cudas")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.views: list[NodeView] = []
+        self.total = 0
+        self.free = 0
+        self.frees: Counter = Counter()
+        self.by_free: dict[int, list[str]] = {}  # free GPUs -> the nodes with as many, sorted
+        self.drivers: Counter = Counter()
+        self.cudas: Counter = Counter()
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        i = bisect.bisect_left(self.names, name)  # type: ignore[type-var]
+        return i < len(self.names) and self.names[i] == name
+
+    def add(self, view: NodeView) -> None:
+        i = bisect.bisect_left(self.names, view.name)
+        self.names.insert(i, view.name)
+        self.views.insert(i, view)
+        self._count(view, 1)
+        bisect.insort(self.by_free.setdefault(view.free, []), view.name)
+
+    def remove(self, name: str) -> NodeView:
+        """Take node ``name`` out; KeyError when it is not in the pool."""
+        i = bisect.bisect_left(self.names, name)
+        if i == len(self.names) or self.names[i] != name:
+            raise KeyError(name)
+        del self.names[i]
+        view = self.views.pop(i)
+        self._count(view, -1)
+        same = self.by_free[view.free]
+        del same[bisect.bisect_left(same, name)]
+        if not same:
+            del self.by_free[view.free]
+        return view
+
+    def _count(self, view: NodeView, sign: int) -> None:
+        self.total += sign * view.allocatable
+        self.free += sign * view.free
+        bump(self.frees, view.free, sign)
+        if view.driver_version is not None:
+            bump(self.drivers, view.driver_version, sign)
+        if view.cuda_version is not None:
+            bump(self.cudas, view.cuda_version, sign)
+
+    def most_free(self) -> str | None:
+        """The node with the most free GPUs (ties: the first by name), or None."""
+        return self.by_free[max(self.by_free)][0] if self.by_free else None
+
+    @property
+    def max_free_per_node(self) -> int:
+        return max(self.frees) if self.frees else 0
+
+    @property
+    def driver_version(self) -> str | None:
+        """The lowest driver among the nodes."""
+        return lowest(self.drivers)
+
+    @property
+    def cuda_version(self) -> str | None:
+        """The lowest CUDA version among the nodes."""
+        return lowest(self.cudas)

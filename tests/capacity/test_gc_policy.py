@@ -1,0 +1,93 @@
+"""gpuspawner.capacity.gc_policy and how the capacity cache uses it: the cyclic collector is
+paused while a list page is parsed and applied, and what the process holds is frozen once
+after the first sync (docs/capacity.md, "Garbage collection")."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from gpuspawner.capacity import gc_policy
+from gpuspawner.capacity.config import CapacityConfig
+
+from .test_cache import NODE_LIST, POD_LIST, ScriptedApi, listing, make_cache  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(autouse=True)
+def restore_gc():
+    was = gc.isenabled()
+    yield
+    gc.unfreeze()  # what a test froze goes back to the collector
+    (gc.enable if was else gc.disable)()
+
+
+def test_paused_disables_and_restores_collection():
+    with gc_policy.paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_paused_nests_across_overlapping_blocks():
+    outer, inner = gc_policy.paused(), gc_policy.paused()
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)  # the nodes informer's page is done, the pods' is not
+    assert not gc.isenabled()
+    inner.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_paused_never_enables_a_collector_someone_else_disabled():
+    gc.disable()
+    with gc_policy.paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_paused_restores_on_an_exception():
+    with pytest.raises(ZeroDivisionError), gc_policy.paused():
+        1 / 0
+    assert gc.isenabled()
+
+
+def test_freeze_moves_what_is_alive_out_of_reach():
+    gc.unfreeze()
+    keep = [{"a": [i]} for i in range(1000)]  # tracked containers
+    gc_policy.freeze("test")
+    assert gc.get_freeze_count() >= 1000
+    assert all(gc.is_tracked(x) for x in keep[:3])  # still tracked, in the permanent generation
+
+
+async def test_cache_pauses_collection_while_a_page_is_applied(make_cache, monkeypatch):
+    import gpuspawner.capacity.cache as cache_module
+
+    seen = []
+    real_apply = cache_module._Informer._apply
+
+    def apply(self, obj):
+        seen.append(gc.isenabled())
+        return real_apply(self, obj)
+
+    monkeypatch.setattr(cache_module._Informer, "_apply", apply)
+    api = ScriptedApi(list_node=[listing(NODE_LIST[:1], cont="t1"), listing(NODE_LIST[1:])],
+                      list_pod_for_all_namespaces=[listing(POD_LIST)])
+    cache = make_cache(api, page_size=1)
+    assert await cache.wait_synced(10)
+    assert seen and not any(seen)  # never during a page
+    assert gc.isenabled()  # and back on between pages and after
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+async def test_cache_freezes_when_it_starts_and_once_after_its_first_sync(make_cache, monkeypatch, freeze):
+    import gpuspawner.capacity.cache as cache_module
+
+    frozen = []
+    monkeypatch.setattr(cache_module.gc_policy, "freeze", lambda reason: frozen.append(reason))
+    api = ScriptedApi(list_node=[listing(NODE_LIST)], list_pod_for_all_namespaces=[listing(POD_LIST)])
+    cache = make_cache(api, CapacityConfig(), gc_freeze=freeze)
+    assert frozen == (["the GPU capacity cache starts"] if freeze else [])
+    assert await cache.wait_synced(10)
+    cache._first_sync_done()  # once per cache, however often it is called
+    assert frozen == (["the GPU capacity cache starts", "the GPU capacity cache has read the cluster"]
+                      if freeze else [])
