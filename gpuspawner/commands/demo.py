@@ -1,9 +1,12 @@
-"""``gpuspawner demo``: the simulated GPU cluster and a real JupyterHub with GPUSpawner.
+"""``gpuspawner demo``: Kubernetes' own control plane with simulated GPU nodes, and a real JupyterHub
+with GPUSpawner.
 
-The cluster (API server, scheduler, kubelet) runs in this process; JupyterHub runs as a child
-process with the demo's ``jupyterhub_config.py`` (``gpuspawner/data/demo/``), which loads the same
-``jupyterhub_config.d/gpuspawner.py`` snippet an admin drops into a real hub. JupyterHub reaches
-the cluster through a kubeconfig, exactly as it would reach a real one.
+The control plane and the node agent come from the checkout's test cluster (``testcluster/``, see
+``testbed``); JupyterHub runs as a child process with the demo's ``jupyterhub_config.py``
+(``gpuspawner/data/demo/``), which loads the same ``jupyterhub_config.d/gpuspawner.py`` snippet an
+admin drops into a real hub, and reaches the API server through the admin kubeconfig.  Every child
+runs under the test cluster's guard: nothing outlives the demo, even ``kill -9`` of it.
+``--simulated`` runs the project's older simulated API server in this process instead.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from gpuspawner import config_snippet
+from gpuspawner.commands import testbed
 from gpuspawner.commands.arguments import port
 from gpuspawner.commands.extras import demo_extra_problem
 
@@ -37,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-timestamps",
         action="store_true",
-        help="keep the cluster file's creationTimestamp and status times (a snapshot of a real cluster "
-             "replays with its ages)",
+        help="with --simulated: keep the cluster file's creationTimestamp and status times (a snapshot of a "
+             "real cluster replays with its ages)",
     )
     parser.add_argument("--port", type=port, default=8000, help="JupyterHub's public port (default 8000)")
     parser.add_argument(
@@ -46,7 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=port,
         default=0,
         metavar="N",
-        help="port of the simulated Kubernetes API (default: a free port)",
+        help="the Kubernetes API server's HTTPS port (default: a free port)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="write the cluster's admin kubeconfig here as soon as the API server is ready "
+             "(default: in the demo's temporary directory)",
+    )
+    parser.add_argument(
+        "--simulated",
+        action="store_true",
+        help="run the project's own simulated API server, scheduler and kubelet instead of Kubernetes' "
+             "control plane (plain HTTP, no authentication; being retired)",
     )
     parser.add_argument(
         "--config",
@@ -106,6 +122,12 @@ def main(args: argparse.Namespace) -> int:
         problems.append(f"--k8s-port {args.k8s_port} is in use; choose another with --k8s-port")
     if args.admin_token is not None and len(args.admin_token) < 8:
         problems.append("--admin-token must be at least 8 characters")
+    if args.keep_timestamps and not args.simulated:
+        problems.append("--keep-timestamps works only with --simulated (the real API server sets creation times)")
+    if not args.simulated:
+        missing = testbed.problem("demo")
+        if missing:
+            problems.append(missing.removeprefix("gpuspawner demo: "))
     proxy = _find_proxy()
     if not proxy:
         problems.append(
@@ -120,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"gpuspawner demo: {p}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_run(args, proxy, snippet))
+        return asyncio.run(_run(args, proxy, snippet) if args.simulated else _run_real(args, proxy, snippet))
     except KeyboardInterrupt:
         return 0
 
@@ -145,7 +167,8 @@ def _hub_env(args: argparse.Namespace, workdir: Path, kubeconfig: Path, proxy: s
     return env
 
 
-async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str, stop: asyncio.Event) -> int:
+async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str, stop: asyncio.Event,
+                     kubectl_hint: str | None = None, started: float | None = None) -> int:
     """Wait for the hub to answer, say where everything is, then run until Ctrl-C or the hub exits."""
     if not await _wait_hub(hub, hub_url, stop):
         if hub.returncode is not None:
@@ -155,11 +178,12 @@ async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str
             return 0
         print("gpuspawner demo: JupyterHub did not answer in time", file=sys.stderr)
         return 1
+    took = f" in {asyncio.get_running_loop().time() - started:.1f}s" if started is not None else ""
     print(
         "\n"
-        f"gpuspawner demo is ready.\n"
+        f"gpuspawner demo is ready{took}.\n"
         f"  JupyterHub:     {hub_url}/  (log in with any user name and any password)\n"
-        f"  Kubernetes API: {k8s_url}  (kubectl --server {k8s_url} get nodes)\n"
+        f"  Kubernetes API: {k8s_url}  ({kubectl_hint or f'kubectl --server {k8s_url} get nodes'})\n"
         f"  GPU capacity:   {hub_url}/hub/api/gpus\n"
         "Press Ctrl-C to stop.\n",
         flush=True,
@@ -229,6 +253,93 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
             await cull.stop()
         await cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
+    """The real control plane, the node agent registering the cluster file meanwhile, then the hub."""
+    from gpuspawner.commands.demo_cull import DemoCulling
+
+    stack = testbed.load()
+    started = asyncio.get_running_loop().time()
+    workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
+    kubeconfig = Path(args.kubeconfig).resolve() if args.kubeconfig else workdir / "kubeconfig"
+    cluster_file = args.cluster or str(testbed.default_cluster_file())
+    cull = None if args.no_cull else DemoCulling()
+    cluster = stack.TestCluster(workdir / "cluster", cluster_file, port=args.k8s_port, kubeconfig=kubeconfig,
+                                dcgm_exporter=cull is not None)
+    hub: asyncio.subprocess.Process | None = None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    failed: list[int] = []
+    watcher: asyncio.Task | None = None
+    try:
+        try:
+            await cluster.start()
+        except stack.ControlPlaneError as e:
+            print(f"gpuspawner demo: {e}", file=sys.stderr)
+            return 1
+        print(f"Kubernetes API server {cluster.server} ready in {cluster.control_plane.ready_seconds:.1f}s; "
+              f"kubeconfig: {kubeconfig}", flush=True)
+        watcher = asyncio.create_task(_watch_agent(stack, cluster, cluster_file, stop, failed))
+        await _ensure_namespace_real(kubeconfig, DEMO_NAMESPACE)
+        env = _hub_env(args, workdir, kubeconfig, proxy, snippet)
+        if cull is not None:  # the hub runs the culler as a service (demo_cull)
+            env.update(await cull.start(cluster.server, workdir, str(kubeconfig), os.environ.get("PYTHONPATH"),
+                                        wrap=lambda argv: stack.guarded(argv, grace=10.0)))
+            print(cull.describe(), flush=True)
+        # under the guard: the hub's proxy and services (new sessions of their own) end with it; the
+        # hub first deletes its users' pods while the cluster still runs
+        hub = await asyncio.create_subprocess_exec(
+            *stack.guarded([sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG)], grace=25.0),
+            cwd=str(workdir), env=env, start_new_session=True,
+        )
+        code = await _serve_hub(hub, f"http://127.0.0.1:{args.port}", cluster.server, stop,
+                                kubectl_hint=f"kubectl --kubeconfig {kubeconfig} get nodes", started=started)
+        return failed[0] if failed else code
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        if hub is not None and hub.returncode is None:
+            await _stop_hub(hub)
+        if cull is not None:
+            await cull.stop()
+        await cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _watch_agent(stack, cluster, cluster_file: str, stop: asyncio.Event, failed: list[int]) -> None:
+    """Say when the nodes are registered; a cluster file refused (2) or an agent that ended (1) stops the demo."""
+    try:
+        print(f"{await cluster.agent_ready()} (cluster file {cluster_file})", flush=True)
+    except stack.ClusterFileError as e:
+        print(f"gpuspawner demo: cannot load the cluster {cluster_file}: {e}", file=sys.stderr)
+        failed.append(2)
+        stop.set()
+        return
+    except RuntimeError as e:
+        print(f"gpuspawner demo: {e}", file=sys.stderr)
+        failed.append(1)
+        stop.set()
+        return
+    code = await cluster.agent_exited()
+    if not stop.is_set():
+        print(f"gpuspawner demo: the node agent exited with status {code}; its log: {cluster.agent_log}",
+              file=sys.stderr)
+        failed.append(1)
+        stop.set()
+
+
+async def _ensure_namespace_real(kubeconfig: Path, name: str) -> None:
+    """The hub's namespace, as an admin (or the Helm chart) creates it before installing."""
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", f"--kubeconfig={kubeconfig}", "create", "namespace", name,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    if proc.returncode != 0 and b"AlreadyExists" not in err:
+        raise RuntimeError(f"kubectl create namespace {name}: {err.decode(errors='replace').strip()}")
 
 
 def _ensure_namespace(cluster, name: str) -> None:
