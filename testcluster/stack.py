@@ -17,6 +17,8 @@ from testcluster.launcher import ControlPlane, ControlPlaneError, free_port
 GUARD = pathlib.Path(__file__).resolve().parent / "guard.py"
 REPO = pathlib.Path(__file__).resolve().parent.parent
 AGENT_LOG = "nodeagent.log"
+#: the scale-from-zero node group of the packaged demo cluster (gpuspawner/data/clusters/default.yaml)
+DEMO_NODE_GROUPS = pathlib.Path(__file__).resolve().parent / "demo-node-groups.yaml"
 _TAIL = 20
 
 
@@ -62,12 +64,15 @@ class TestCluster:
 
     def __init__(self, workdir: str | os.PathLike[str], cluster_file: str | os.PathLike[str], *,
                  port: int = 0, kubeconfig: str | os.PathLike[str] | None = None, run_pods: bool = True,
-                 dcgm_exporter: bool = False, agent_args: Sequence[str] = ()):
+                 dcgm_exporter: bool = False, node_groups: str | os.PathLike[str] | None = None,
+                 scale_up_seconds: float | None = None, agent_args: Sequence[str] = ()):
         self.workdir = pathlib.Path(workdir)
         self.cluster_file = str(cluster_file)
         self.control_plane = ControlPlane(self.workdir / "controlplane", port or None, kubeconfig=kubeconfig)
         self.run_pods = run_pods
         self.dcgm_exporter = dcgm_exporter
+        self.node_groups = node_groups
+        self.scale_up_seconds = scale_up_seconds
         self.agent_args = list(agent_args)
         self.agent: asyncio.subprocess.Process | None = None
         self.agent_line = ""
@@ -94,6 +99,10 @@ class TestCluster:
             cmd.append("--no-processes")
         if self.dcgm_exporter:
             cmd.append("--dcgm-exporter")
+        if self.node_groups:
+            cmd += ["--node-groups", str(self.node_groups)]
+            if self.scale_up_seconds is not None:
+                cmd += ["--scale-up-seconds", f"{self.scale_up_seconds:g}"]
         return cmd
 
     async def start(self) -> None:
@@ -167,4 +176,4 @@ class TestCluster:
         await asyncio.get_running_loop().run_in_executor(None, self.control_plane.stop)
 
 
-__all__ = ["ClusterFileError", "ControlPlaneError", "TestCluster", "child_env", "guarded", "stop_process"]
+__all__ = ["DEMO_NODE_GROUPS", "ClusterFileError", "ControlPlaneError", "TestCluster", "child_env", "guarded", "stop_process"]

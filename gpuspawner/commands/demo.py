@@ -59,6 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "(default: in the demo's temporary directory)",
     )
     parser.add_argument(
+        "--node-groups",
+        metavar="FILE",
+        help="scale-from-zero node groups the test cluster's autoscaler starts nodes of (default, without "
+             "--cluster: the demo cluster's H100 spot pool, testcluster/demo-node-groups.yaml)",
+    )
+    parser.add_argument(
+        "--scale-up-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds until a scale-from-zero node appears for a pending pod (default 30: the demo's "
+             "shortened stand-in for the pool's declared minutes)",
+    )
+    parser.add_argument(
         "--simulated",
         action="store_true",
         help="run the project's own simulated API server, scheduler and kubelet instead of Kubernetes' "
@@ -114,6 +128,10 @@ def main(args: argparse.Namespace) -> int:
     problems = []
     if args.cluster and not Path(args.cluster).is_file():
         problems.append(f"--cluster {args.cluster}: no such file")
+    if args.node_groups and not Path(args.node_groups).is_file():
+        problems.append(f"--node-groups {args.node_groups}: no such file")
+    if args.scale_up_seconds < 0:
+        problems.append("--scale-up-seconds must be 0 or more")
     if args.config and not Path(args.config).is_file():
         problems.append(f"--config {args.config}: no such file")
     if args.port and not _port_is_free(args.port):
@@ -266,7 +284,8 @@ async def _run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     cluster_file = args.cluster or str(testbed.default_cluster_file())
     cull = None if args.no_cull else DemoCulling()
     cluster = stack.TestCluster(workdir / "cluster", cluster_file, port=args.k8s_port, kubeconfig=kubeconfig,
-                                dcgm_exporter=cull is not None)
+                                dcgm_exporter=cull is not None, node_groups=_node_groups(args, stack),
+                                scale_up_seconds=args.scale_up_seconds)
     hub: asyncio.subprocess.Process | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -308,6 +327,13 @@ async def _run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
             await cull.stop()
         await cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _node_groups(args: argparse.Namespace, stack) -> str | None:
+    """``--node-groups``, else the demo cluster's own group when the demo cluster runs."""
+    if args.node_groups:
+        return args.node_groups
+    return None if args.cluster else str(stack.DEMO_NODE_GROUPS)
 
 
 async def _watch_agent(stack, cluster, cluster_file: str, stop: asyncio.Event, failed: list[int]) -> None:

@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=port, default=0, help="the API server's HTTPS port (default: any free port)")
     parser.add_argument("--kubeconfig", metavar="PATH",
                         help="write the admin kubeconfig here as soon as the API server is ready")
+    parser.add_argument("--node-groups", metavar="FILE",
+                        help="scale-from-zero node groups whose nodes the test cluster's autoscaler starts for "
+                             "unschedulable pods (default, without --cluster: testcluster/demo-node-groups.yaml)")
+    parser.add_argument("--scale-up-seconds", type=float, metavar="S",
+                        help="every node group's delay, whatever its file says (default: the file's)")
     parser.add_argument("--simulated", action="store_true",
                         help="run the project's own simulated API server, scheduler and kubelet instead of "
                              "Kubernetes' control plane (plain HTTP, no authentication; being retired)")
@@ -85,7 +90,9 @@ async def _serve_real(args: argparse.Namespace) -> int:
     cluster_file = args.cluster or str(testbed.default_cluster_file())
     workdir = tempfile.mkdtemp(prefix="gpuspawner-sim-")
     cluster = stack.TestCluster(workdir, cluster_file, port=args.port, kubeconfig=args.kubeconfig,
-                                run_pods=not args.no_run_pods, dcgm_exporter=args.dcgm_exporter)
+                                run_pods=not args.no_run_pods, dcgm_exporter=args.dcgm_exporter,
+                                node_groups=args.node_groups or (None if args.cluster else stack.DEMO_NODE_GROUPS),
+                                scale_up_seconds=args.scale_up_seconds)
     stop = _stop_event()
     try:
         try:

@@ -154,3 +154,29 @@ def test_demo_on_the_real_control_plane_loads_a_big_cluster_spawns_and_leaves_no
         assert left == [], "still running after kill -9 of the demo:\n" + "\n".join(left)
     finally:
         hub.stop()
+
+
+H100_SPOT = "gpu-h100-spot:nvidia-h100-80gb-hbm3:nvidia.com/gpu"
+
+
+def test_demo_scale_up_pool_gets_a_node_after_its_delay_and_the_spawn_there_runs(tmp_path):
+    """The demo cluster's scale-from-zero pool: no node until a server waits for one, then the test
+    cluster's autoscaler registers one after the (shortened) delay and the server starts on it."""
+    kubeconfig = tmp_path / "demo.kubeconfig"
+    hub = DemoHub(simulated=False, extra_args=("--kubeconfig", str(kubeconfig), "--no-cull",
+                                               "--scale-up-seconds", "8")).start()
+    try:
+        assert hub.pool(H100_SPOT)["nodes"] == 0
+        hub.create_user("sid")
+        asked = time.monotonic()
+        r = hub.api("POST", "/users/sid/server", json={"profile": "gpu", "gpu_pool": H100_SPOT, "gpus": 1})
+        assert r.status_code in (201, 202), r.text
+        wait_for(lambda: hub.pool(H100_SPOT)["nodes"] == 1, 120, "a node of the scale-up pool")
+        assert time.monotonic() - asked >= 8, "the node came before the pool's delay"
+        wait_for(lambda: (hub.server("sid") or {}).get("ready"), 240, "sid's server on the new node")
+        r = kubectl(kubeconfig, tmp_path, "get", "pods", "-n", "jupyterhub", "-o", "json")
+        (pod,) = json.loads(r.stdout)["items"]
+        assert pod["spec"]["nodeName"] == "gke-gpu-h100-spot-5d1e-0"
+        assert pod["status"]["phase"] == "Running"
+    finally:
+        hub.stop()
