@@ -19,6 +19,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 AGENT_LOG = "nodeagent.log"
 #: the scale-from-zero node group of the packaged demo cluster (gpuspawner/data/clusters/default.yaml)
 DEMO_NODE_GROUPS = pathlib.Path(__file__).resolve().parent / "demo-node-groups.yaml"
+#: the Kueue objects of ``gpuspawner demo --kueue``: the demo cluster's A100 pool queues
+DEMO_KUEUE = pathlib.Path(__file__).resolve().parent / "demo-kueue.yaml"
 _TAIL = 20
 
 
@@ -176,4 +178,4 @@ class TestCluster:
         await asyncio.get_running_loop().run_in_executor(None, self.control_plane.stop)
 
 
-__all__ = ["DEMO_NODE_GROUPS", "ClusterFileError", "ControlPlaneError", "TestCluster", "child_env", "guarded", "stop_process"]
+__all__ = ["DEMO_KUEUE", "DEMO_NODE_GROUPS", "ClusterFileError", "ControlPlaneError", "TestCluster", "child_env", "guarded", "stop_process"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import shutil
@@ -30,6 +31,8 @@ from gpuspawner.commands.extras import demo_extra_problem
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "data" / "demo" / "jupyterhub_config.py"
 HUB_READY_TIMEOUT = 90.0
 DEMO_NAMESPACE = "jupyterhub"  # c.GPUSpawner.namespace in the demo config
+#: c.GPUSpawner.gpu_kueue_queues of ``--kueue``: the queue testcluster/demo-kueue.yaml makes
+KUEUE_QUEUES = [{"match": "gpu-a100-pool:*", "queue": "gpu-a100"}]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds until a scale-from-zero node appears for a pending pod (default 30: the demo's "
              "shortened stand-in for the pool's declared minutes)",
+    )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="queue the A100 pool's servers through Kueue (built from its module by scripts/setup.sh): a full "
+             "pool takes a place in line (docs/kueue.md)",
     )
     parser.add_argument(
         "--simulated",
@@ -140,6 +149,10 @@ def main(args: argparse.Namespace) -> int:
         problems.append(f"--k8s-port {args.k8s_port} is in use; choose another with --k8s-port")
     if args.admin_token is not None and len(args.admin_token) < 8:
         problems.append("--admin-token must be at least 8 characters")
+    if args.kueue and args.simulated:
+        problems.append("--kueue runs Kueue against Kubernetes' own control plane: drop --simulated")
+    if args.kueue and args.cluster:
+        problems.append("--kueue sets up queues for the demo cluster's A100 pool: drop --cluster")
     if args.keep_timestamps and not args.simulated:
         problems.append("--keep-timestamps works only with --simulated (the real API server sets creation times)")
     if not args.simulated:
@@ -287,6 +300,7 @@ async def _run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
                                 dcgm_exporter=cull is not None, node_groups=_node_groups(args, stack),
                                 scale_up_seconds=args.scale_up_seconds)
     hub: asyncio.subprocess.Process | None = None
+    kueue = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -304,6 +318,11 @@ async def _run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
         watcher = asyncio.create_task(_watch_agent(stack, cluster, cluster_file, stop, failed))
         await _ensure_namespace_real(kubeconfig, DEMO_NAMESPACE)
         env = _hub_env(args, workdir, kubeconfig, proxy, snippet)
+        if args.kueue:
+            kueue = await _start_kueue(stack, kubeconfig, workdir)
+            if kueue is None:
+                return 1
+            env["GPUSPAWNER_DEMO_KUEUE_QUEUES"] = json.dumps(KUEUE_QUEUES)
         if cull is not None:  # the hub runs the culler as a service (demo_cull)
             env.update(await cull.start(cluster.server, workdir, str(kubeconfig), os.environ.get("PYTHONPATH"),
                                         wrap=lambda argv: stack.guarded(argv, grace=10.0)))
@@ -325,8 +344,28 @@ async def _run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
             await _stop_hub(hub)
         if cull is not None:
             await cull.stop()
+        if kueue is not None:
+            await asyncio.to_thread(kueue.stop)
         await cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _start_kueue(stack, kubeconfig: Path, workdir: Path):
+    """Kueue against the demo's control plane, with the demo cluster's queues; None (said why) if it fails."""
+    kueue_mod = testbed.load_kueue()
+    kueue = kueue_mod.Kueue(kubeconfig, workdir / "kueue", wait_for_pods_ready="10m",
+                            wrap=lambda argv: stack.guarded(argv, grace=10.0))
+    print("starting Kueue (its controller manager, webhooks and visibility API) ...", flush=True)
+    try:
+        await asyncio.to_thread(kueue.start)
+        await asyncio.to_thread(kueue.apply_file, stack.DEMO_KUEUE)
+    except kueue_mod.KueueError as e:
+        print(f"gpuspawner demo: Kueue did not start: {e}", file=sys.stderr)
+        await asyncio.to_thread(kueue.stop)
+        return None
+    print(f"Kueue is running: the A100 pool's servers queue in LocalQueue gpu-a100 ({stack.DEMO_KUEUE}); "
+          f"log: {kueue.log_path}", flush=True)
+    return kueue
 
 
 def _node_groups(args: argparse.Namespace, stack) -> str | None:

@@ -46,3 +46,11 @@ def load() -> ModuleType:
     import testcluster.stack
 
     return testcluster.stack
+
+
+def load_kueue() -> ModuleType:
+    """``testcluster.kueue`` (Kueue's launcher), after :func:`load`."""
+    load()
+    import testcluster.kueue
+
+    return testcluster.kueue

@@ -180,3 +180,52 @@ def test_demo_scale_up_pool_gets_a_node_after_its_delay_and_the_spawn_there_runs
         assert pod["status"]["phase"] == "Running"
     finally:
         hub.stop()
+
+
+A100 = "gpu-a100-pool:nvidia-a100-sxm4-40gb:nvidia.com/gpu"
+
+
+def progress_until(hub: DemoHub, user: str, words: str, timeout: float) -> list[str]:
+    """The server's progress messages, read until one contains ``words`` (or the stream ends)."""
+    r = requests.get(f"{hub.url}/hub/api/users/{user}/server/progress",
+                     headers={"Authorization": f"token {hub.token}"}, stream=True, timeout=timeout)
+    seen: list[str] = []
+    for line in r.iter_lines(decode_unicode=True):
+        if line and line.startswith("data:"):
+            event = json.loads(line[5:])
+            seen.append(event.get("message", ""))
+            if words in seen[-1] or event.get("failed") or event.get("ready"):
+                break
+    r.close()
+    return seen
+
+
+def test_demo_kueue_a_full_pool_queues_with_a_position_and_the_next_server_runs_when_one_stops(tmp_path):
+    """``gpuspawner demo --kueue``: Kueue itself (built from its module) on the demo's control plane; the
+    A100 pool's quota of 4 GPUs holds two 2-GPU servers, a third (1 GPU) waits at position 1 and runs
+    once the first stops."""
+    hub = DemoHub(simulated=False, extra_args=("--kueue", "--no-cull", "--kubeconfig", str(tmp_path / "kc")),
+                  ready_timeout=300).start()
+    try:
+        assert "Kueue is running" in hub.log()
+        for user in ("ann", "bob", "cy"):
+            hub.create_user(user)
+        for user in ("ann", "bob"):
+            r = hub.api("POST", f"/users/{user}/server", json={"profile": "gpu", "gpu_pool": A100, "gpus": 2})
+            assert r.status_code in (201, 202), r.text
+        for user in ("ann", "bob"):
+            wait_for(lambda u=user: (hub.server(u) or {}).get("ready"), 240, f"{user}'s server")
+        # one GPU of the pool is still free on its nodes, but none of the quota: cy waits for Kueue
+        r = hub.api("POST", "/users/cy/server", json={"profile": "gpu", "gpu_pool": A100, "gpus": 1})
+        assert r.status_code in (201, 202), r.text
+        seen = progress_until(hub, "cy", "Queued in gpu-a100: position 1", 120)
+        assert any("Queued in gpu-a100: position 1" in m for m in seen), seen
+        assert hub.pool(A100)["queue"] == {"name": "gpu-a100", "pending": 1, "admitted": 2}
+        assert not (hub.server("cy") or {}).get("ready")
+        freed = time.monotonic()
+        r = hub.api("DELETE", "/users/ann/server")
+        assert r.status_code in (202, 204), r.text
+        wait_for(lambda: (hub.server("cy") or {}).get("ready"), 180, "cy's server once ann's stopped")
+        print(f"\nfrom a freed GPU to the queued server ready: {time.monotonic() - freed:.1f}s")
+    finally:
+        hub.stop()

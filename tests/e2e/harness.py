@@ -50,6 +50,7 @@ class DemoHub:
         extra_args: tuple[str, ...] = (),
         extra_config: str | None = None,
         simulated: bool = True,
+        ready_timeout: float = READY_TIMEOUT,
     ):
         self.port = free_port()
         self.k8s_port = free_port()
@@ -60,6 +61,7 @@ class DemoHub:
         self.extra_config = extra_config
         self.extra_args = extra_args
         self.simulated = simulated
+        self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen | None = None
         self.log_path = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-e2e-")) / "demo.log"
 
@@ -81,7 +83,7 @@ class DemoHub:
             cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            wait_for(self._ready, READY_TIMEOUT, "the demo hub to answer")
+            wait_for(self._ready, self.ready_timeout, "the demo hub to answer")
         except AssertionError:
             self.stop()
             raise AssertionError(f"demo did not start; its output:\n{self.log()}") from None
