@@ -244,6 +244,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     from gpuspawner.sim.errors import ApiError
     from gpuspawner.sim.loader import LoadError
 
+    started = asyncio.get_running_loop().time()
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
     from gpuspawner.commands.demo_cull import DemoCulling
 
@@ -276,7 +277,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
             sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
             cwd=str(workdir), env=env, start_new_session=True,
         )
-        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop)
+        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop, started=started)
     finally:
         if hub is not None and hub.returncode is None:
             await _stop_hub(hub)
@@ -325,7 +326,7 @@ async def _run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
             env["GPUSPAWNER_DEMO_KUEUE_QUEUES"] = json.dumps(KUEUE_QUEUES)
         if cull is not None:  # the hub runs the culler as a service (demo_cull)
             env.update(await cull.start(cluster.server, workdir, str(kubeconfig), os.environ.get("PYTHONPATH"),
-                                        wrap=lambda argv: stack.guarded(argv, grace=10.0)))
+                                        authenticated=True, wrap=lambda argv: stack.guarded(argv, grace=10.0)))
             print(cull.describe(), flush=True)
         # under the guard: the hub's proxy and services (new sessions of their own) end with it; the
         # hub first deletes its users' pods while the cluster still runs

@@ -209,9 +209,10 @@ class DemoCulling:
         self.prometheus_url: str | None = None
 
     async def start(self, k8s_url: str, workdir: Path, kubeconfig: str, pythonpath: str | None,
-                    authenticated: bool = True, wrap: Callable[[list[str]], list[str]] = _as_is) -> dict[str, str]:
+                    authenticated: bool = False, wrap: Callable[[list[str]], list[str]] = _as_is) -> dict[str, str]:
         """Start Prometheus if ``prometheus`` is on PATH; the hub environment that adds the culler.
-        ``authenticated``: the discovery lists pods as the kubeconfig's user (else plain HTTP)."""
+        ``authenticated``: the discovery lists pods as the kubeconfig's user (else over plain HTTP, as the
+        simulated API server serves)."""
         binary = shutil.which("prometheus")
         if binary:
             self.discovery = PodDiscovery(k8s_url, kubeconfig if authenticated else None)
