@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import signal
 import sys
-
 import tempfile
-import shutil
 
 from gpuspawner.commands import testbed
 from gpuspawner.commands.arguments import loopback, port
