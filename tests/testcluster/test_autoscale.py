@@ -100,3 +100,40 @@ def test_the_demo_cluster_group_matches_the_demo_hub_s_declared_pool():
     assert g.labels["cloud.google.com/gke-nodepool"] == "gpu-h100-spot"
     assert g.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert (g.max_nodes, g.template["status"]["allocatable"]["nvidia.com/gpu"]) == (2, "8")
+
+
+async def test_an_unschedulable_pod_gets_a_node_of_its_group_after_the_delay_and_runs_there(real_cluster, tmp_path):
+    """On the real control plane: kube-scheduler finds no node, the agent's autoscaler registers one
+    of the group after its delay, the scheduler binds the pod to it and the agent runs it."""
+    import asyncio
+    import time
+
+    from testcluster.nodeagent import NodeAgent
+    from testcluster.nodeagent.client import KNOWN, Client
+    from tests.builders.kubelet import node_manifest
+    from tests.builders.nodeagent import env_server_pod, pod_where, running_with_ip, write_cluster
+
+    tag = f"as{int(time.time() * 1000) % 10**8}"
+    template = {**TEMPLATE, "metadata": {"labels": {**TEMPLATE["metadata"]["labels"], "pool": tag}}}
+    groups = [NodeGroup(f"{tag}-h100", template, max_nodes=1, delay_seconds=3)]
+    cluster = write_cluster(tmp_path / "cluster.yaml", [node_manifest(f"{tag}-cpu")])
+    client = await Client(real_cluster).open()
+    try:
+        async with NodeAgent(real_cluster, cluster, node_groups=groups):
+            pod = env_server_pod(f"{tag}-server", limits={"nvidia.com/gpu": "1"}, nodeSelector={"pool": tag},
+                                 tolerations=TOLERATE_GPU)
+            asked = time.monotonic()
+            await client.create(KNOWN["Pod"], pod, namespace="default")
+            running = await pod_where(client, pod["metadata"]["name"], running_with_ip, "running", timeout=90)
+            assert running["spec"]["nodeName"] == f"{tag}-h100-0"
+            assert time.monotonic() - asked >= 3
+            await asyncio.sleep(2 * 2.5)  # two more rounds of the autoscaler: no second node for a running pod
+            assert groups[0].nodes == [f"{tag}-h100-0"]
+            await client.delete(KNOWN["Pod"], pod["metadata"]["name"], namespace="default")
+    finally:
+        for name in (f"{tag}-cpu", f"{tag}-h100-0"):
+            try:
+                await client.delete(KNOWN["Node"], name)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        await client.close()
