@@ -1,15 +1,6 @@
-"""Runs one command as the keeper of its whole process tree: when the command ends, when this
-process is told to stop, or when the process that started it dies, nothing the command started
-(in any session or process group) outlives it.  Standard library only; run it as a file.
-
-    python testcluster/guard.py [--grace S] [--orphan-grace S] -- COMMAND ...
-
-It makes itself a child subreaper (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``, see prctl(2)), so every
-process the command starts stays its descendant even after its parent exits, and asks for SIGTERM
-when its own parent dies (``PR_SET_PDEATHSIG``, also watched by polling ``getppid``).  On SIGTERM,
-SIGINT or SIGHUP it sends SIGTERM to the command, waits ``--grace`` seconds (``--orphan-grace``
-when its parent is gone) and then SIGKILLs every descendant left.  Exit status: the command's.
-"""
+"""``python testcluster/guard.py [--grace S] [--orphan-grace S] -- COMMAND ...``: runs COMMAND so that
+nothing it starts outlives it, the guard being told to stop, or the guard's parent dying (docs/test-cluster.md).
+Standard library only; its exit status is the command's."""
 
 from __future__ import annotations
 
@@ -95,7 +86,10 @@ def kill_all(me: int, first: int = signal.SIGKILL, settle: float = 0.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="guard.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="guard.py", description=(
+        "Run COMMAND as a child subreaper (prctl PR_SET_CHILD_SUBREAPER) that asks for SIGTERM when its parent "
+        "dies (PR_SET_PDEATHSIG); told to stop, give it --grace seconds (--orphan-grace when the parent died), "
+        "then SIGKILL every process left below."))
     p.add_argument("--grace", type=float, default=15.0, help="seconds the command has to stop when told to")
     p.add_argument("--orphan-grace", type=float, default=3.0,
                    help="seconds the command has to stop when the guard's parent died")

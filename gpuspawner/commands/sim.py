@@ -177,7 +177,7 @@ def main(args: argparse.Namespace) -> int:
     problem = demo_extra_problem("sim")
     if not problem and not args.simulated:
         given = [flag for attr, flag in SIMULATED_ONLY if getattr(args, attr)]
-        problem = (f"gpuspawner sim: {', '.join(given)} work only with --simulated (the project's own API server)"
+        problem = (f"gpuspawner sim: {', '.join(given)}: only with --simulated (the project's own API server)"
                    if given else testbed.problem("sim"))
     if problem:
         print(problem, file=sys.stderr)

@@ -1,12 +1,6 @@
-"""Scale-from-zero node groups, as a cluster autoscaler gives them: when a pod stays unschedulable and
-a group's node template would take it, a node of that group registers after the group's delay.
-
-A node groups file (YAML) lists ``{name, max_nodes, delay_seconds, template}``, ``template`` being a
-cluster file's Node (labels, taints, allocatable).  The fit test is the autoscaler's scale-up
-simulation cut down to what the demo needs (the Kubernetes cluster-autoscaler FAQ, "How does scale-up
-work?"): the pod's nodeSelector, its tolerations of the template's NoSchedule/NoExecute taints, and its
-extended-resource requests.  ``plan`` is pure; ``Autoscaler`` polls the unscheduled pods.
-"""
+"""Scale-from-zero node groups, as a cluster autoscaler runs them: an unschedulable pod that a group's
+node template would take gets a node of that group after the group's delay (docs/test-cluster.md).
+``fits`` and ``plan`` are pure; ``Autoscaler`` polls the unscheduled pods."""
 
 from __future__ import annotations
 
@@ -102,7 +96,9 @@ def _extended_requests(pod: Mapping[str, Any]) -> dict[str, float]:
 
 
 def fits(group: NodeGroup, pod: Mapping[str, Any]) -> bool:
-    """Whether a new node of ``group`` would take ``pod``.  Pure."""
+    """Whether a new node of ``group`` would take ``pod``: the cluster autoscaler's scale-up simulation
+    (its FAQ, "How does scale-up work?") cut down to the pod's nodeSelector, its tolerations of the
+    template's NoSchedule/NoExecute taints and its extended-resource requests.  Pure."""
     spec = pod.get("spec") or {}
     labels = group.labels
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
