@@ -71,7 +71,8 @@ def read_until(proc: subprocess.Popen, prefix: str, timeout: float, seen: list[s
     raise AssertionError(f"no {prefix!r} line within {timeout:.0f}s:\n{''.join(seen)}")
 
 
-def test_sim_applies_the_cluster_file_to_the_real_api_server_and_stops_everything_on_ctrl_c(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_sim_applies_the_cluster_file_to_the_real_api_server_and_nothing_outlives_it(tmp_path, stop):
     port, kubeconfig = free_port(), tmp_path / "admin.kubeconfig"
     proc = subprocess.Popen([sys.executable, "-m", "gpuspawner", "sim", "--cluster", str(DEFAULT_CLUSTER),
                              "--port", str(port), "--kubeconfig", str(kubeconfig)],
@@ -91,9 +92,10 @@ def test_sim_applies_the_cluster_file_to_the_real_api_server_and_stops_everythin
         assert r.returncode == 0 and r.stdout.strip(), r.stderr  # the DRA nodes' slices
         tree = descendants(proc.pid)
         assert tree, "the cluster runs in child processes"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
-        assert wait_all_gone(tree, 5) == []
+        proc.send_signal(stop)
+        assert proc.wait(60) == (0 if stop == signal.SIGINT else -signal.SIGKILL)
+        left = wait_all_gone(tree, 10)
+        assert left == [], "still running:\n" + "\n".join(left)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
