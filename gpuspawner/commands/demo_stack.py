@@ -51,7 +51,11 @@ async def run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
         print(f"Kubernetes API server {cluster.server} ready in {cluster.control_plane.ready_seconds:.1f}s; "
               f"kubeconfig: {kubeconfig}", flush=True)
         watcher = asyncio.create_task(_watch_agent(stack, cluster, cluster_file, stop, failed))
-        await _ensure_namespace_real(kubeconfig, DEMO_NAMESPACE)
+        try:
+            await _ensure_namespace_real(kubeconfig, DEMO_NAMESPACE)
+        except (RuntimeError, OSError) as e:
+            print(f"gpuspawner demo: cannot create the hub's namespace: {e}", file=sys.stderr)
+            return 1
         env = _hub_env(args, workdir, kubeconfig, proxy, snippet)
         if args.kueue:
             kueue = await _start_kueue(stack, kubeconfig, workdir)
