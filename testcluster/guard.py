@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grace", type=float, default=15.0, help="seconds the command has to stop when told to")
     p.add_argument("--orphan-grace", type=float, default=3.0,
                    help="seconds the command has to stop when the guard's parent died")
+    p.add_argument("--orphan-remove", metavar="DIR",
+                   help="when the guard's parent died: remove DIR once everything below the guard ended "
+                        "(the dead parent's scratch folder)")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -128,7 +132,18 @@ def main(argv: list[str] | None = None) -> int:
         pass
     kill_all(me)
     child.poll()
+    if args.orphan_remove and (orphaned or os.getppid() != parent):
+        remove_later(args.orphan_remove)
     return 0 if child.returncode in (0, -signal.SIGTERM) else 1
+
+
+def remove_later(path: str, tries: int = 5, every: float = 2.0) -> None:
+    """Remove ``path``; the dead parent's other children may still write there while they stop."""
+    for _ in range(tries):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        time.sleep(every)
 
 
 if __name__ == "__main__":

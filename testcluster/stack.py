@@ -28,9 +28,13 @@ class ClusterFileError(Exception):
     """The node agent refused the cluster file (or the API server one of its objects): says what to fix."""
 
 
-def guarded(argv: Sequence[str], grace: float = 15.0, orphan_grace: float = 3.0) -> list[str]:
-    """``argv`` run under ``guard.py``: its whole process tree ends with it, or with its caller."""
-    return [sys.executable, str(GUARD), f"--grace={grace:g}", f"--orphan-grace={orphan_grace:g}", "--", *argv]
+def guarded(argv: Sequence[str], grace: float = 15.0, orphan_grace: float = 3.0,
+            orphan_remove: str | os.PathLike[str] | None = None) -> list[str]:
+    """``argv`` run under ``guard.py``: its whole process tree ends with it, or with its caller (and then
+    ``orphan_remove``, the caller's scratch folder, goes too)."""
+    extra = [f"--orphan-remove={orphan_remove}"] if orphan_remove else []
+    return [sys.executable, str(GUARD), f"--grace={grace:g}", f"--orphan-grace={orphan_grace:g}", *extra, "--",
+            *argv]
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -67,7 +71,8 @@ class TestCluster:
     def __init__(self, workdir: str | os.PathLike[str], cluster_file: str | os.PathLike[str], *,
                  port: int = 0, kubeconfig: str | os.PathLike[str] | None = None, run_pods: bool = True,
                  dcgm_exporter: bool = False, node_groups: str | os.PathLike[str] | None = None,
-                 scale_up_seconds: float | None = None, agent_args: Sequence[str] = ()):
+                 scale_up_seconds: float | None = None, agent_args: Sequence[str] = (),
+                 scratch: str | os.PathLike[str] | None = None):
         self.workdir = pathlib.Path(workdir)
         self.cluster_file = str(cluster_file)
         self.control_plane = ControlPlane(self.workdir / "controlplane", port or None, kubeconfig=kubeconfig)
@@ -76,6 +81,7 @@ class TestCluster:
         self.node_groups = node_groups
         self.scale_up_seconds = scale_up_seconds
         self.agent_args = list(agent_args)
+        self.scratch = scratch  # the caller's folder: removed by the agent's guard if the caller dies
         self.agent: asyncio.subprocess.Process | None = None
         self.agent_line = ""
         self._ready: asyncio.Future[str] | None = None
@@ -121,7 +127,8 @@ class TestCluster:
         try:
             # a nodes' agent stopping with the API server gone may wait out its requests' timeouts
             self.agent = await asyncio.create_subprocess_exec(
-                *guarded(self.agent_command(), grace=10.0, orphan_grace=3.0), stdout=asyncio.subprocess.PIPE,
+                *guarded(self.agent_command(), grace=10.0, orphan_grace=3.0, orphan_remove=self.scratch),
+                stdout=asyncio.subprocess.PIPE,
                 stderr=log, env=child_env(), start_new_session=True)
         finally:
             log.close()

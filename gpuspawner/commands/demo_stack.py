@@ -33,7 +33,7 @@ async def run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     cull = None if args.no_cull else DemoCulling()
     cluster = stack.TestCluster(workdir / "cluster", cluster_file, port=args.k8s_port, kubeconfig=kubeconfig,
                                 dcgm_exporter=cull is not None, node_groups=_node_groups(args, stack),
-                                scale_up_seconds=args.scale_up_seconds)
+                                scale_up_seconds=args.scale_up_seconds, scratch=workdir)
     hub: asyncio.subprocess.Process | None = None
     kueue = None
     stop = asyncio.Event()
@@ -69,7 +69,8 @@ async def run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
         # under the guard: the hub's proxy and services (new sessions of their own) end with it; the
         # hub first deletes its users' pods while the cluster still runs
         hub = await asyncio.create_subprocess_exec(
-            *stack.guarded([sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG)], grace=25.0),
+            *stack.guarded([sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG)], grace=25.0,
+                           orphan_remove=workdir),
             cwd=str(workdir), env=env, start_new_session=True,
         )
         code = await _serve_hub(hub, f"http://127.0.0.1:{args.port}", cluster.server, stop,

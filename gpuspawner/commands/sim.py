@@ -91,7 +91,7 @@ async def _serve_real(args: argparse.Namespace) -> int:
     cluster = stack.TestCluster(workdir, cluster_file, port=args.port, kubeconfig=args.kubeconfig,
                                 run_pods=not args.no_run_pods, dcgm_exporter=args.dcgm_exporter,
                                 node_groups=args.node_groups or (None if args.cluster else stack.DEMO_NODE_GROUPS),
-                                scale_up_seconds=args.scale_up_seconds)
+                                scale_up_seconds=args.scale_up_seconds, scratch=workdir)
     stop = _stop_event()
     try:
         try:

@@ -58,6 +58,22 @@ def wait_all_gone(pids: list[int], timeout: float) -> list[str]:
     return left
 
 
+def control_plane_data_dir(pids: list[int]) -> Path:
+    """The ``--data-dir`` of the control plane among ``pids``."""
+    for line in alive(pids):
+        for arg in line.split():
+            if arg.startswith("--data-dir="):
+                return Path(arg.split("=", 1)[1])
+    raise AssertionError("no control plane among the command's processes")
+
+
+def wait_removed(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not path.exists()
+
+
 def read_until(proc: subprocess.Popen, prefix: str, timeout: float, seen: list[str]) -> str:
     """The first line of the command's output starting with ``prefix`` (every line kept in ``seen``)."""
     deadline = time.monotonic() + timeout
@@ -92,10 +108,12 @@ def test_sim_applies_the_cluster_file_to_the_real_api_server_and_nothing_outlive
         assert r.returncode == 0 and r.stdout.strip(), r.stderr  # the DRA nodes' slices
         tree = descendants(proc.pid)
         assert tree, "the cluster runs in child processes"
+        scratch = control_plane_data_dir(tree).parent  # the command's temporary folder
         proc.send_signal(stop)
         assert proc.wait(60) == (0 if stop == signal.SIGINT else -signal.SIGKILL)
         left = wait_all_gone(tree, 10)
         assert left == [], "still running:\n" + "\n".join(left)
+        assert wait_removed(scratch, 20), f"{scratch} (etcd's data and the certificates) is left behind"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -150,10 +168,12 @@ def test_demo_on_the_real_control_plane_loads_a_big_cluster_spawns_and_leaves_no
         pods = json.loads(r.stdout)["items"]
         assert [p["status"]["phase"] for p in pods] == ["Running"], r.stdout[:2000]
         tree = descendants(hub.proc.pid)
+        scratch = control_plane_data_dir(tree).parents[1]  # the demo's temporary folder
         os.kill(hub.proc.pid, signal.SIGKILL)
         hub.proc.wait()
         left = wait_all_gone(tree, 10)
         assert left == [], "still running after kill -9 of the demo:\n" + "\n".join(left)
+        assert wait_removed(scratch, 20), f"{scratch} is left behind"
     finally:
         hub.stop()
 

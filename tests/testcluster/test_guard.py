@@ -63,11 +63,15 @@ def test_sigterm_stops_the_command_and_everything_it_started():
     assert gone_within(tree, 5)
 
 
-def test_kill_9_of_the_guard_s_parent_ends_the_whole_tree():
-    """The launcher (a demo) dies without a word: the guard's parent-death signal ends everything."""
+def test_kill_9_of_the_guard_s_parent_ends_the_whole_tree_and_removes_its_scratch_folder(tmp_path):
+    """The launcher (a demo) dies without a word: the guard's parent-death signal ends everything,
+    and the launcher's scratch folder goes."""
+    scratch = tmp_path / "scratch"
+    (scratch / "etcd").mkdir(parents=True)
     launcher_code = textwrap.dedent(f"""
         import subprocess, sys, time
-        g = subprocess.Popen({guarded([sys.executable, "-c", FAMILY, "sleep"], orphan_grace=1)!r})
+        g = subprocess.Popen({guarded([sys.executable, "-c", FAMILY, "sleep"], orphan_grace=1,
+                                      orphan_remove=scratch)!r})
         print(g.pid, flush=True)
         time.sleep(600)
     """)
@@ -81,6 +85,21 @@ def test_kill_9_of_the_guard_s_parent_ends_the_whole_tree():
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
     assert gone_within(tree, 5), [p for p in tree if running(p)]
+    deadline = time.monotonic() + 10
+    while scratch.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not scratch.exists()
+
+
+def test_a_guard_told_to_stop_by_its_parent_leaves_the_scratch_folder_to_it(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    guard = subprocess.Popen(guarded([sys.executable, "-c", FAMILY, "sleep"], orphan_remove=scratch),
+                             stdout=subprocess.PIPE, text=True)
+    guard.stdout.readline()
+    guard.send_signal(signal.SIGTERM)
+    guard.wait(30)
+    assert scratch.is_dir()
 
 
 def test_a_guard_without_a_command_says_so():
