@@ -8,8 +8,8 @@ import sys
 
 # subcommand name -> (module under gpuspawner.commands, one-line help)
 COMMANDS = {
-    "sim": ("sim", "run the simulated Kubernetes GPU cluster alone"),
-    "demo": ("demo", "run the simulated GPU cluster with a real JupyterHub"),
+    "sim": ("sim", "run the test cluster (Kubernetes' control plane, simulated GPU nodes) alone"),
+    "demo": ("demo", "run the test cluster with a real JupyterHub"),
     "check-cuda": ("check_cuda", "decide whether an image's CUDA fits a node's NVIDIA driver"),
     "probe": ("probe", "check the GPUs and driver from inside a server's pod (init container)"),
     "label-node": ("label_node", "label a node with GPU Feature Discovery labels read through NVML"),

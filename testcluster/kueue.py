@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -245,6 +246,7 @@ class Kueue:
     process: subprocess.Popen | None = None
     ca_pem: bytes = b""
     share: Path | None = None  # the build's directory: Kueue's CRDs and webhook manifests
+    wrap: Callable[[list[str]], list[str]] | None = None  # the command run instead (e.g. under guard.py)
 
     @property
     def log_path(self) -> Path:
@@ -253,6 +255,10 @@ class Kueue:
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], input=input,
                               capture_output=True, text=True, check=check, timeout=120)
+
+    def apply_file(self, path: Path) -> None:
+        """``kubectl apply`` of a YAML file of objects (an admin's queues, flavors and priorities)."""
+        self.apply([o for o in yaml.safe_load_all(Path(path).read_text()) if o])
 
     def apply(self, objects: list[dict]) -> None:
         body = "\n".join(json.dumps(o) for o in objects)
@@ -311,8 +317,9 @@ class Kueue:
         argv = [str(binary), f"--config={config_path}", f"--kubeconfig={self.kubeconfig}",
                 f"--visibility-server-port={self.visibility_port}", "--zap-log-level=info"]
         log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(namespace_command(self.workdir, argv), stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        command = namespace_command(self.workdir, argv)
+        self.process = subprocess.Popen(self.wrap(command) if self.wrap else command, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         # the webhooks go in once the manager serves them: a pod create with failurePolicy Fail
         # would be refused while it starts

@@ -1,6 +1,6 @@
-"""``gpuspawner demo``: the simulated GPU cluster and a real JupyterHub with GPUSpawner.
-Design notes: docs/architecture.md.
-"""
+"""``gpuspawner demo``: a real JupyterHub with GPUSpawner on the test cluster (``demo_stack``) or, with
+``--simulated``, on the project's simulated API server in this process: the arguments, the checks before
+anything starts, and the hub's side of both."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from gpuspawner import config_snippet
+from gpuspawner.commands import testbed
 from gpuspawner.commands.arguments import port
 from gpuspawner.commands.extras import demo_extra_problem
 
@@ -33,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-timestamps",
         action="store_true",
-        help="keep the cluster file's creationTimestamp and status times (a snapshot of a real cluster "
-             "replays with its ages)",
+        help="with --simulated: keep the cluster file's creationTimestamp and status times (a snapshot of a "
+             "real cluster replays with its ages)",
     )
     parser.add_argument("--port", type=port, default=8000, help="JupyterHub's public port (default 8000)")
     parser.add_argument(
@@ -42,7 +43,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=port,
         default=0,
         metavar="N",
-        help="port of the simulated Kubernetes API (default: a free port)",
+        help="the Kubernetes API server's HTTPS port (default: a free port)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="write the cluster's admin kubeconfig here as soon as the API server is ready "
+             "(default: in the demo's temporary directory)",
+    )
+    parser.add_argument(
+        "--node-groups",
+        metavar="FILE",
+        help="scale-from-zero node groups the test cluster's autoscaler starts nodes of (default, without "
+             "--cluster: the demo cluster's H100 spot pool, testcluster/demo-node-groups.yaml)",
+    )
+    parser.add_argument(
+        "--scale-up-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds until a scale-from-zero node appears for a pending pod (default 30: the demo's "
+             "shortened stand-in for the pool's declared minutes)",
+    )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="queue the A100 pool's servers through Kueue (built from its module by scripts/setup.sh): a full "
+             "pool takes a place in line (docs/kueue.md)",
+    )
+    parser.add_argument(
+        "--simulated",
+        action="store_true",
+        help="run the project's own simulated API server, scheduler and kubelet instead of Kubernetes' "
+             "control plane (plain HTTP, no authentication; being retired)",
     )
     parser.add_argument(
         "--config",
@@ -94,6 +127,10 @@ def main(args: argparse.Namespace) -> int:
     problems = []
     if args.cluster and not Path(args.cluster).is_file():
         problems.append(f"--cluster {args.cluster}: no such file")
+    if args.node_groups and not Path(args.node_groups).is_file():
+        problems.append(f"--node-groups {args.node_groups}: no such file")
+    if args.scale_up_seconds < 0:
+        problems.append("--scale-up-seconds must be 0 or more")
     if args.config and not Path(args.config).is_file():
         problems.append(f"--config {args.config}: no such file")
     if args.port and not _port_is_free(args.port):
@@ -102,6 +139,16 @@ def main(args: argparse.Namespace) -> int:
         problems.append(f"--k8s-port {args.k8s_port} is in use; choose another with --k8s-port")
     if args.admin_token is not None and len(args.admin_token) < 8:
         problems.append("--admin-token must be at least 8 characters")
+    if args.kueue and args.simulated:
+        problems.append("--kueue runs Kueue against Kubernetes' own control plane: drop --simulated")
+    if args.kueue and args.cluster:
+        problems.append("--kueue sets up queues for the demo cluster's A100 pool: drop --cluster")
+    if args.keep_timestamps and not args.simulated:
+        problems.append("--keep-timestamps works only with --simulated (the real API server sets creation times)")
+    if not args.simulated:
+        missing = testbed.problem("demo")
+        if missing:
+            problems.append(missing.removeprefix("gpuspawner demo: "))
     proxy = _find_proxy()
     if not proxy:
         problems.append(
@@ -116,7 +163,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"gpuspawner demo: {p}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_run(args, proxy, snippet))
+        if args.simulated:
+            return asyncio.run(_run(args, proxy, snippet))
+        from gpuspawner.commands.demo_stack import run_real
+
+        return asyncio.run(run_real(args, proxy, snippet))
     except KeyboardInterrupt:
         return 0
 
@@ -142,7 +193,8 @@ def _hub_env(args: argparse.Namespace, workdir: Path, kubeconfig: Path, proxy: s
 
 
 async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str, stop: asyncio.Event,
-                     kubeconfig: Path | None = None) -> int:
+                     kubeconfig: Path | None = None, kubectl_hint: str | None = None,
+                     started: float | None = None) -> int:
     """Wait for the hub to answer, say where everything is, then run until Ctrl-C or the hub exits."""
     if not await _wait_hub(hub, hub_url, stop):
         if hub.returncode is not None:
@@ -152,11 +204,12 @@ async def _serve_hub(hub: asyncio.subprocess.Process, hub_url: str, k8s_url: str
             return 0
         print("gpuspawner demo: JupyterHub did not answer in time", file=sys.stderr)
         return 1
+    took = f" in {asyncio.get_running_loop().time() - started:.1f}s" if started is not None else ""
     print(
         "\n"
-        f"gpuspawner demo is ready.\n"
+        f"gpuspawner demo is ready{took}.\n"
         f"  JupyterHub:     {hub_url}/  (log in with any user name and any password)\n"
-        f"  Kubernetes API: {k8s_url}  (kubectl --server {k8s_url} get nodes)\n"
+        f"  Kubernetes API: {k8s_url}  ({kubectl_hint or f'kubectl --server {k8s_url} get nodes'})\n"
         f"  GPU capacity:   {hub_url}/hub/api/gpus\n"
         + (f"  Check it:       KUBECONFIG={kubeconfig} gpuspawner doctor --config {DEMO_CONFIG}\n" if kubeconfig else "")
         + "Press Ctrl-C to stop.\n",
@@ -187,6 +240,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
     from gpuspawner.sim.errors import ApiError
     from gpuspawner.sim.loader import LoadError
 
+    started = asyncio.get_running_loop().time()
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
     from gpuspawner.commands.demo_cull import DemoCulling
 
@@ -219,7 +273,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
             sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
             cwd=str(workdir), env=env, start_new_session=True,
         )
-        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop, kubeconfig)
+        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop, kubeconfig, started=started)
     finally:
         if hub is not None and hub.returncode is None:
             await _stop_hub(hub)

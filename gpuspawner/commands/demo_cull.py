@@ -13,7 +13,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["CULLER_SCOPES", "IDLE_TIMEOUT", "DemoCulling", "PodDiscovery", "culler_service", "pod_targets", "prometheus_config",
            "start_prometheus", "stop_prometheus"]
@@ -92,28 +92,48 @@ scrape_configs:
 
 
 class PodDiscovery:
-    """An ``http_sd`` endpoint on loopback listing the exporter pods through the API server."""
+    """An ``http_sd`` endpoint on loopback listing the exporter pods through the API server: with
+    ``kubeconfig``, as that kubeconfig's user (the real control plane); else over plain HTTP (the
+    simulated API server of ``--simulated``)."""
 
-    def __init__(self, k8s_url: str):
+    def __init__(self, k8s_url: str, kubeconfig: str | None = None):
         self.k8s_url = k8s_url.rstrip("/")
+        self.kubeconfig = kubeconfig
         self.url = ""
         self._runner: Any = None
+
+    async def _list_kubeconfig(self) -> list[dict] | None:
+        from kubernetes_asyncio import client, config
+
+        configuration = client.Configuration()
+        await config.load_kube_config(config_file=self.kubeconfig, client_configuration=configuration)
+        async with client.ApiClient(configuration) as api:
+            pods = await client.CoreV1Api(api).list_namespaced_pod(
+                EXPORTER_NAMESPACE, label_selector=EXPORTER_SELECTOR, _request_timeout=10)
+            return api.sanitize_for_serialization(pods).get("items") or []
+
+    async def _list_plain(self) -> list[dict] | None:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{self.k8s_url}/api/v1/namespaces/{EXPORTER_NAMESPACE}/pods",
+                             params={"labelSelector": EXPORTER_SELECTOR},
+                             timeout=aiohttp.ClientTimeout(total=10)) as r:
+                doc = await r.json() if r.status == 200 else None
+        return None if doc is None else doc.get("items") or []
 
     async def _targets(self, request: Any) -> Any:
         import aiohttp
         from aiohttp import web
+        from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
-            async with aiohttp.ClientSession() as s:
-                async with s.get(f"{self.k8s_url}/api/v1/namespaces/{EXPORTER_NAMESPACE}/pods",
-                                 params={"labelSelector": EXPORTER_SELECTOR},
-                                 timeout=aiohttp.ClientTimeout(total=10)) as r:
-                    doc = await r.json() if r.status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-            doc = None
-        if doc is None:
+            pods = await (self._list_kubeconfig() if self.kubeconfig else self._list_plain())
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError, ApiException):
+            pods = None
+        if pods is None:
             return web.json_response([], status=503)
-        return web.json_response([g for pod in doc.get("items") or [] for g in pod_targets(pod)])
+        return web.json_response([g for pod in pods for g in pod_targets(pod)])
 
     async def start(self) -> str:
         from aiohttp import web
@@ -138,8 +158,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def start_prometheus(binary: str, workdir: Path, sd_url: str) -> tuple[asyncio.subprocess.Process, str]:
-    """Prometheus on a free loopback port, its config, data and log in ``workdir``; (process, URL)."""
+def _as_is(argv: list[str]) -> list[str]:
+    return argv
+
+
+async def start_prometheus(binary: str, workdir: Path, sd_url: str,
+                           wrap: Callable[[list[str]], list[str]] = _as_is) -> tuple[asyncio.subprocess.Process, str]:
+    """Prometheus on a free loopback port, its config, data and log in ``workdir``; (process, URL).
+    ``wrap`` turns its command line into the one run (the demo's guard, which ends it with the demo)."""
     directory = workdir / "prometheus"
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "prometheus.yml").write_text(prometheus_config(sd_url), encoding="utf-8")
@@ -147,8 +173,8 @@ async def start_prometheus(binary: str, workdir: Path, sd_url: str) -> tuple[asy
     log = open(directory / "prometheus.log", "wb")  # noqa: SIM115 - closed when the process is reaped
     try:
         proc = await asyncio.create_subprocess_exec(
-            binary, f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", stdout=log, stderr=asyncio.subprocess.STDOUT,
+            *wrap([binary, f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
+                   f"--web.listen-address=127.0.0.1:{port}"]), stdout=log, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True)
     finally:
         log.close()  # the child has its own descriptor
@@ -175,13 +201,16 @@ class DemoCulling:
         self.prometheus: asyncio.subprocess.Process | None = None
         self.prometheus_url: str | None = None
 
-    async def start(self, k8s_url: str, workdir: Path, kubeconfig: str, pythonpath: str | None) -> dict[str, str]:
-        """Start Prometheus if ``prometheus`` is on PATH; the hub environment that adds the culler."""
+    async def start(self, k8s_url: str, workdir: Path, kubeconfig: str, pythonpath: str | None,
+                    authenticated: bool = False, wrap: Callable[[list[str]], list[str]] = _as_is) -> dict[str, str]:
+        """Start Prometheus if ``prometheus`` is on PATH; the hub environment that adds the culler.
+        ``authenticated``: the discovery lists pods as the kubeconfig's user (else over plain HTTP, as the
+        simulated API server serves)."""
         binary = shutil.which("prometheus")
         if binary:
-            self.discovery = PodDiscovery(k8s_url)
+            self.discovery = PodDiscovery(k8s_url, kubeconfig if authenticated else None)
             sd_url = await self.discovery.start()
-            self.prometheus, self.prometheus_url = await start_prometheus(binary, workdir, sd_url)
+            self.prometheus, self.prometheus_url = await start_prometheus(binary, workdir, sd_url, wrap)
         spec = culler_service(kubeconfig, self.prometheus_url, pythonpath)
         return {"GPUSPAWNER_DEMO_CULLER": json.dumps(spec)}
 

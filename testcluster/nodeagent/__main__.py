@@ -19,6 +19,7 @@ import sys
 from gpuspawner.sim.loader import LoadError
 
 from .agent import NodeAgent
+from .autoscale import NodeGroupError, load_groups
 from .client import ApiError, KubeconfigError
 from .kubeletapi import KubeletApiError, Tls
 from .register import RegisterError
@@ -62,6 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dcgm-exporter", action="store_true",
                    help="run a DCGM exporter pod (namespace gpu-operator, port 9400) on every NVIDIA GPU node, "
                         "DRA nodes included")
+    p.add_argument("--node-groups", metavar="FILE",
+                   help="scale-from-zero node groups (YAML list of name, max_nodes, delay_seconds, template): a "
+                        "group's node registers after its delay when a pod is unschedulable and would fit it")
+    p.add_argument("--scale-up-seconds", type=float, metavar="S",
+                   help="every node group's delay, whatever its file says (a demo's shortened scale-up)")
     p.add_argument("--lease-interval", type=float, default=10.0, metavar="S",
                    help="seconds between two renewals of a node's lease (default 10)")
     p.add_argument("--max-rate", type=float, default=200.0, metavar="N",
@@ -80,7 +86,8 @@ async def run(args: argparse.Namespace) -> int:
     agent = NodeAgent(args.kubeconfig, args.cluster, run_pods=not args.no_processes, kubelet_port=args.kubelet_port,
                       lease_interval=args.lease_interval, max_rate=args.max_rate, concurrency=args.concurrency,
                       dcgm_exporter=args.dcgm_exporter, kubelet_api=args.kubelet_api,
-                      kubelet_tls=Tls.from_cluster_info(args.cluster_info) if args.cluster_info else None)
+                      kubelet_tls=Tls.from_cluster_info(args.cluster_info) if args.cluster_info else None,
+                      node_groups=load_groups(args.node_groups, args.scale_up_seconds) if args.node_groups else None)
     starting = asyncio.create_task(agent.start())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -106,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     try:
         return asyncio.run(run(args))
-    except (LoadError, KubeconfigError, RegisterError, KubeletApiError) as e:
+    except (LoadError, KubeconfigError, RegisterError, KubeletApiError, NodeGroupError) as e:
         print(f"nodeagent: {e}", file=sys.stderr)
         return 2
     except (ApiError, OSError) as e:

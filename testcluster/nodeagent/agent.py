@@ -24,6 +24,7 @@ from gpuspawner.sim.devices import DeviceLedger
 
 from .nodes import pulled_images, ready_status
 from .apistore import ApiStore, EventWrites, PodWrites
+from .autoscale import Autoscaler, NodeGroup
 from .client import KNOWN, Client
 from .dcgm import AgentDcgm
 from .heartbeat import Heartbeats
@@ -52,7 +53,7 @@ class NodeAgent:
                  restart_backoff: tuple[float, float] = (10.0, 300.0), workdir: str | None = None,
                  dcgm_exporter: bool = False, dcgm_interval: float = 1.0, kubelet_api: bool = False,
                  kubelet_tls: Tls | None = None, image_sizes: dict[str, int] | None = None,
-                 pull_bytes_per_second: float | None = None):
+                 pull_bytes_per_second: float | None = None, node_groups: list[NodeGroup] | None = None):
         if (cluster_file is None) == (manifests is None):
             raise ValueError("give a cluster_file or manifests (one of them)")
         self.kubeconfig = kubeconfig
@@ -85,6 +86,8 @@ class NodeAgent:
                                           tls=kubelet_tls or self._kubeconfig_tls(),
                                           workdir=f"{self.kubelet.workdir}/kubelet-api")
         self.registered: Registered | None = None
+        self.ours: set[str] = set()  # the names of the agent's nodes (the file's, then the autoscaler's)
+        self.autoscaler = Autoscaler(self.client, node_groups, self.add_node) if node_groups else None
         self.feed: PodFeed | None = None
         self.pods: Informer | None = None
         self.node_informer: Informer | None = None
@@ -161,7 +164,8 @@ class NodeAgent:
             await self.kubelet_api.start()  # before the nodes say where their kubelet listens
         self.registered = await Registrar(self.client, manifests, kubelet_port=self.kubelet_port,
                                           concurrency=self.concurrency, on_node=self._registered).run()
-        ours = set(self.registered.nodes)
+        ours = self.ours
+        ours.update(self.registered.nodes)
         log.info("registered %d nodes and %d pods in %.1f s", len(ours), len(self.registered.loaded_pods),
                  self.registered.seconds)
         if self.run_pods:
@@ -189,9 +193,30 @@ class NodeAgent:
         await self.pods_synced.wait()
         if self.dcgm is not None:
             await self.dcgm.start()
+        if self.autoscaler is not None:
+            self._spawn(self.autoscaler.run(), "autoscaler")
+
+    async def add_node(self, file_node: dict) -> None:
+        """Register one more node (a node group's, once started) and run the pods bound to it."""
+        name = file_node["metadata"]["name"]
+        manifests = await asyncio.to_thread(loader.load_objects, [file_node])
+        # the agent takes the node's pods from the moment it exists: the scheduler may bind one at once
+        self.ours.add(name)
+        self.feed.nodes.add(name)
+
+        def registered(node: dict) -> None:
+            self.kubelet.node_event("ADDED", node)
+            self._registered(node)
+        added = await Registrar(self.client, manifests, kubelet_port=self.kubelet_port, concurrency=1,
+                                on_node=registered).run()
+        self.registered.nodes.update(added.nodes)
+        self.registered.images.update(added.images)
+        log.info("node %s registered", name)
 
     async def stop(self) -> None:
         """Kill every process the agent started; leaves the API server's objects as they are."""
+        if self.autoscaler is not None:
+            await self.autoscaler.stop()
         if self.dcgm is not None:
             with contextlib.suppress(Exception):
                 await self.dcgm.stop()

@@ -1,5 +1,6 @@
 """An invalid cluster file given to ``gpuspawner sim`` or ``gpuspawner demo`` ends in the error that
-names the object and the field, exit status 2, and no traceback."""
+names the object and the field (the loader's, or the real API server's own validation), exit status 2,
+and no traceback."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "text, words",
     [
-        (BAD_LABEL, '(Node gpu-1): metadata.labels: Invalid value: "has spaces!"'),
+        (BAD_LABEL, 'Node "gpu-1" is invalid: metadata.labels: Invalid value: "has spaces!"'),
         (NOT_YAML, "not valid YAML or JSON"),
     ],
     ids=["invalid-label-value", "not-yaml"],

@@ -168,7 +168,7 @@ class CullHub(DemoHub):
         """The simulated cluster, in its own process (it outlives hub restarts)."""
         self._sim_log = open(self.dir / "sim.log", "wb")
         self.sim = subprocess.Popen(
-            [sys.executable, "-m", "gpuspawner", "sim", "--dcgm-exporter", "--port", str(self.k8s_port),
+            [sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--dcgm-exporter", "--port", str(self.k8s_port),
              "--kubeconfig", str(self.kubeconfig)],
             stdout=self._sim_log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(lambda: len([p for p in self.pods("gpu-operator") if p["status"].get("phase") == "Running"]) == 5,

@@ -1,5 +1,6 @@
-"""Runs ``gpuspawner demo`` (the simulated GPU cluster + a real JupyterHub with a real
-configurable-http-proxy) as a user would, and talks to it over HTTP only."""
+"""Runs ``gpuspawner demo --simulated`` (the project's simulated GPU cluster + a real JupyterHub with a
+real configurable-http-proxy) as a user would, and talks to it over HTTP only.  ``DemoHub(simulated=False)``
+runs it on the real control plane (tests/commands/test_demo_real.py)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ class DemoHub:
         cluster_file: str | None = None,
         extra_args: tuple[str, ...] = (),
         extra_config: str | None = None,
+        simulated: bool = True,
+        ready_timeout: float = READY_TIMEOUT,
     ):
         self.port = free_port()
         self.k8s_port = free_port()
@@ -60,13 +63,15 @@ class DemoHub:
         self.cluster_file = cluster_file
         self.extra_config = extra_config
         self.extra_args = extra_args
+        self.simulated = simulated
+        self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen | None = None
         self.log_path = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-e2e-")) / "demo.log"
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> "DemoHub":
         cmd = [
-            sys.executable, "-m", "gpuspawner", "demo",
+            sys.executable, "-m", "gpuspawner", "demo", *(["--simulated"] if self.simulated else []),
             "--port", str(self.port),
             "--k8s-port", str(self.k8s_port),
             "--admin-token", self.token,
@@ -81,7 +86,7 @@ class DemoHub:
             cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            wait_for(self._ready, READY_TIMEOUT, "the demo hub to answer")
+            wait_for(self._ready, self.ready_timeout, "the demo hub to answer")
         except AssertionError:
             self.stop()
             raise AssertionError(f"demo did not start; its output:\n{self.log()}") from None

@@ -307,7 +307,7 @@ async def test_gpuspawner_sim_command_serves_the_default_cluster_until_ctrl_c(tm
     kubeconfig = tmp_path / "kubeconfig"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuspawner", "sim", "--port", "0", "--kubeconfig", str(kubeconfig),
+        sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--port", "0", "--kubeconfig", str(kubeconfig),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
     try:
         url = None
@@ -333,7 +333,7 @@ async def test_gpuspawner_sim_rejects_a_bad_cluster_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: lots, pods: '1'}}\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuspawner", "sim", "--cluster", str(bad),
+        sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--cluster", str(bad),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         env=dict(os.environ, PYTHONPATH=REPO))
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
@@ -348,7 +348,7 @@ async def test_gpuspawner_sim_refuses_what_the_api_server_refuses_with_its_words
                    "  spec: {taints: [{key: x, value: '<svg onload=alert(1)>', effect: NoSchedule}]}\n"
                    "  status: {allocatable: {cpu: '1', pods: '1'}}\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuspawner", "sim", "--cluster", str(bad),
+        sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--cluster", str(bad),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO))
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2
@@ -366,7 +366,7 @@ async def test_gpuspawner_sim_keep_timestamps_replays_ages(tmp_path):
                         "  metadata: {name: n, creationTimestamp: '2024-05-01T00:00:00Z'}\n"
                         "  status: {allocatable: {cpu: '1', pods: '1'}}\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuspawner", "sim", "--cluster", str(snapshot), "--keep-timestamps",
+        sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--cluster", str(snapshot), "--keep-timestamps",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO))
     try:
         url = None

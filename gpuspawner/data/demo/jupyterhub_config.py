@@ -134,6 +134,12 @@ c.GPUSpawner.gpu_declared_pools = [
     },
 ]
 
+# gpuspawner demo --kueue: the A100 pool's servers queue through Kueue (testcluster/demo-kueue.yaml)
+if env.get("GPUSPAWNER_DEMO_KUEUE_QUEUES"):
+    import json
+
+    c.GPUSpawner.gpu_kueue_queues = json.loads(env["GPUSPAWNER_DEMO_KUEUE_QUEUES"])
+
 # tests and local experiments may add settings on top (gpuspawner demo --config FILE)
 if env.get("GPUSPAWNER_DEMO_EXTRA_CONFIG"):
     load_subconfig(env["GPUSPAWNER_DEMO_EXTRA_CONFIG"])  # noqa: F821 - provided by traitlets

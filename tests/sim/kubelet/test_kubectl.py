@@ -207,7 +207,7 @@ async def test_nothing_outlives_gpuspawner_sim(tmp_path, isolation):
     for sig in (signal.SIGTERM, signal.SIGKILL):
         mark = marker()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gpuspawner", "sim", "--cluster", str(tmp_path / "cluster.json"),
+            sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--cluster", str(tmp_path / "cluster.json"),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
         url = None
         while url is None:
