@@ -26,7 +26,7 @@ from traitlets.config import LazyConfigValue
 from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
-from gpuspawner.hub import serverfit
+from gpuspawner.hub import server_requests
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub import hublog
 from gpuspawner.hub.spawner import capacity_settings_class
@@ -63,7 +63,7 @@ class GPUCapacityHandler(APIHandler):
         try:
             cache = settings.shared_capacity_cache()
             if requests:  # count where each profile's server fits, as the spawn page does
-                cache.track_requests(serverfit.all_requests(requests))
+                cache.track_requests(server_requests.all_requests(requests))
             return cache.snapshot()
         except Exception as e:
             self.log.error("GET /hub/api/gpus: the GPU capacity cache could not start: %s: %s", type(e).__name__, e)
@@ -84,7 +84,7 @@ class GPUCapacityHandler(APIHandler):
             )
         settings = self.capacity_settings()
         specs = settings.gpu_profile_specs()
-        requests = serverfit.requests_of(specs, serverfit.config_defaults(self.config))
+        requests = server_requests.requests_of(specs, server_requests.config_defaults(self.config))
         snapshot = self.capacity_snapshot(settings, requests)
         presented = present_pools(snapshot.pools, settings.pool_rules())
         names = {pool.id: name for pool, name in presented}
@@ -103,7 +103,7 @@ class GPUCapacityHandler(APIHandler):
         for pool_view, pool in zip(visible, body["pools"]):
             pool["display_name"] = names.get(pool["id"], pool["display_name"])  # an admin's name wins
             # per GPU profile: true, or why the pool's nodes can never hold its server (CPU, memory)
-            pool["fits_profiles"] = serverfit.fits_profiles(pool_view, specs, requests)
+            pool["fits_profiles"] = server_requests.fits_profiles(pool_view, specs, requests)
         rules = settings.cull_rules()
         if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
             for pool in body["pools"]:

@@ -13,7 +13,7 @@ from traitlets.config import Configurable, LazyConfigValue
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.prepull.plan import PrepullSettings, plan
 from gpuspawner.prepull.reconcile import Prepuller
-from gpuspawner.spawn import cudafit
+from gpuspawner.spawn import cuda_fit
 from gpuspawner.spawn.profiles import build_offers, capacity_problem
 
 log = logging.getLogger("gpuspawner.prepull")
@@ -155,7 +155,7 @@ class HubPrepuller:
         self._policy = values["cuda_policy"]
         self._check = resolve_check(values["cuda_check"])
         self._count_limit = values["gpu_max_per_server"]
-        self._verdicts = cudafit.VerdictMemo()
+        self._verdicts = cuda_fit.VerdictMemo()
         self._cache = cache
         self.settings = PrepullSettings(
             namespace=daemonsets.namespace,
@@ -167,7 +167,7 @@ class HubPrepuller:
         self.loop = Prepuller(daemonsets, self.source, log=log, interval=settings.gpu_prepull_interval)
 
     def _fit(self, image, pool):
-        return cudafit.pool_fit(image, pool, self._policy, self._check, self._verdicts)
+        return cuda_fit.pool_fit(image, pool, self._policy, self._check, self._verdicts)
 
     async def source(self):
         snapshot = self._cache.snapshot()

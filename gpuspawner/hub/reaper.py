@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 from traitlets import Float, TraitError, validate
 from traitlets.config import Configurable
 
-from gpuspawner.hub import hublog, metrics
+from gpuspawner.hub import hublog, gpu_metrics
 from gpuspawner.spawn.orphans import Orphan, orphans
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ def for_spawner(spawner: Any) -> Reaper:
         owned=lambda: hub_owned(db),
         interval=spawner.gpu_orphan_pod_interval,
         grace=spawner.gpu_orphan_pod_grace,
-        counter=metrics.install(spawner.metrics_registry).orphan_pod_deleted,
+        counter=gpu_metrics.install(spawner.metrics_registry).orphan_pod_deleted,
     )
 
 

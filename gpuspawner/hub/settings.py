@@ -25,10 +25,10 @@ from traitlets import Bool, Dict, Float, List, TraitError, Unicode, Union, valid
 from traitlets.config import Config
 
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
-from gpuspawner.hub import hublog, metrics
+from gpuspawner.hub import hublog, gpu_metrics
 from gpuspawner.hub.prepull import GPUPrepullSettings
 from gpuspawner.hub.usagesettings import GPUHourSettings
-from gpuspawner.hub import metrics
+from gpuspawner.hub import gpu_metrics
 from gpuspawner.hub.pagememo import fingerprint
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity import cache as cache_module
@@ -50,7 +50,7 @@ def _serve_capacity_metrics(cache: Any) -> None:
     if _metrics_cache is not None and _metrics_cache() is cache:
         return
     try:
-        metrics.install(snapshot=cache.snapshot)
+        gpu_metrics.install(snapshot=cache.snapshot)
     except Exception as e:  # metrics never stop a spawn
         log.error("gpuspawner metrics could not read GPU capacity: %s", e)
         return

@@ -17,7 +17,7 @@ While a GPU server starts, ``progress`` shows the pod's Kubernetes events in
 GPU words (``gpuspawner.spawn.progress``), and ``is_pod_running``, which
 KubeSpawner's ``_start`` polls until the pod runs, ends the wait early when
 the pod can never start.  Spawn outcomes and the wait for a GPU are counted
-in ``gpuspawner.hub.metrics`` (docs/metrics.md).
+in ``gpuspawner.hub.gpu_metrics`` (docs/metrics.md).
 
 ``GPUSpawnerSettings`` is re-exported here: admins import both classes from
 ``gpuspawner.hub.spawner``.
@@ -39,18 +39,18 @@ from kubespawner import KubeSpawner
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default, validate
 
-from gpuspawner.spawn import cudafit
-from gpuspawner.hub import dra as dra_glue
-from gpuspawner.hub import queue as queue_glue
-from gpuspawner.hub import metrics
-from gpuspawner.hub import usage as gpu_hours
+from gpuspawner.spawn import cuda_fit
+from gpuspawner.hub import dra_templates as dra_glue
+from gpuspawner.hub import kueue_wait as queue_glue
+from gpuspawner.hub import gpu_metrics
+from gpuspawner.hub import gpu_hours as gpu_hours
 from gpuspawner.hub import usagepage
 from gpuspawner.spawn.access import AccessError, UserOffers, check_access, offers_for, principal_of
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub import leftpod, logfilter, reaper
-from gpuspawner.hub import serverfit, startwait
-from gpuspawner.hub.formchoices import form_choices
+from gpuspawner.hub import server_requests, scale_up_timeout
+from gpuspawner.hub.form_choices import form_choices
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal, refusal, spawn_error
 from gpuspawner.spawn.options import OTHER as REFUSED_OTHER
 from gpuspawner.spawn.options import (
@@ -63,8 +63,8 @@ from gpuspawner.spawn.options import (
 )
 from gpuspawner.spawn.optionsource import dropped_query_names, options_from_form, options_from_query
 from gpuspawner.spawn.overrides import build_overrides
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys, untolerated_taints
-from gpuspawner.spawn.pending import (
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys, untolerated_taints
+from gpuspawner.spawn.pending_verdicts import (
     GPUS_ANNOTATION,
     POOL_ANNOTATION,
     fatal_verdict,
@@ -75,7 +75,7 @@ from gpuspawner.spawn.pending import (
 )
 from gpuspawner.spawn.profiles import GPU_OPTIONS, ProfileOffer, build_offers, capacity_problem, merge_profiles
 from gpuspawner.spawn.quota import OtherServer, QuotaPolicy, check_quota, held_servers
-from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_container, probe_failure
+from gpuspawner.spawn.probe_container import PROBE_CONTAINER, probe_container, probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
 from gpuspawner.hub.pagememo import Memo, fingerprint
 from gpuspawner.hub.reaper import OrphanPodSettings
@@ -394,7 +394,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             await cache.wait_synced(self.gpu_capacity_sync_timeout)
             # count where each profile's server fits (CPU, memory): a no-op unless the set changed
             cache.track_requests(self._tracked_requests())
-            startwait.warn_slow_pools(self)
+            scale_up_timeout.warn_slow_pools(self)
             snapshot = cache.snapshot(max_age, renew=renew)
         except asyncio.CancelledError:
             raise
@@ -461,7 +461,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         # a snapshot's pools are one object until a count changes; its problem text (which
         # carries the figures' age when they are stale) is part of what the offers say
         source = snapshot.pools if snapshot is not None else None
-        self.kueue_view()  # queued pools: the page's queue figures come from it (hub/queue.py)
+        self.kueue_view()  # queued pools: the page's queue figures come from it (hub/kueue_wait.py)
         return self._offer_memo.get(source, (config, capacity_problem(snapshot)), lambda: queue_offers(build_offers(
             self.gpu_profile_specs(),
             snapshot,
@@ -479,13 +479,13 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
     def _tracked_requests(self) -> tuple[tuple[int, ...], ...]:
         """Every distinct request of :meth:`gpu_server_requests`, sorted (what the cache counts)."""
         requests = self.gpu_server_requests()
-        return self._tracked_memo.get(requests, None, lambda: tuple(sorted(serverfit.all_requests(requests))))
+        return self._tracked_memo.get(requests, None, lambda: tuple(sorted(server_requests.all_requests(requests))))
 
     def gpu_server_requests(self) -> dict[str, dict]:
-        """Per GPU profile, what each image's pod asks of its node besides GPUs (``hub.serverfit``);
+        """Per GPU profile, what each image's pod asks of its node besides GPUs (``hub.server_requests``);
         worked out once per configuration in this hub process."""
-        defaults = serverfit.spawner_defaults(self)
-        return self._request_memo.get(self.gpu_profiles, fingerprint(defaults), lambda: serverfit.requests_of(
+        defaults = server_requests.spawner_defaults(self)
+        return self._request_memo.get(self.gpu_profiles, fingerprint(defaults), lambda: server_requests.requests_of(
             self.gpu_profile_specs(), defaults))
 
     def _user_view(self, static: list[dict[str, Any]],
@@ -497,15 +497,15 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         return self._get_initialized_profile_list(merged), view
 
     _logged_check_errors: set[str] = set()
-    # the CUDA verdicts of this hub process, per image and driver group (cudafit.VerdictMemo)
-    _cuda_verdicts = cudafit.VerdictMemo()
+    # the CUDA verdicts of this hub process, per image and driver group (cuda_fit.VerdictMemo)
+    _cuda_verdicts = cuda_fit.VerdictMemo()
 
-    def _cuda_fit(self, image, pool) -> cudafit.PoolFit:
+    def _cuda_fit(self, image, pool) -> cuda_fit.PoolFit:
         """How ``image`` fits ``pool`` under this hub's policy and check,
         judged once per driver group and remembered (the page is rendered
         often). A broken ``cuda_check`` gives "unknown" (never a refusal)
         and is logged once per distinct error."""
-        fit = cudafit.pool_fit(image, pool, self.cuda_policy, self.cuda_check, self._cuda_verdicts)
+        fit = cuda_fit.pool_fit(image, pool, self.cuda_policy, self.cuda_check, self._cuda_verdicts)
         for g in fit.groups:
             if g.verdict.rule == "check-error" and g.verdict.reason not in self._logged_check_errors:
                 self._logged_check_errors.add(g.verdict.reason)
@@ -634,7 +634,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         "extra_annotations",
         "init_containers",
         "modify_pod_hook",
-        "extra_labels",  # Kueue's queue labels (hub/queue.py)
+        "extra_labels",  # Kueue's queue labels (hub/kueue_wait.py)
     )
     _gpu_base_traits: dict[str, Any] | None = None
 
@@ -712,7 +712,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         if selection.offer is not None:
             self._apply_gpu_selection(selection)
 
-    # the choices of the last refused request, for the spawn page (hub.formchoices)
+    # the choices of the last refused request, for the spawn page (hub.form_choices)
     _form_choices: dict[str, str] = {}
     # set when this start was refused before any Kubernetes object existed: the stop
     # JupyterHub then calls has nothing to delete (no API call, no log line)
@@ -818,9 +818,9 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         raise self._refuse(status, message, reason=reason, in_start=False,
                            what="spawn" if spawn else "options")
 
-    def gpu_metrics(self) -> metrics.GPUMetrics:
+    def gpu_metrics(self) -> gpu_metrics.GPUMetrics:
         """The collector spawn outcomes are counted in (``metrics.install``: idempotent)."""
-        return metrics.install(self.metrics_registry)
+        return gpu_metrics.install(self.metrics_registry)
 
     def _count_refusal(self, reason: str, profile_list, offers, options: Any = None) -> None:
         """Count a refused request for GPUs (``gpuspawner_spawns_total{outcome="refused"}``).
@@ -897,14 +897,14 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
 
     _gpu_queued: queue_glue.QueuedSpawn | None = None  # this spawn's place in a Kueue queue
     _queue_base_timeout: float | None = None
-    gpu_stop_message: str | None = None  # why Kueue stopped this server last (hub/queue.py note_stopped)
+    gpu_stop_message: str | None = None  # why Kueue stopped this server last (hub/kueue_wait.py note_stopped)
 
     def kueue_view(self):
         return super().kueue_view(self.namespace)
 
     def _check_gpu_budget(self, selection: Selection) -> None:
         """Refuse (403) a launch that the user's GPU-hour budget cannot cover for
-        ``gpu_hour_minimum_minutes`` (``hub.usage``). Synchronous, like the quota check."""
+        ``gpu_hour_minimum_minutes`` (``hub.gpu_hours``). Synchronous, like the quota check."""
         pool = selection.pool.pool
         verdict = gpu_hours.check_launch(self, pool, selection.gpus)
         if verdict is not None and not verdict.allowed:
@@ -948,8 +948,8 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
     def _apply_gpu_selection(self, selection: Selection) -> None:
         pool, gpus = selection.pool.pool, selection.gpus
         fit = selection.cuda
-        # a DRA pool keeps the driver check in the claim's CEL selectors (spawn/dra.py), not in affinity
-        steer = cudafit.steering_expressions(fit, pool) if pool.dra is None else []
+        # a DRA pool keeps the driver check in the claim's CEL selectors (spawn/dra_claim.py), not in affinity
+        steer = cuda_fit.steering_expressions(fit, pool) if pool.dra is None else []
         try:
             overrides = build_overrides(
                 pool,
@@ -984,7 +984,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
                 ", ".join(f"{t.key}={t.value or ''}:{t.effect}" for t in hard),
                 self._log_name,
             )
-        startwait.stretch_for_pool(self, pool, gpus)
+        scale_up_timeout.stretch_for_pool(self, pool, gpus)
         if selection.pool.checked:
             owner = f"{self.namespace}/{self.pod_name}"
             try:
@@ -997,7 +997,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         self._gpu_spawn = GPUSpawnInfo(
             pool_id=pool.id, pool_name=selection.pool.display_name, resource=pool.resource, gpus=gpus,
             checked=selection.pool.checked, product=pool.product,
-            request=selection.pool.request or serverfit.server_request_now(self),
+            request=selection.pool.request or server_requests.server_request_now(self),
         )
         queue_glue.apply_selection(self, selection.profile, pool.id, pool.resource)
         self.log.info(
@@ -1067,11 +1067,11 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         if self._admin_start_timeout is None:
             self._admin_start_timeout = self.start_timeout
         self.start_timeout = self._admin_start_timeout
-        queue_glue.extend_start_timeout(self)  # a queued server's wait does not count (hub/queue.py)
+        queue_glue.extend_start_timeout(self)  # a queued server's wait does not count (hub/kueue_wait.py)
         reaper.ensure_running(self)
         # JupyterHub reads start_timeout as start() returns: a pool that must scale up gets its time now
         try:
-            startwait.stretch_for_options(self, self.shared_capacity_cache().snapshot())
+            scale_up_timeout.stretch_for_options(self, self.shared_capacity_cache().snapshot())
         except Exception as e:  # no cache yet: load_user_options still stretches KubeSpawner's own wait
             self.log.debug("start_timeout not adjusted before start: %s", e)
         return super().start()

@@ -17,7 +17,7 @@ from jupyterhub import orm
 from jupyterhub.scopes import has_scope
 from tornado import web
 
-from gpuspawner.hub import usage
+from gpuspawner.hub import gpu_hours
 from gpuspawner.hub.handlers import GPUCapacityHandler
 from gpuspawner.spawn.access import principal_of
 from gpuspawner.usage import clock
@@ -61,7 +61,7 @@ class _UsageHandler(GPUCapacityHandler):
         return self.current_user
 
     def ledger(self) -> Any:
-        store = usage.ledger(self.db)
+        store = gpu_hours.ledger(self.db)
         if store is None:
             raise web.HTTPError(503, "the GPU-hour ledger cannot read the hub's database; the hub's log says why")
         return store
@@ -76,7 +76,7 @@ def user_usage(settings: Any, store: Any, user: Any) -> dict[str, Any]:
     """The body of ``GET /hub/api/users/{name}/gpu-usage`` for ``user`` (an orm or hub User)."""
     who = principal_of(user)
     # retry_at: when a 1-GPU server of weight 1 could start (gpu_hour_minimum_minutes of it)
-    st = usage.standing(settings, store, who.name, who.groups, usage.minimum_need(settings, 1.0))
+    st = gpu_hours.standing(settings, store, who.name, who.groups, gpu_hours.minimum_need(settings, 1.0))
     v = st.verdict
     stops_at = st.runs_out_at() if settings.gpu_hour_stop_when_spent else None
     servers = [
@@ -179,7 +179,7 @@ class GPUUsageReportHandler(_UsageHandler):
                 for pool in sorted(per_user[user]):
                     writer.writerow([_cell(user), _cell(pool), f"{per_user[user][pool]:.4f}", _iso(since), _iso(until)])
             self.set_header("Content-Type", "text/csv; charset=utf-8")
-            self.set_header("Content-Disposition", 'attachment; filename="gpu-usage.csv"')
+            self.set_header("Content-Disposition", 'attachment; filename="gpu-gpu_hours.csv"')
             self.set_header("Cache-Control", "no-store")
             self.finish(out.getvalue())
             return

@@ -7,7 +7,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from gpuspawner.hub import usage
+from gpuspawner.hub import gpu_hours
 from gpuspawner.hub.templates import form_environment
 from gpuspawner.spawn.access import principal_of
 from gpuspawner.usage.accounting import fmt_hours, fmt_time
@@ -30,11 +30,11 @@ def standing_words(st: Any) -> str:
 
 
 def _standing(settings: Any, db: Any, user: Any) -> Any:
-    store = usage.ledger(db)
+    store = gpu_hours.ledger(db)
     if store is None:
         return None
     who = principal_of(user)
-    return usage.standing(settings, store, who.name, who.groups, usage.minimum_need(settings, 1.0))
+    return gpu_hours.standing(settings, store, who.name, who.groups, gpu_hours.minimum_need(settings, 1.0))
 
 
 def spawn_banner(spawner: Any, offers: dict[str, Any]) -> str:
@@ -42,15 +42,15 @@ def spawn_banner(spawner: Any, offers: dict[str, Any]) -> str:
     view: the form itself is shared by users alike, this part is the user's own). Empty without a
     ledger (no database); never an error on the page."""
     try:
-        st = _standing(spawner, usage.hub_db(spawner), spawner.user)
+        st = _standing(spawner, gpu_hours.hub_db(spawner), spawner.user)
         if st is None:  # no ledger (no database): nothing of the user's to show
             return ""
         rates: dict[str, float] = {}
         for offer in offers.values():
             for p in getattr(offer, "pools", ()):
                 pool = p.pool
-                _s, _w, rate = usage.launch_rate(spawner, pool.id, pool.product, pool.resource, 1,
-                                                 usage.known_replicas.get(pool.id))
+                _s, _w, rate = gpu_hours.launch_rate(spawner, pool.id, pool.product, pool.resource, 1,
+                                                 gpu_hours.known_replicas.get(pool.id))
                 rates[pool.id] = round(rate, 4)
         env = form_environment(tuple(spawner.additional_profile_form_template_paths))
         return env.get_template(BANNER).render(standing=standing_words(st), rates=rates)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.spawn.cudafit import PoolFit
+from gpuspawner.spawn.cuda_fit import PoolFit
 from gpuspawner.spawn.profiles import GPU_COUNT_OPTION, GPU_OPTIONS, GPU_POOL_OPTION, PoolOffer, ProfileOffer
 
 # Names that would steer the pod if some layer ever copied user options onto

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.model import Pin, PoolView, Taint
-from gpuspawner.spawn.taints import taint_key_allowed, toleration_for
+from gpuspawner.spawn.tolerations import taint_key_allowed, toleration_for
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -165,7 +165,7 @@ def build_overrides(
     ``extra_expressions`` are ANDed with the pool's own in every term: the
     CUDA check's driver-label ``NotIn`` expressions that keep the pod off
     the pool's nodes whose driver does not fit the image
-    (:func:`gpuspawner.spawn.cudafit.steering_expressions`).
+    (:func:`gpuspawner.spawn.cuda_fit.steering_expressions`).
 
     ``is_gpu_resource`` (optional) names the other GPU resources: an admin's
     static limit on one (say ``nvidia.com/gpu: 1`` in a shared
@@ -188,7 +188,7 @@ def build_overrides(
     if pool.dra is None:
         new_limits[pool.resource] = str(gpus)
         new_guarantees[pool.resource] = str(gpus)
-    # a DRA pool's GPUs come through a ResourceClaim (gpuspawner.spawn.dra), not an extended resource
+    # a DRA pool's GPUs come through a ResourceClaim (gpuspawner.spawn.dra_claim), not an extended resource
 
     extra = [dict(e) for e in extra_expressions]
     affinity = _merge_affinity(affinity_required, [terms + extra for terms in pool_match_terms(pool)])

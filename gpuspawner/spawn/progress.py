@@ -1,6 +1,6 @@
 """Spawn progress in GPU words.
 
-Pure (stdlib, ``capacity.model``, ``kube`` and this layer's ``schedmsg`` / ``taints``): no
+Pure (stdlib, ``capacity.model``, ``kube`` and this layer's ``scheduler_messages`` / ``taints``): no
 JupyterHub, no Kubernetes client, no clock.  ``GPUSpawner.progress`` hands each
 core/v1 Event of its pod (the dicts KubeSpawner's event reflector keeps) to
 :func:`translate` together with a :class:`SpawnContext` (what the spawner knows
@@ -36,7 +36,7 @@ say so when sure:
   being deleted, or the claim's volume is gone (VolumeBinding's and VolumeZone's
   PreFilter): no node, new or old, changes that.
 
-The messages are read with ``schedmsg`` (the grammar, and where each format comes from);
+The messages are read with ``scheduler_messages`` (the grammar, and where each format comes from);
 this module decides what they mean for someone waiting for a GPU.
 """
 
@@ -50,7 +50,7 @@ from typing import Any
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
 from gpuspawner.capacity.noderes import request_words, shortfall_words
 from gpuspawner.kube import objects
-from gpuspawner.spawn.schedmsg import (
+from gpuspawner.spawn.scheduler_messages import (
     AFFINITY,
     CONDITION_TAINT,
     INSUFFICIENT,
@@ -77,7 +77,7 @@ from gpuspawner.spawn.schedmsg import (
     scheduled_node,
     taint_in,
 )
-from gpuspawner.spawn.taints import taint_key_allowed
+from gpuspawner.spawn.tolerations import taint_key_allowed
 
 # Progress hints (percent) for the spawn page's bar.  KubeSpawner moves the bar
 # a third of the way to 90 on every event whatever it says; these let the
@@ -822,7 +822,7 @@ def _admission(reason: str, message: str, ctx: SpawnContext) -> Translation:
 Handler = Callable[[str, SpawnContext], "Translation | None"]
 
 #: Event reason -> what it means for the spawn.  The kubelet's admission refusals
-#: (``OutOf<resource>`` is open-ended) are found by :func:`schedmsg.is_admission_failure`.
+#: (``OutOf<resource>`` is open-ended) are found by :func:`scheduler_messages.is_admission_failure`.
 _HANDLERS: dict[str, Handler] = {
     # kube-scheduler (and Karpenter's FailedScheduling)
     "FailedScheduling": _on_failed_scheduling,

@@ -31,7 +31,7 @@ from traitlets.config import Config
 from gpuspawner.capacity.model import ScaleUp, Taint
 from gpuspawner.hub import spawner as spawner_module
 from gpuspawner.hub.errors import GPUSpawnFailure
-from gpuspawner.hub.metrics import REFUSAL_REASONS
+from gpuspawner.hub.gpu_metrics import REFUSAL_REASONS
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.spawner import GPUSpawner, applied_in_load_user_options
 from gpuspawner.hub.templates import template_dirs

@@ -11,7 +11,7 @@ import pytest
 from jupyterhub import orm
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
-from gpuspawner.hub import usage as gpu_hours
+from gpuspawner.hub import gpu_hours as gpu_hours
 from gpuspawner.hub.usagepage import home_context, standing_words
 from gpuspawner.usage import clock, store
 from gpuspawner.usage.store import UsageStore

@@ -18,7 +18,7 @@ import pytest
 
 from jupyterhub.spawner import SpawnException
 
-from gpuspawner.hub import queue as queue_glue
+from gpuspawner.hub import kueue_wait as queue_glue
 from gpuspawner.queue.kube import KueueView
 from gpuspawner.queue.pools import full_card_text, pool_queue
 from gpuspawner.queue.rules import parse_rules, pod_labels

@@ -12,7 +12,7 @@ import pytest
 from jupyterhub.spawner import SpawnException
 from prometheus_client import CollectorRegistry
 
-from gpuspawner.hub import usage as gpu_hours
+from gpuspawner.hub import gpu_hours as gpu_hours
 from gpuspawner.usage import clock, store
 from gpuspawner.usage.store import UsageStore
 from tests.builders import FakeCache, MockUser, pool_view

@@ -1,4 +1,4 @@
-"""gpuspawner.spawn.probe: the on-node probe's init container, and its failure read back
+"""gpuspawner.spawn.probe_container: the on-node probe's init container, and its failure read back
 from the pod. Pure."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gpuspawner.cuda import image_cuda
-from gpuspawner.spawn.probe import PROBE_CONTAINER, probe_args, probe_container, probe_failure
+from gpuspawner.spawn.probe_container import PROBE_CONTAINER, probe_args, probe_container, probe_failure
 
 IMG = image_cuda("12.4", name="pytorch:24.05")
 CPU = image_cuda(None, name="scipy-notebook")

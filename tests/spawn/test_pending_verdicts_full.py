@@ -1,12 +1,12 @@
 """A GPU pod admitted on counts that had room, which the scheduler turns away with ``Insufficient``
-GPUs: when it truly cannot fit soon (issue #7, section 5).  Pure: ``spawn.pending``."""
+GPUs: when it truly cannot fit soon (issue #7, section 5).  Pure: ``spawn.pending_verdicts``."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpuspawner.capacity.model import ScaleUp
-from gpuspawner.spawn.pending import no_room_verdict, scheduling_failure, short_of_gpus
+from gpuspawner.spawn.pending_verdicts import no_room_verdict, scheduling_failure, short_of_gpus
 from gpuspawner.spawn.progress import FATAL_KINDS, SpawnContext
 
 INSUFFICIENT = ("0/6 nodes are available: 2 Insufficient nvidia.com/gpu, "

@@ -17,12 +17,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra import class_record, dra_node, slice_record
 from gpuspawner.capacity.draledger import DraLedger
-from gpuspawner.hub import dra as dra_glue
-from gpuspawner.spawn.dra import CLAIM_NAME, TEMPLATE_LABELS
+from gpuspawner.hub import dra_templates as dra_glue
+from gpuspawner.spawn.dra_claim import CLAIM_NAME, TEMPLATE_LABELS
 from tests.builders import FakeCache
 from tests.builders.dra import device_class, gpu_device, group_node, mig_device, resource_slice
 from tests.hub.test_pod_manifest import GKE_A100, required_terms, spawner_factory  # noqa: F401
-from tests.spawn.test_dra import DRA_VERSIONS
+from tests.spawn.test_dra_claim import DRA_VERSIONS
 
 CFG = CapacityConfig()
 

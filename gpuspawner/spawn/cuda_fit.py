@@ -8,7 +8,7 @@ The spawner uses it three times for one image and one pool:
 * at start, :attr:`PoolFit.refused` (every node of the pool fails) refuses the
   spawn with :meth:`PoolFit.refusal` before any pod exists, and
   :func:`steering_expressions` keeps the pod off the nodes that fail;
-* after the pod is created, the opt-in probe (``spawn.probe``) checks the node itself.
+* after the pod is created, the opt-in probe (``spawn.probe_container``) checks the node itself.
 
 The admin's ``cuda_check`` is called through ``cuda.custom.safe_verdict`` (remembered by
 :class:`VerdictMemo`).

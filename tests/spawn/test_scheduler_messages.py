@@ -1,4 +1,4 @@
-"""The grammar of the scheduler's, autoscalers' and kubelet's messages (gpuspawner.spawn.schedmsg).
+"""The grammar of the scheduler's, autoscalers' and kubelet's messages (gpuspawner.spawn.scheduler_messages).
 
 The messages are the real formats (sources in the module's docstring); the sim's scheduler,
 which words FailedScheduling like kube-scheduler, is a second source at the end.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.sim.plugins import MessageStyle, Status, fit_error_message
-from gpuspawner.spawn.schedmsg import (
+from gpuspawner.spawn.scheduler_messages import (
     AFFINITY,
     CONDITION_TAINT,
     INSUFFICIENT,

@@ -1,4 +1,4 @@
-"""The taint policy (gpuspawner.spawn.taints): which taints a GPU server may tolerate, and
+"""The taint policy (gpuspawner.spawn.tolerations): which taints a GPU server may tolerate, and
 Kubernetes' own rule for whether a toleration tolerates a taint.  Pure."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.capacity.model import Taint
-from gpuspawner.spawn.taints import (
+from gpuspawner.spawn.tolerations import (
     DEFAULT_TOLERATED_TAINT_KEYS as DEFAULT_KEYS,
     keeps_pods_off,
     taint_key_allowed,

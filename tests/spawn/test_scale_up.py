@@ -3,7 +3,7 @@ import pytest
 from gpuspawner.capacity.config import DeclaredPool
 from gpuspawner.capacity.model import ScaleUp
 from gpuspawner.spawn.cards import card_words
-from gpuspawner.spawn.scaleup import needs_new_node, slow_pools, start_timeout_for, wait_words
+from gpuspawner.spawn.scale_up import needs_new_node, slow_pools, start_timeout_for, wait_words
 
 from tests.builders import pool_view
 

@@ -1,7 +1,7 @@
 """A GPU server's pod while it is Pending: its place in the scheduler's queue,
 whether it can ever start, and how long it waited for its GPUs.
 
-Pure (stdlib, ``kube.objects`` to read the pod, ``progress`` for its words, ``schedmsg`` for the scheduler's):
+Pure (stdlib, ``kube.objects`` to read the pod, ``progress`` for its words, ``scheduler_messages`` for the scheduler's):
 no JupyterHub, no Kubernetes client.  The pods and events are the core/v1
 dicts KubeSpawner's pod and event reflectors keep; ``GPUSpawner`` passes them
 in and raises ``errors.GPUSpawnFailure`` on a fatal verdict;
@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuspawner.kube import objects
 from gpuspawner.spawn.progress import SpawnContext, Translation, translate, translate_pod
-from gpuspawner.spawn.schedmsg import CONDITION_TAINT, UNSCHEDULABLE, SchedulingFailure, parse_scheduling_message
+from gpuspawner.spawn.scheduler_messages import CONDITION_TAINT, UNSCHEDULABLE, SchedulingFailure, parse_scheduling_message
 
 __all__ = [
     "POOL_ANNOTATION",

@@ -38,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpuspawner.capacity.model import CapacitySnapshot
-from gpuspawner.spawn.pending import gpu_wait_seconds
+from gpuspawner.spawn.pending_verdicts import gpu_wait_seconds
 from gpuspawner.spawn.progress import FATAL_KINDS
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """A GPU spawn on a DRA pool: the claim template, the pod's claim fields, and cleaning up.
 
-Hub glue for :mod:`gpuspawner.spawn.dra`.  KubeSpawner 7.1 has no trait for a pod's
+Hub glue for :mod:`gpuspawner.spawn.dra_claim`.  KubeSpawner 7.1 has no trait for a pod's
 ``spec.resourceClaims`` or a container's ``resources.claims``, and ``extra_container_config``
 would replace the notebook container's whole ``resources`` (its CPU and memory limits), so the
 fields are added through KubeSpawner's documented ``modify_pod_hook`` seam: for the spawn,
@@ -31,7 +31,7 @@ from kubespawner.clients import shared_client
 
 from gpuspawner.hub.errors import spawn_error
 from gpuspawner.kube.apierrors import DRA_GROUP, DRA_ROLE_NAME, DRA_ROLE_RULES, rules_text
-from gpuspawner.spawn.dra import (
+from gpuspawner.spawn.dra_claim import (
     CLAIM_NAME,
     TEMPLATE_LABELS,
     claim_template,

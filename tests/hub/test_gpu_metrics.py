@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import gpuspawner.hub.metrics as metrics
+import gpuspawner.hub.gpu_metrics as metrics
 from gpuspawner.capacity.model import ScaleUp
 from tests.builders import pool_view
 from tests.builders import snapshot as build_snapshot
@@ -88,7 +88,7 @@ def test_each_scrape_reads_anew_and_a_vanished_pool_leaves_no_series(registry):
 )
 def test_unknown_capacity_reads_as_not_synced_not_healthy(registry, source, caplog):
     metrics.install(registry, snapshot=source)
-    with caplog.at_level(logging.WARNING, logger="gpuspawner.hub.metrics"):
+    with caplog.at_level(logging.WARNING, logger="gpuspawner.hub.gpu_metrics"):
         got = samples(registry)  # the scrape itself must not fail
     assert value(registry, "gpuspawner_capacity_cache_synced") == 0
     assert value(registry, "gpuspawner_capacity_cache_healthy") == 0
@@ -127,7 +127,7 @@ def test_spawn_outcomes_are_counted_by_pool_outcome_and_reason(registry):
 
 def test_reason_labels_stay_bounded(registry, caplog):
     m = metrics.install(registry)
-    with caplog.at_level(logging.WARNING, logger="gpuspawner.hub.metrics"):
+    with caplog.at_level(logging.WARNING, logger="gpuspawner.hub.gpu_metrics"):
         for i in range(3):
             m.spawn_refused(A100, f"user typed {i}")
         m.spawn_failed(A100, "something new")
@@ -170,7 +170,7 @@ def test_gpu_wait_histogram_from_the_pod(registry):
                          ids=["negative", "nan", "inf", "string", "none", "bool"])
 def test_bad_wait_values_are_ignored(registry, seconds, caplog):
     m = metrics.install(registry)
-    with caplog.at_level(logging.WARNING, logger="gpuspawner.hub.metrics"):
+    with caplog.at_level(logging.WARNING, logger="gpuspawner.hub.gpu_metrics"):
         m.observe_gpu_wait(A100, seconds)
     assert value(registry, "gpuspawner_gpu_wait_seconds_count", pool=A100) is None
 
@@ -218,7 +218,7 @@ def test_a_reimported_module_replaces_the_old_collector(registry):
 
 def test_names_taken_by_someone_else_do_not_raise(registry, caplog):
     Counter("gpuspawner_spawns", "someone else's", registry=registry)
-    with caplog.at_level(logging.WARNING, logger="gpuspawner.hub.metrics"):
+    with caplog.at_level(logging.WARNING, logger="gpuspawner.hub.gpu_metrics"):
         m = metrics.install(registry)
     m.spawn_started(A100)  # still usable, just not exported
     assert "names are taken" in caplog.text

@@ -14,9 +14,9 @@ from gpuspawner.capacity.dra import class_record, dra_node, slice_record
 from gpuspawner.capacity.draledger import DraLedger
 from gpuspawner.cuda import decide
 from gpuspawner.cuda.image import image_cuda
-from gpuspawner.spawn import dra
-from gpuspawner.spawn.cudafit import pool_fit
-from gpuspawner.spawn.probe import probe_container
+from gpuspawner.spawn import dra_claim
+from gpuspawner.spawn.cuda_fit import pool_fit
+from gpuspawner.spawn.probe_container import probe_container
 from tests.builders.dra import device_class, gpu_device, group_node, mig_device, resource_slice
 
 CFG = CapacityConfig()
@@ -56,14 +56,14 @@ def fit_of(pool, cuda="12.4", policy="minor"):
 
 def test_product_selectors_full_gpu_and_mig():
     full = pool_of(("g1", gpus()))
-    assert dra.product_selectors(full) == [f"{Q}.type == 'gpu'", f"{Q}.productName == 'NVIDIA A100-SXM4-80GB'"]
+    assert dra_claim.product_selectors(full) == [f"{Q}.type == 'gpu'", f"{Q}.productName == 'NVIDIA A100-SXM4-80GB'"]
     mig = pool_of(("m1", [mig_device("gpu-0-mig-0", "2g.20gb")]))
-    assert dra.product_selectors(mig) == [f"{Q}.type == 'mig'", f"{Q}.productName == 'NVIDIA A100-SXM4-80GB'",
+    assert dra_claim.product_selectors(mig) == [f"{Q}.type == 'mig'", f"{Q}.productName == 'NVIDIA A100-SXM4-80GB'",
                                           f"{Q}.profile == '2g.20gb'"]
 
 
 def test_cel_strings_are_escaped():
-    assert dra.cel_string("O'Brien\\GPU") == "'O\\'Brien\\\\GPU'"
+    assert dra_claim.cel_string("O'Brien\\GPU") == "'O\\'Brien\\\\GPU'"
 
 
 def floor(attr, version):
@@ -90,7 +90,7 @@ def floor(attr, version):
 )
 def test_cuda_selector_floor(nodes, cuda, policy, expected):
     pool = pool_of(*((n, gpus(driver=d, cuda=c)) for n, d, c in nodes))
-    assert dra.cuda_selector(pool, fit_of(pool, cuda, policy)) == expected
+    assert dra_claim.cuda_selector(pool, fit_of(pool, cuda, policy)) == expected
 
 
 def test_cuda_selector_when_no_floor_separates_them():
@@ -104,38 +104,38 @@ def test_cuda_selector_when_no_floor_separates_them():
         return v if node.driver != "550.54.15" else type(v)("fail", "site", "blocked here", "", None, node.driver)
 
     fit = pool_fit(image, pool, "minor", check)
-    assert dra.cuda_selector(pool, fit) == (
+    assert dra_claim.cuda_selector(pool, fit) == (
         f"!('driverVersion' in {Q}) || ({Q}.driverVersion.compareTo(semver('550.54.15')) != 0)")
 
 
 def test_no_cuda_selector_without_a_declaration_or_when_refused():
     pool = pool_of(("a", gpus(driver="470.82.01", cuda="11.4.0")))
-    assert dra.cuda_selector(pool, None) is None
-    assert dra.cuda_selector(pool, pool_fit(image_cuda(None), pool, "minor", decide)) is None
-    assert fit_of(pool, "12.4").refused and dra.cuda_selector(pool, fit_of(pool, "12.4")) is None
+    assert dra_claim.cuda_selector(pool, None) is None
+    assert dra_claim.cuda_selector(pool, pool_fit(image_cuda(None), pool, "minor", decide)) is None
+    assert fit_of(pool, "12.4").refused and dra_claim.cuda_selector(pool, fit_of(pool, "12.4")) is None
 
 
 def test_template_for_a_pool_count_and_driver_requirement():
     pool = pool_of(("g1", gpus(4)), ("g2", gpus(4)))
-    t = dra.claim_template(pool, 2, "jhub", fit_of(pool))
+    t = dra_claim.claim_template(pool, 2, "jhub", fit_of(pool))
     assert (t["apiVersion"], t["kind"], t["metadata"]["namespace"]) == ("resource.k8s.io/v1", "ResourceClaimTemplate", "jhub")
-    assert t["metadata"]["labels"] == dra.TEMPLATE_LABELS == t["spec"]["metadata"]["labels"]
+    assert t["metadata"]["labels"] == dra_claim.TEMPLATE_LABELS == t["spec"]["metadata"]["labels"]
     assert t["metadata"]["annotations"] == {"gpuspawner.io/pool": pool.id, "gpuspawner.io/gpus": "2"}
     (request,) = t["spec"]["spec"]["devices"]["requests"]
     exprs = [s["cel"]["expression"] for s in request["exactly"]["selectors"]]
     assert request["name"] == "gpus"
     assert {k: v for k, v in request["exactly"].items() if k != "selectors"} == {
         "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}
-    assert exprs == dra.product_selectors(pool) + [floor("cudaDriverVersion", "12.4.0")]
+    assert exprs == dra_claim.product_selectors(pool) + [floor("cudaDriverVersion", "12.4.0")]
     assert "extendedResourceName" not in str(t)
 
 
 def test_template_names_are_deterministic_dns_labels():
     pool = pool_of(("g1", gpus(8)))
-    a = dra.claim_template(pool, 2, "jhub")["metadata"]["name"]
-    assert a == dra.claim_template(pool, 2, "other")["metadata"]["name"]  # same pool, count, selectors
-    b = dra.claim_template(pool, 4, "jhub")["metadata"]["name"]
-    c = dra.claim_template(pool, 2, "jhub", fit_of(pool))["metadata"]["name"]  # + a CUDA selector
+    a = dra_claim.claim_template(pool, 2, "jhub")["metadata"]["name"]
+    assert a == dra_claim.claim_template(pool, 2, "other")["metadata"]["name"]  # same pool, count, selectors
+    b = dra_claim.claim_template(pool, 4, "jhub")["metadata"]["name"]
+    c = dra_claim.claim_template(pool, 2, "jhub", fit_of(pool))["metadata"]["name"]  # + a CUDA selector
     assert len({a, b, c}) == 3
     for name in (a, b, c):
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63, name
@@ -147,7 +147,7 @@ def test_templates_validate_strictly(version):
     full = pool_of(("g1", gpus(4, driver="535.183.01", cuda="12.2.0")), ("g2", gpus(4)))
     mig = pool_of(("m1", [mig_device(f"gpu-0-mig-{i}") for i in range(7)]))
     for pool, fit in ((full, fit_of(full, "12.4", "strict")), (mig, fit_of(mig)), (full, None)):
-        kubernetes_validate.validate(dra.claim_template(pool, 2, "jhub", fit), version, strict=True)
+        kubernetes_validate.validate(dra_claim.claim_template(pool, 2, "jhub", fit), version, strict=True)
 
 
 def test_versions_serving_dra_are_checked():
@@ -156,14 +156,14 @@ def test_versions_serving_dra_are_checked():
 
 def test_requested_count_must_be_positive():
     with pytest.raises(ValueError):
-        dra.device_request(pool_of(("g1", gpus())), 0)
+        dra_claim.device_request(pool_of(("g1", gpus())), 0)
 
 
 def test_merge_named_keeps_the_admins_claims():
-    admin = [{"name": "nic", "resourceClaimTemplateName": "rdma"}, {"name": dra.CLAIM_NAME, "resourceClaimTemplateName": "old"}]
-    ours = dra.pod_resource_claim("gpuspawner-x-2-abc")
-    assert dra.merge_named(admin, ours) == [admin[0], ours]
-    assert dra.merge_named(None, dra.container_claim()) == [{"name": dra.CLAIM_NAME}]
+    admin = [{"name": "nic", "resourceClaimTemplateName": "rdma"}, {"name": dra_claim.CLAIM_NAME, "resourceClaimTemplateName": "old"}]
+    ours = dra_claim.pod_resource_claim("gpuspawner-x-2-abc")
+    assert dra_claim.merge_named(admin, ours) == [admin[0], ours]
+    assert dra_claim.merge_named(None, dra_claim.container_claim()) == [{"name": dra_claim.CLAIM_NAME}]
 
 
 @pytest.mark.parametrize("devices, expect", [(gpus(4), "3"), ([mig_device("m0"), mig_device("m1")], "1")],
@@ -171,19 +171,19 @@ def test_merge_named_keeps_the_admins_claims():
 def test_probe_uses_the_claim(devices, expect):
     pool = pool_of(("g1", devices))
     probe = probe_container(image_cuda({"cuda": "12.4"}), 3, pool.resource, "minor", "img", product=pool.product)
-    out = dra.probe_with_claim(probe, pool, 3)
-    assert out["resources"] == {"claims": [{"name": dra.CLAIM_NAME}]}
+    out = dra_claim.probe_with_claim(probe, pool, 3)
+    assert out["resources"] == {"claims": [{"name": dra_claim.CLAIM_NAME}]}
     assert out["args"][out["args"].index("--expect-gpus") + 1] == expect
     assert out["name"] == probe["name"] and out["command"] == probe["command"]
 
 
 def tmpl(name, created="2026-01-01T00:00:00Z", labels=None):
     return {"metadata": {"name": name, "creationTimestamp": created,
-                         "labels": dra.TEMPLATE_LABELS if labels is None else labels}}
+                         "labels": dra_claim.TEMPLATE_LABELS if labels is None else labels}}
 
 
 def pod_using(template):
-    return {"spec": {"resourceClaims": [dra.pod_resource_claim(template)]}}
+    return {"spec": {"resourceClaims": [dra_claim.pod_resource_claim(template)]}}
 
 
 def test_unused_templates():
@@ -191,7 +191,7 @@ def test_unused_templates():
     templates = [tmpl("used-by-pod"), tmpl("spawning"), tmpl("young", "2026-01-01T00:59:30Z"), tmpl("stale"),
                  tmpl("not-ours", labels={"app": "x"})]
     pods = [pod_using("used-by-pod"), {"spec": {}}]
-    assert dra.unused_templates(templates, pods, {"spawning"}, now, grace=120) == ["stale"]
+    assert dra_claim.unused_templates(templates, pods, {"spawning"}, now, grace=120) == ["stale"]
 
 
 # --- the selectors evaluated as the scheduler's allocator evaluates them (the simulated cluster's
@@ -207,15 +207,15 @@ def selects(expressions, device):
 def test_product_selectors_take_the_pools_devices_only():
     a100, h100 = gpu_device("gpu-0"), gpu_device("gpu-1", "NVIDIA H100 80GB HBM3")
     mig, other_mig = mig_device("gpu-2-mig-0", "1g.10gb"), mig_device("gpu-2-mig-1", "3g.40gb")
-    full = dra.product_selectors(pool_of(("g1", gpus())))
-    one_g = dra.product_selectors(pool_of(("m1", [mig_device("gpu-0-mig-0", "1g.10gb")])))
+    full = dra_claim.product_selectors(pool_of(("g1", gpus())))
+    one_g = dra_claim.product_selectors(pool_of(("m1", [mig_device("gpu-0-mig-0", "1g.10gb")])))
     assert [selects(full, d) for d in (a100, h100, mig)] == [True, False, False]
     assert [selects(one_g, d) for d in (a100, mig, other_mig)] == [False, True, False]
 
 
 def test_cuda_floor_takes_fitting_drivers_and_devices_without_the_attribute():
     pool = pool_of(("a", gpus(driver="570.172.08", cuda="12.8.0")), ("b", gpus(driver="535.183.01", cuda="12.2.0")))
-    (floor_expr,) = [dra.cuda_selector(pool, fit_of(pool, "12.4", "strict"))]
+    (floor_expr,) = [dra_claim.cuda_selector(pool, fit_of(pool, "12.4", "strict"))]
     new, old = gpu_device("gpu-0", driver="570.172.08", cuda="12.8.0"), gpu_device("gpu-0", cuda="12.2.0")
     newer = gpu_device("gpu-0", driver="580.65.06", cuda="13.0.0")
     unknown = gpu_device("gpu-0")

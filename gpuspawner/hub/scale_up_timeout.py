@@ -1,6 +1,6 @@
 """A GPU spawn's start timeout when its pool must scale up, and the hub's warning about pools it cannot wait for.
 
-The rule is ``spawn/scaleup.py``; this module reads the spawner and its capacity snapshot.
+The rule is ``spawn/scale_up.py``; this module reads the spawner and its capacity snapshot.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuspawner.spawn.options import OptionError, parse_gpu_count
 from gpuspawner.spawn.profiles import GPU_COUNT_OPTION, GPU_POOL_OPTION
-from gpuspawner.spawn.scaleup import needs_new_node, slow_pools, start_timeout_for
+from gpuspawner.spawn.scale_up import needs_new_node, slow_pools, start_timeout_for
 
 __all__ = ["stretch_for_pool", "stretch_for_options", "warn_slow_pools"]
 

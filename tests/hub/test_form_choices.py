@@ -1,6 +1,6 @@
 import pytest
 
-from gpuspawner.hub.formchoices import form_choices
+from gpuspawner.hub.form_choices import form_choices
 
 
 @pytest.mark.parametrize(

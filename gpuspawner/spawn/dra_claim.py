@@ -2,7 +2,7 @@
 
 Pure: builds JSON dicts in the wire format of ``resource.k8s.io/v1`` and ``core/v1``
 (``staging/src/k8s.io/api/resource/v1/types.go``, ``core/v1`` ``PodResourceClaim`` and
-``ResourceClaim``); the hub glue (``gpuspawner.hub.dra``) creates, reuses and deletes the
+``ResourceClaim``); the hub glue (``gpuspawner.hub.dra_templates``) creates, reuses and deletes the
 templates and puts the fields on the pod.
 
 * **The template** asks for ``count`` devices of the pool's DeviceClass (``exactly``: one
@@ -37,7 +37,7 @@ from gpuspawner.capacity.dra import ATTR_CUDA, ATTR_DRIVER, ATTR_PRODUCT, ATTR_P
 from gpuspawner.capacity.labels import version_key
 from gpuspawner.capacity.model import DriverGroup, NodeView, PoolView
 from gpuspawner.kube.times import parse_time
-from gpuspawner.spawn.cudafit import PoolFit
+from gpuspawner.spawn.cuda_fit import PoolFit
 
 __all__ = [
     "CLAIM_NAME",
@@ -121,7 +121,7 @@ def cuda_selector(pool: PoolView, fit: PoolFit | None) -> str | None:
     if fit is None or not fit.checked or fit.refused or pool.dra is None:
         return None
     driver = pool.dra.driver
-    # one verdict per driver group of the pool's nodes (cudafit.pool_fit); a group's versions are its nodes'
+    # one verdict per driver group of the pool's nodes (cuda_fit.pool_fit); a group's versions are its nodes'
     good = [g.group for g in fit.groups if g.group is not None and g.verdict.level in ("ok", "warn")]
     bad = [g.group for g in fit.groups if g.group is not None and g.verdict.level == "fail"]
     for attr, field in ((ATTR_CUDA, "cuda_version"), (ATTR_DRIVER, "driver_version")):
@@ -214,7 +214,7 @@ def merge_named(existing: Sequence[Mapping[str, Any]] | None, ours: Mapping[str,
 
 
 def probe_with_claim(probe: Mapping[str, Any], pool: PoolView, gpus: int) -> dict[str, Any]:
-    """The on-node probe init container (``spawn.probe.probe_container``) for a DRA pool: it uses the
+    """The on-node probe init container (``spawn.probe_container.probe_container``) for a DRA pool: it uses the
     server's claim instead of an extended resource (the init container and the notebook container
     share the claim's devices), and expects to see all of them unless they are MIG devices."""
     out = dict(probe)

@@ -1,4 +1,4 @@
-"""gpuspawner.spawn.cudafit: image declarations on profiles, one image on a pool's
+"""gpuspawner.spawn.cuda_fit: image declarations on profiles, one image on a pool's
 nodes per driver group (remembered), steering by driver labels. Pure."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from gpuspawner.cuda import NodeCuda, Verdict, decide, image_cuda
-from gpuspawner.spawn.cudafit import PROFILE_IMAGE, VerdictMemo, pool_fit, profile_images, steering_expressions
+from gpuspawner.spawn.cuda_fit import PROFILE_IMAGE, VerdictMemo, pool_fit, profile_images, steering_expressions
 from tests.builders import node_view, pool_view
 
 IMG = image_cuda("12.4", name="pytorch:24.05")

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 from datetime import datetime
 from typing import Any
 
-from gpuspawner.hub import metrics
+from gpuspawner.hub import gpu_metrics
 from gpuspawner.spawn.access import principal_of
 from gpuspawner.usage import clock
 from gpuspawner.usage.accounting import Holding, Verdict, runs_out_at, used, verdict
 from gpuspawner.usage.budgets import candidates, choose
-from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION
+from gpuspawner.spawn.pending_verdicts import GPUS_ANNOTATION, POOL_ANNOTATION
 from gpuspawner.usage.pods import gpu_annotations, holding_end, started_at
 from gpuspawner.usage.store import UsageStore
 from gpuspawner.usage.weights import hourly_rate, is_shared, share_fraction
@@ -247,7 +247,7 @@ def _count_closed(spawner: Any, store: UsageStore, hid: int, user: Any = None) -
             return
         groups = _groups_of(user, h.user, store)
         registry = getattr(spawner, "metrics_registry", None)
-        metrics.install(registry).gpu_hours_used(h.pool, groups, h.hours(None, h.stop))
+        gpu_metrics.install(registry).gpu_hours_used(h.pool, groups, h.hours(None, h.stop))
     except Exception as e:  # metrics never stop the books
         log.warning("Could not count GPU-hours in the metrics: %s", e)
 

@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.spawn.taints import NEVER_TOLERATED_PREFIXES
+from gpuspawner.spawn.tolerations import NEVER_TOLERATED_PREFIXES
 
 __all__ = [
     "INSUFFICIENT", "TAINT", "CONDITION_TAINT", "AFFINITY", "NODE_NAME", "UNSCHEDULABLE", "VOLUME_ZONE",

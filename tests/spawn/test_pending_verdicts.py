@@ -1,4 +1,4 @@
-"""A GPU server's pod while it is Pending (gpuspawner.spawn.pending): its place in the
+"""A GPU server's pod while it is Pending (gpuspawner.spawn.pending_verdicts): its place in the
 scheduler's queue, the verdict that it can never start, how long it waited for its GPUs.  Pure."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from gpuspawner.capacity.model import ScaleUp, Taint
-from gpuspawner.spawn.pending import fatal_verdict, gpu_wait_seconds, queued_before
+from gpuspawner.spawn.pending_verdicts import fatal_verdict, gpu_wait_seconds, queued_before
 from gpuspawner.spawn.progress import SpawnContext
 from tests.builders import group_nodes, MALFORMED_PODS, pod_event, pool_view, server_pod
 

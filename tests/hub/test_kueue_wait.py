@@ -1,4 +1,4 @@
-"""GPUSpawner's side of queueing through Kueue (gpuspawner.hub.queue): a full queued pool can be
+"""GPUSpawner's side of queueing through Kueue (gpuspawner.hub.kueue_wait): a full queued pool can be
 chosen and its pod gets Kueue's labels; gpuspawner's quota still applies first; while queued the
 start timeout does not run, the queue's limit does; the queue's words reach the progress stream; a
 state that can never end in a running server ends the spawn with its reason; a server Kueue stopped
@@ -19,7 +19,7 @@ import kubespawner.spawner
 import pytest
 from jupyterhub.spawner import SpawnException
 
-from gpuspawner.hub import queue as queue_glue
+from gpuspawner.hub import kueue_wait as queue_glue
 from gpuspawner.hub.spawner import GPUSpawner
 from gpuspawner.queue.status import Position, workload_state
 from tests.builders import FakeCache, node_view, pool_view, server_pod
