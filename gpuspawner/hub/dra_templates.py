@@ -1,21 +1,4 @@
-"""A GPU spawn on a DRA pool: the claim template, the pod's claim fields, and cleaning up.
-
-Hub glue for :mod:`gpuspawner.spawn.dra_claim`.  KubeSpawner 7.1 has no trait for a pod's
-``spec.resourceClaims`` or a container's ``resources.claims``, and ``extra_container_config``
-would replace the notebook container's whole ``resources`` (its CPU and memory limits), so the
-fields are added through KubeSpawner's documented ``modify_pod_hook`` seam: for the spawn,
-:func:`apply_selection` sets a hook that first runs the admin's own hook (if any), then makes
-sure the ResourceClaimTemplate exists (create; ``409 AlreadyExists`` means another server already
-made the same one, which is reused) and appends the claim to what the pod already has, never
-replacing an admin's claims.  ``GPUSpawner`` restores the admin's hook before every spawn.
-
-Templates are cleaned up by :func:`remove_unused_templates` after a server stops: a template no
-pod of the hub references, that no spawn of this hub process is using and that is older than
-:data:`GRACE_SECONDS` is deleted, so nothing accumulates (``unused_templates`` in the pure layer).
-
-Needs, in the hub's namespace, the Role rules ``resourceclaimtemplates: create, get, list,
-delete`` (deploy/rbac.yaml).
-"""
+"""A DRA spawn's ResourceClaimTemplate in the cluster: created or reused through ``modify_pod_hook``, deleted once unused."""
 
 from __future__ import annotations
 
@@ -31,15 +14,9 @@ from kubespawner.clients import shared_client
 
 from gpuspawner.hub.errors import spawn_error
 from gpuspawner.kube.apierrors import DRA_GROUP, DRA_ROLE_NAME, DRA_ROLE_RULES, rules_text
-from gpuspawner.spawn.dra_claim import (
-    CLAIM_NAME,
-    TEMPLATE_LABELS,
-    claim_template,
-    probe_with_claim,
-    unused_templates,
-)
+from gpuspawner.spawn.dra_claim import CLAIM_NAME, TEMPLATE_LABELS, unused_templates
 
-__all__ = ["apply_selection", "remove_unused_templates", "resource_api", "GRACE_SECONDS"]
+__all__ = ["hold", "release", "claim_hook", "remove_unused_templates", "resource_api", "GRACE_SECONDS"]
 
 #: a template younger than this is never deleted (a spawn may not have created its pod yet)
 GRACE_SECONDS = 10.0
@@ -58,31 +35,28 @@ def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
-def _release(spawner: Any) -> None:
-    key = getattr(spawner, "_gpu_dra_template", None)
-    spawner._gpu_dra_template = None
-    if key is not None:
+def hold(template: dict[str, Any], previous: str | None = None) -> str:
+    """Count a spawn of this hub process as using ``template`` (giving back ``previous``, the one
+    its last spawn held); the ``"<namespace>/<name>"`` key to give back with :func:`release`."""
+    release(previous)
+    key = _key(template["metadata"]["namespace"], template["metadata"]["name"])
+    _in_use[key] += 1
+    return key
+
+
+def release(key: str | None) -> None:
+    """A spawn no longer uses the template ``key`` (None: it used none)."""
+    if key is not None and key in _in_use:
         _in_use[key] -= 1
         if _in_use[key] <= 0:
             del _in_use[key]
 
 
-def apply_selection(spawner: Any, selection: Any) -> dict[str, Any]:
-    """Prepare a spawn on the DRA pool ``selection`` chose; returns the template manifest."""
-    pool, gpus = selection.pool.pool, selection.gpus
-    template = claim_template(pool, gpus, spawner.namespace, selection.cuda)
-    _release(spawner)
-    spawner._gpu_dra_template = _key(spawner.namespace, template["metadata"]["name"])
-    _in_use[spawner._gpu_dra_template] += 1
-    spawner.init_containers = [
-        probe_with_claim(c, pool, gpus) if isinstance(c, dict) and c.get("name") == "gpuspawner-probe" else c
-        for c in spawner._sorted_dict_values(spawner.init_containers)
-    ]
-    spawner.modify_pod_hook = _hook(spawner.modify_pod_hook, template)
-    return template
+def claim_hook(admin_hook: Any, template: dict[str, Any]):
+    """The spawn's ``modify_pod_hook``: the admin's own hook first (if any), then the template made
+    sure of (``409 AlreadyExists``: another server made the same one, reused) and the claim appended
+    to what the pod already has, never replacing an admin's claims."""
 
-
-def _hook(admin_hook: Any, template: dict[str, Any]):
     async def add_gpu_claim(spawner, pod):
         if admin_hook is not None:
             pod = await maybe_future(admin_hook(spawner, pod))
@@ -142,7 +116,6 @@ def add_claim(pod: Any, template: str) -> None:
 async def remove_unused_templates(spawner: Any) -> list[str]:
     """Delete the managed templates of the spawner's namespace that nothing uses any more;
     returns their names.  Errors are logged, never raised: cleaning up never fails a stop."""
-    _release(spawner)
     namespace = spawner.namespace
     api = resource_api()
     selector = ",".join(f"{k}={v}" for k, v in TEMPLATE_LABELS.items())

@@ -94,7 +94,7 @@ def check_pod(spawner: Any, pod: Any) -> None:
     now = _clock()
     if queued is None:
         # not queued after all: the admin's own start_timeout, counted as KubeSpawner would
-        began = getattr(spawner, "_start_began", None)
+        began = getattr(getattr(spawner, "_spawn", None), "began", None)
         if base is not None and began is not None and spawner.start_timeout > base and now - began > base:
             raise TimeoutError(f"pod {spawner.namespace}/{spawner.pod_name} did not start in {base} seconds!")
         return

@@ -5,7 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["poll_status", "still_there"]
+__all__ = ["poll_status", "still_there", "reflected_pod", "reflected_pods"]
+
+
+def reflected_pods(spawner: Any) -> list[Any]:
+    """Every pod KubeSpawner's pod reflector shows (no API call)."""
+    reflector = spawner.pod_reflector
+    return list(reflector.pods.values()) if reflector is not None else []
+
+
+def reflected_pod(spawner: Any) -> Any:
+    """This server's pod as KubeSpawner's pod reflector shows it (no API call), or None."""
+    reflector = spawner.pod_reflector
+    return reflector.pods.get(f"{spawner.namespace}/{spawner.pod_name}") if reflector is not None else None
 
 
 async def still_there(spawner: Any) -> bool:

@@ -17,6 +17,7 @@ name (``c.GPUCapacitySettings.<knob>``) still applies (:data:`LEGACY_SECTION`).
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import weakref
 from typing import Any
@@ -28,8 +29,6 @@ from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, r
 from gpuspawner.hub import hublog, gpu_metrics
 from gpuspawner.hub.prepull import GPUPrepullSettings
 from gpuspawner.hub.usagesettings import GPUHourSettings
-from gpuspawner.hub import gpu_metrics
-from gpuspawner.hub.pagememo import fingerprint
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity import cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
@@ -61,6 +60,16 @@ def _names_or_default(help: str) -> List:
     """A list-of-names knob whose None (its default) keeps gpuspawner's own
     list (``capacity.config.CapacityConfig``'s field defaults)."""
     return List(Unicode(), default_value=None, allow_none=True, config=True, help=help)
+
+
+def fingerprint(*values: Any) -> str:
+    """A comparable text of configuration values (dicts, lists, strings, numbers; anything else,
+    such as a callable, by its ``repr``, which names the object). Dicts whose keys cannot be
+    sorted together (say ``1`` and ``"a"``) are written in their own order."""
+    try:
+        return json.dumps(values, sort_keys=True, separators=(",", ":"), default=repr)
+    except TypeError:
+        return json.dumps(values, separators=(",", ":"), default=repr)
 
 
 # the CapacityConfig field each list-of-names trait becomes

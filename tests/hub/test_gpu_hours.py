@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from gpuspawner.hub import gpu_hours as gpu_hours
 from gpuspawner.usage import clock, store
 from gpuspawner.usage.store import UsageStore
+from gpuspawner.hub import spawn_page
 from tests.builders import FakeCache, MockUser, pool_view
 from tests.builders import make_spawner as build_spawner
 from tests.builders.usage import NOW, at, hours, session
@@ -103,7 +104,7 @@ async def start(s, pod):
     s.user_options = {"profile": "gpu", "gpu_pool": A100.id, "gpus": 2}
     await s.load_user_options()
     s._reflected_pod = lambda: pod
-    return await gpu_hours.record_start(s, s._gpu_spawn)
+    return await gpu_hours.record_start(s, s._spawn.info)
 
 
 def budget(gpu_hours_value, window="1d", scope="everyone"):
@@ -160,7 +161,7 @@ async def test_start_and_stop_are_recorded_once(no_kube_client, cache, db, now):
     s = spawner(db, groups=["research"], gpu_hour_weights={"a100:*": 2})
     pod = running_pod(s)
     hid = await start(s, pod)
-    assert hid == await gpu_hours.record_start(s, s._gpu_spawn)  # the same pod is never recorded twice
+    assert hid == await gpu_hours.record_start(s, s._spawn.info)  # the same pod is never recorded twice
     now[0] += hours(1.5)
     assert gpu_hours.record_stop(s, gpu_hours.pod_end_now(pod)) == 1
     assert gpu_hours.record_stop(s, None) == 0
@@ -266,7 +267,7 @@ async def test_a_server_found_stopped_by_poll_is_closed_at_its_pods_end(no_kube_
 async def test_the_spawn_page_shows_what_is_left_and_each_pools_rate(no_kube_client, cache, db, now):
     UsageStore(db).ready().open(holding_of("alice", "2026-11-27 09:00", "2026-11-27 10:30", gpus=1))
     s = spawner(db, gpu_hour_budgets=budget(2), gpu_hour_weights={"a100:*": 1.5})
-    html = await s._render_gpu_options_form()
+    html = await spawn_page.render_page(s)
     assert "You have 0.5 of your 2 GPU-hours left in the last day." in html
     assert f'{{"{A100.id}": 1.5}}' in html  # one GPU of the pool: 1.5 weighted GPU-hours an hour
     assert html.index('id="gs-gpu-hours"') < html.index('name="profile"')  # above the form
@@ -287,12 +288,12 @@ async def test_a_time_sliced_share_counts_its_fraction_of_the_gpu(no_kube_client
     s.user_options = {"profile": "gpu", "gpu_pool": shared.id, "gpus": 2}
     await s.load_user_options()
     s._reflected_pod = lambda: running_pod(s)
-    await gpu_hours.record_start(s, s._gpu_spawn)
+    await gpu_hours.record_start(s, s._spawn.info)
     now[0] += hours(1)
     gpu_hours.record_stop(s, None)
     [h] = UsageStore(db).for_user("alice", None)
     assert (h.share, h.hours(None, now[0])) == (0.25, 0.5)  # 2 of 4 replicas for an hour: half a GPU-hour
-    html = await s._render_gpu_options_form()
+    html = await spawn_page.render_page(s)
     assert f'{{"{shared.id}": 0.25}}' in html  # the page's rate learns the pool's replicas
 
 

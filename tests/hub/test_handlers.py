@@ -28,6 +28,7 @@ from gpuspawner.hub.usagehandlers import handlers as usage_handlers
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.hub import capacity_access
 from tests.builders import FakeCache, make_spawner, pool_view
 
 SNIPPET = Path(str(config_snippet()))
@@ -197,7 +198,7 @@ async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, no
     assert "nodes: list, watch" in shared.snapshot().error
 
     # a spawner in the same process keeps serving static profiles and says why GPUs are unknown
-    monkeypatch.setattr(GPUSpawner, "_logged_capacity_problems", set())
+    monkeypatch.setattr(capacity_access, "_logged", set())
     spawner = make_spawner("ada", server=False, profile_list=[{"display_name": "CPU", "slug": "cpu"}],
                            gpu_profiles=[{"slug": "gpu"}], gpu_capacity_sync_timeout=1.0)
     with caplog.at_level(logging.WARNING):

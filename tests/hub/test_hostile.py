@@ -5,6 +5,7 @@ end of a spawn whose pool turned out full."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import kubespawner.spawner
@@ -12,7 +13,7 @@ import pytest
 from jupyterhub.spawner import SpawnException
 from tornado import web
 
-from gpuspawner.hub import spawner as spawner_module
+from gpuspawner.hub import pod_wait
 from gpuspawner.hub.errors import GPUSpawnFailure, Refusal
 from gpuspawner.hub.settings import GPUSpawnerSettings
 
@@ -177,24 +178,23 @@ async def test_a_pool_found_full_ends_the_spawn_after_the_grace_and_a_recheck(no
     fake = RecheckingCache(A100)
     monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     now = [100.0]
-    monkeypatch.setattr(spawner_module, "_clock", lambda: now[0])
+    monkeypatch.setattr(pod_wait, "_clock", lambda: now[0])
     s = make_spawner(gpu_full_pool_grace=30)
     s.user_options = {"profile": "gpu", "gpu_pool": A100.id, "gpus": 3}
     await s.load_user_options()
     assert fake.reservations  # admitted on counts with room (3 free on one node)
-    s._gpu_starting = True
+    s._spawn = dataclasses.replace(s._spawn, starting=True)
     pod = pending(s.pod_name)
-    s._check_gpu_pod(pod)  # first sight: the reservation goes back, the cache re-lists
+    pod_wait.check_pod(s, pod)  # first sight: the reservation goes back, the cache re-lists
     assert fake.rechecks == 1 and fake.reservations == {}
     # meanwhile another workload took the GPUs: the fresh counts have 1 free
-    import dataclasses
     fake.pools[A100.id] = dataclasses.replace(A100, free=1, max_free_per_node=1)
     now[0] += 29
     fake.done = True
-    s._check_gpu_pod(pod)  # within the grace: keep waiting
+    pod_wait.check_pod(s, pod)  # within the grace: keep waiting
     now[0] += 2
     with pytest.raises(GPUSpawnFailure) as e:
-        s._check_gpu_pod(pod)
+        pod_wait.check_pod(s, pod)
     assert e.value.kind == "no_free_gpu" and e.value.status_code == 500
     assert e.value.jupyterhub_message.startswith("Pool NVIDIA A100 80GB has no node with 3 free GPUs on one node")
 
@@ -203,16 +203,16 @@ async def test_a_pool_with_room_again_keeps_waiting(no_kube_client, monkeypatch)
     fake = RecheckingCache(A100)
     monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
     now = [100.0]
-    monkeypatch.setattr(spawner_module, "_clock", lambda: now[0])
+    monkeypatch.setattr(pod_wait, "_clock", lambda: now[0])
     s = make_spawner(gpu_full_pool_grace=0)
     s.user_options = {"profile": "gpu", "gpu_pool": A100.id, "gpus": 3}
     await s.load_user_options()
-    s._gpu_starting = True
+    s._spawn = dataclasses.replace(s._spawn, starting=True)
     pod = pending(s.pod_name)
-    s._check_gpu_pod(pod)
+    pod_wait.check_pod(s, pod)
     fake.done = True
     now[0] += 60
-    s._check_gpu_pod(pod)  # the fresh counts still have a node with 3 free: the scheduler will retry
+    pod_wait.check_pod(s, pod)  # the fresh counts still have a node with 3 free: the scheduler will retry
     assert fake.rechecks == 1
 
 

@@ -22,6 +22,7 @@ from jupyterhub.spawner import SpawnException
 from gpuspawner.hub import kueue_wait as queue_glue
 from gpuspawner.hub.spawner import GPUSpawner
 from gpuspawner.queue.status import Position, workload_state
+from gpuspawner.hub import spawn_page
 from tests.builders import FakeCache, node_view, pool_view, server_pod
 from tests.builders import kueue as kb
 from tests.hub.test_spawner import NS, FakeReflector, fake_start, starting_spawner
@@ -255,12 +256,12 @@ async def test_a_server_kueue_preempted_is_explained_on_the_spawn_page(kueue):
 
 async def test_a_full_queued_card_can_be_chosen_and_says_it_queues(kueue):
     s = queued_spawner()
-    page = await s._render_gpu_options_form()
+    page = await spawn_page.render_page(s)
     radio = re.search(r'<input type="radio"[^>]*value="' + re.escape(kueue.pool.id) + '"[^>]*>', page).group(0)
     assert "disabled" not in radio and 'data-gs-queue-max="4"' in radio
     assert "Full — you can queue for a GPU here (Kueue queue gpu-a100)." in page
     assert "<p class=\"gs-reason\">" not in page
     s.gpu_stop_message = "Preempted in gpu-a100: <b>x</b>"
-    page = await s._render_gpu_options_form()
+    page = await spawn_page.render_page(s)
     assert page.startswith('<p class="gs-warning gs-queue-stopped" role="status">Your last server was stopped: '
                            "Preempted in gpu-a100: &lt;b&gt;x&lt;/b&gt;</p>")

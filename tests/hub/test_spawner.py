@@ -29,7 +29,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from gpuspawner.capacity.model import ScaleUp, Taint
-from gpuspawner.hub import spawner as spawner_module
+from gpuspawner.hub import pod_wait, spawn_page
 from gpuspawner.hub.errors import GPUSpawnFailure
 from gpuspawner.hub.gpu_metrics import REFUSAL_REASONS
 from gpuspawner.hub.settings import GPUSpawnerSettings
@@ -153,7 +153,7 @@ async def test_no_cache_at_all_still_serves_static_profiles(no_kube_client, monk
 
     monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", broken)
     s = make_spawner()
-    form = await s._render_gpu_options_form(s)
+    form = await spawn_page.render_page(s)
     assert "CPU only" in form and "GPU capacity is unknown" in form
     s.user_options = {"profile": "cpu"}
     await s.load_user_options()
@@ -258,7 +258,7 @@ async def test_past_half_the_interval_the_page_is_renewed_after_the_view(no_kube
     # once with them; then, in the background, the counts are taken anew and its form rendered,
     # so the next view finds the new counts without rendering anything
     s = make_spawner(gpu_capacity_page_max_age=2)
-    memo = GPUSpawner._form_memo
+    memo = spawn_page.PAGE_CACHE
     first = await s.get_options_form()
     cache.pools[A100.id] = dataclasses.replace(A100, free=2, max_free_per_node=2)
     cache.clock[0] += 1.5
@@ -423,10 +423,10 @@ async def test_fitting_spawns_are_steered_and_warned(no_kube_client, driver_cach
     (term,) = s.node_affinity_required
     steer = [e for e in term["matchExpressions"] if e["operator"] == "NotIn"]
     assert steer == ([{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": excluded}] if excluded else [])
-    assert bool(s._cuda_warnings) is warned
+    assert bool(s._spawn.warnings) is warned
     if warned:
-        assert "minor-version compatibility" in s._cuda_warnings[0]
-        assert s._cuda_warnings[0].startswith("CUDA check: ")
+        assert "minor-version compatibility" in s._spawn.warnings[0]
+        assert s._spawn.warnings[0].startswith("CUDA check: ")
 
 
 async def test_strict_policy_refuses_what_minor_warns(no_kube_client, driver_cache):
@@ -491,7 +491,7 @@ async def test_failed_probe_ends_the_wait_with_its_message(no_kube_client, drive
     assert e.value.reason == "gpu-probe"
     assert e.value.log_message == ("The GPU check on node new-1 failed before your server started: "
                                    "the pod asked for 1 GPU(s) but only 0 are visible")
-    s._watch_probe = False  # after start (poll): KubeSpawner's own answer
+    s._spawn = dataclasses.replace(s._spawn, watch_probe=False)  # after start (poll): KubeSpawner's own answer
     assert s.is_pod_running(failed_probe_pod(report)) is False
 
 
@@ -813,7 +813,7 @@ async def test_the_hubs_start_timeout_counts_as_timeout_an_early_cancel_does_not
 
     monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "_start", _start)
     clock = [1000.0]
-    monkeypatch.setattr(spawner_module, "_clock", lambda: clock[0])
+    monkeypatch.setattr(pod_wait, "_clock", lambda: clock[0])
     for elapsed, counted in ((5.0, None), (180.0, 1)):
         s = starting_spawner(start_timeout=180)
         s.user_options = {"profile": "gpu", "gpu_pool": POOL_A100.id}
@@ -890,4 +890,4 @@ def test_an_admins_apply_user_options_wins(cluster):
     c.GPUSpawner.apply_user_options = {"image_choice": "image"}
     s = build_spawner("a", config=c, server=False)
     assert s.apply_user_options == {"image_choice": "image"}
-    assert s._admin_option_keys() == ("image_choice",)
+    assert spawn_page.admin_option_keys(s) == ("image_choice",)

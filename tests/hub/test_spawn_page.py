@@ -1,9 +1,10 @@
-"""The spawn page's memos (gpuspawner.hub.pagememo): a result kept under the object it was built
+"""The spawn page's cache (gpuspawner.hub.spawn_page): a result kept under the object it was built
 from (by identity) and a key (by value), the oldest going first. Pure: no hub, no cluster."""
 
 import pytest
 
-from gpuspawner.hub.pagememo import Memo, fingerprint
+from gpuspawner.hub.settings import fingerprint
+from gpuspawner.hub.spawn_page import PageCache
 
 
 def test_fingerprint_compares_configuration_by_value_whatever_the_key_order():
@@ -15,7 +16,7 @@ def test_fingerprint_compares_configuration_by_value_whatever_the_key_order():
 
 def test_offers_are_built_once_per_source_object_and_key():
     built = []
-    memo = Memo(size=2)
+    memo = PageCache(size=2)
     pools, equal_pools = (1, 2), tuple([1, 2])  # equal, but another object: counted again
 
     def build(tag):
@@ -30,7 +31,7 @@ def test_offers_are_built_once_per_source_object_and_key():
 
 
 def test_the_oldest_offers_go_first_and_a_used_one_stays():
-    memo = Memo(size=2)
+    memo = PageCache(size=2)
     a, b, c = object(), object(), object()
     memo.get(a, 0, lambda: "a")
     memo.get(b, 0, lambda: "b")
@@ -42,11 +43,11 @@ def test_the_oldest_offers_go_first_and_a_used_one_stays():
 
 def test_memo_size_must_be_positive():
     with pytest.raises(ValueError, match="size must be at least 1"):
-        Memo(size=0)
+        PageCache(size=0)
 
 
 def test_a_result_is_served_only_for_the_same_source_object_and_key():
-    memo, offers = Memo(), {"gpu": "offer"}
+    memo, offers = PageCache(), {"gpu": "offer"}
     assert memo.get(offers, ("alice", "{}"), lambda: "<form>") == "<form>"
     assert memo.get(offers, ("alice", "{}"), lambda: "rendered again") == "<form>"
     assert memo.get(offers, ("alice", '{"profile":"gpu"}'), lambda: "other options") == "other options"
