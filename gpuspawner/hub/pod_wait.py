@@ -22,7 +22,7 @@ from gpuspawner.spawn.probe_container import probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
 
 __all__ = ["GPUSpawnInfo", "SpawnRecord", "spawn_context", "check_running", "check_pod", "progress", "revive",
-           "failure_reason"]
+           "failure_reason", "count_failure"]
 
 _clock = time.monotonic  # how long a start ran (a seam for tests)
 
@@ -177,6 +177,12 @@ def revive(log: Any, reflector: Any) -> bool:
     log.warning("KubeSpawner's %s watch is not running (after an API server outage?); restarting it",
                 getattr(reflector, "kind", "reflector"))
     return True
+
+
+def count_failure(spawner: Any, reason: str) -> None:
+    """Count a failed start: only GPU spawns that got past their checks (refusals were counted as such)."""
+    if spawner._spawn.info is not None:
+        gpu_metrics.install(spawner.metrics_registry).spawn_failed(spawner._spawn.info.pool_id, reason)
 
 
 def failure_reason(error: BaseException) -> str:

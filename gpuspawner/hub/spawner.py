@@ -57,10 +57,6 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
     def kueue_view(self):
         return super().kueue_view(self.namespace)
 
-    def gpu_metrics(self) -> gpu_metrics.GPUMetrics:
-        """The collector spawn outcomes are counted in (``gpu_metrics.install``: idempotent)."""
-        return gpu_metrics.install(self.metrics_registry)
-
     async def options_from_query(self, query_data):
         """A query-string spawn (``/hub/spawn/<user>?profile=gpu&gpu_pool=...&gpus=2``), read and checked
         before JupyterHub saves anything (``refusals.read_query``)."""
@@ -154,16 +150,16 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
             # JupyterHub cancels start() when start_timeout runs out (jupyterhub/user.py spawn:
             # asyncio.wait_for); an earlier cancellation (hub shutdown) is no failure of the spawn
             if pod_wait._clock() - self._spawn.began >= 0.9 * self.start_timeout:
-                self._count_failure("timeout")
+                pod_wait.count_failure(self, "timeout")
             raise
         except BaseException as e:
             self.release_gpus()
             self.gpu_held = 0
-            self._count_failure(pod_wait.failure_reason(e))
+            pod_wait.count_failure(self, pod_wait.failure_reason(e))
             raise
         else:
             if self._spawn.info is not None:
-                self.gpu_metrics().spawn_started(self._spawn.info.pool_id)
+                gpu_metrics.install(self.metrics_registry).spawn_started(self._spawn.info.pool_id)
                 await gpu_hours.record_start(self, self._spawn.info)  # the GPU-hour ledger
             return url
         finally:
@@ -171,11 +167,6 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
             self._spawn = replace(self._spawn, starting=False, watch_probe=False)
             if self._cuda_notes is not None and not self._cuda_notes.done():
                 self._cuda_notes.set_result(None)
-
-    def _count_failure(self, reason: str) -> None:
-        # only GPU spawns that got past their checks: refusals were counted as such
-        if self._spawn.info is not None:
-            self.gpu_metrics().spawn_failed(self._spawn.info.pool_id, reason)
 
     def _reflected_pod(self):
         """This server's pod as KubeSpawner's pod reflector shows it (no API call), or None."""

@@ -14,34 +14,14 @@ from jupyterhub.utils import maybe_future
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra import class_record, dra_node, slice_record
-from gpuspawner.capacity.draledger import DraLedger
 from gpuspawner.hub import dra_templates as dra_glue
 from gpuspawner.spawn.dra_claim import CLAIM_NAME, TEMPLATE_LABELS
 from tests.builders import FakeCache
-from tests.builders.dra import device_class, gpu_device, group_node, mig_device, resource_slice
+from tests.builders.dra import dra_a100_pools
 from tests.hub.test_pod_manifest import GKE_A100, required_terms, spawner_factory  # noqa: F401
 from tests.spawn.test_dra_claim import DRA_VERSIONS
 
-CFG = CapacityConfig()
-
-
-def dra_pools():
-    ledger = DraLedger()
-    for c in (device_class("gpu.nvidia.com", device_type="gpu"), device_class("mig.nvidia.com", device_type="mig")):
-        ledger.upsert_class(class_record(c))
-    for name, devices in (("d1", [gpu_device(f"gpu-{i}") for i in range(4)]),
-                          ("d2", [gpu_device(f"gpu-{i}", driver="535.183.01", cuda="12.2.0") for i in range(4)]),
-                          ("m1", [mig_device(f"gpu-0-mig-{i}") for i in range(7)])):
-        ledger.upsert_node(dra_node(group_node(name, "dra-a100", taints=[
-            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]), CFG.node_group_labels,
-            CFG.is_gpu_resource))
-        ledger.upsert_slice(slice_record(resource_slice(f"{name}-s", name, devices), CFG.dra_drivers))
-    return {p.dra.device_class: p for p in ledger.pools()}
-
-
-POOLS = dra_pools()
+POOLS = dra_a100_pools()
 FULL, MIG = POOLS["gpu.nvidia.com"], POOLS["mig.nvidia.com"]
 
 
