@@ -25,7 +25,7 @@ from gpuspawner.queue.status import Position, workload_state
 from gpuspawner.hub import spawn_page
 from tests.builders import FakeCache, node_view, pool_view, server_pod
 from tests.builders import kueue as kb
-from tests.hub.test_spawner import NS, FakeReflector, fake_start, starting_spawner
+from tests.hub.test_pod_wait import NS, FakeReflector, fake_start, starting_spawner
 
 QUEUES = [{"match": "a100:*", "queue": "gpu-a100", "priority_class": "high"}]
 MAX = ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor a100, "

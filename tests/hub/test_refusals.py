@@ -1,11 +1,7 @@
-"""GPUSpawner against what a hostile tester did (issue #7, section 5), with KubeSpawner's client
-and the capacity cache replaced (``tests/hub/test_spawner.py``'s stand-ins): refusals logged once
-at INFO and not kept as defaults, nothing deleted after a refusal, query-string spawns, and the early
-end of a spawn whose pool turned out full."""
+"""Refused requests (gpuspawner.hub.refusals): one INFO line, the options forgotten, counted; options checked before they are saved."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import kubespawner.spawner
@@ -13,12 +9,13 @@ import pytest
 from jupyterhub.spawner import SpawnException
 from tornado import web
 
-from gpuspawner.hub import pod_wait
-from gpuspawner.hub.errors import GPUSpawnFailure, Refusal
+from gpuspawner.hub.errors import Refusal
+from gpuspawner.hub.gpu_metrics import REFUSAL_REASONS
 from gpuspawner.hub.settings import GPUSpawnerSettings
 
 from tests.builders import FakeCache
-from tests.hub.test_spawner import A100, cache, make_spawner  # noqa: F401 (a fixture)
+from tests.hub.test_pod_wait import POOL_A100, cluster, registry, spawn_sample, starting_spawner  # noqa: F401 (fixtures)
+from tests.hub.test_spawner import A100, cache, make_spawner  # noqa: F401 (fixtures)
 
 
 class _Orm:
@@ -147,75 +144,6 @@ async def test_query_options_with_a_steering_name_are_refused_before_they_are_sa
     assert not s._refused  # nothing was started: a later stop is a real one
 
 
-# --- admitted with room, but the scheduler finds none: the early end -----------------------------------------
-
-INSUFFICIENT = ("0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node "
-                "affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
-
-
-class RecheckingCache(FakeCache):
-    def __init__(self, *pools):
-        super().__init__(*pools)
-        self.rechecks = 0
-        self.done = False
-
-    def recheck(self):
-        self.rechecks += 1
-        return 7.0
-
-    def rechecked_since(self, token):
-        return self.done and token == 7.0
-
-
-def pending(pod_name):
-    return {"metadata": {"name": pod_name, "namespace": "jhub", "uid": "u1"},
-            "spec": {"containers": [{"name": "notebook"}]},
-            "status": {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": INSUFFICIENT}]}}
-
-
-async def test_a_pool_found_full_ends_the_spawn_after_the_grace_and_a_recheck(no_kube_client, monkeypatch):
-    fake = RecheckingCache(A100)
-    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
-    now = [100.0]
-    monkeypatch.setattr(pod_wait, "_clock", lambda: now[0])
-    s = make_spawner(gpu_full_pool_grace=30)
-    s.user_options = {"profile": "gpu", "gpu_pool": A100.id, "gpus": 3}
-    await s.load_user_options()
-    assert fake.reservations  # admitted on counts with room (3 free on one node)
-    s._spawn = dataclasses.replace(s._spawn, starting=True)
-    pod = pending(s.pod_name)
-    pod_wait.check_pod(s, pod)  # first sight: the reservation goes back, the cache re-lists
-    assert fake.rechecks == 1 and fake.reservations == {}
-    # meanwhile another workload took the GPUs: the fresh counts have 1 free
-    fake.pools[A100.id] = dataclasses.replace(A100, free=1, max_free_per_node=1)
-    now[0] += 29
-    fake.done = True
-    pod_wait.check_pod(s, pod)  # within the grace: keep waiting
-    now[0] += 2
-    with pytest.raises(GPUSpawnFailure) as e:
-        pod_wait.check_pod(s, pod)
-    assert e.value.kind == "no_free_gpu" and e.value.status_code == 500
-    assert e.value.jupyterhub_message.startswith("Pool NVIDIA A100 80GB has no node with 3 free GPUs on one node")
-
-
-async def test_a_pool_with_room_again_keeps_waiting(no_kube_client, monkeypatch):
-    fake = RecheckingCache(A100)
-    monkeypatch.setattr(GPUSpawnerSettings, "shared_capacity_cache", lambda self: fake)
-    now = [100.0]
-    monkeypatch.setattr(pod_wait, "_clock", lambda: now[0])
-    s = make_spawner(gpu_full_pool_grace=0)
-    s.user_options = {"profile": "gpu", "gpu_pool": A100.id, "gpus": 3}
-    await s.load_user_options()
-    s._spawn = dataclasses.replace(s._spawn, starting=True)
-    pod = pending(s.pod_name)
-    pod_wait.check_pod(s, pod)
-    fake.done = True
-    now[0] += 60
-    pod_wait.check_pod(s, pod)  # the fresh counts still have a node with 3 free: the scheduler will retry
-    assert fake.rechecks == 1
-
-
 # --- options checked before JupyterHub saves them (hub.guard calls check_options_to_save) --------------------
 
 @pytest.mark.parametrize(
@@ -245,3 +173,44 @@ async def test_options_are_checked_before_they_are_saved_by_the_rules_no_capacit
     assert e.value.status_code == 400 and refused in e.value.jupyterhub_message
     assert not s._refused  # nothing was started
     assert [r.getMessage()[:22] for r in caplog.records if "alice" in r.getMessage()] == ["Refused options of ali"]
+
+
+REFUSALS = [
+    ({"profile": "gpu", "gpu_pool": "made:up:nvidia.com/gpu"}, "unknown_pool", ""),
+    ({"profile": "gpu", "gpu_pool": POOL_A100.id, "gpus": "two"}, "bad_count", POOL_A100.id),
+    ({"profile": "gpu", "gpu_pool": POOL_A100.id, "gpus": 0}, "bad_count", POOL_A100.id),
+    ({"profile": "gpu", "gpu_pool": POOL_A100.id, "gpus": 5}, "too_many_gpus", POOL_A100.id),
+    ({"profile": "gpu", "gpu_pool": POOL_A100.id, "node_selector": {"a": "b"}}, "forbidden_option", POOL_A100.id),
+    ({"profile": "gpu", "gpu_pool": POOL_A100.id, "colour": "red"}, "forbidden_option", POOL_A100.id),
+    ({"profile": "cpu", "gpus": 1}, "forbidden_option", ""),
+    ({"profile": "gpu", "gpu_pool": 7}, "unknown_pool", ""),
+]
+
+
+@pytest.mark.parametrize("options, reason, pool", REFUSALS,
+                         ids=["unknown-pool", "not-a-number", "zero", "too-many", "trait", "unknown-option",
+                              "gpus-on-cpu-profile", "pool-not-a-string"])
+async def test_refusals_are_counted_with_their_reason(cluster, registry, options, reason, pool):
+    s = starting_spawner()
+    s.user_options = options
+    with pytest.raises(web.HTTPError) as e:
+        await s.load_user_options()
+    assert e.value.status_code == 400
+    assert e.value.jupyterhub_message == e.value.log_message  # the progress stream's words
+    assert reason in REFUSAL_REASONS
+    assert spawn_sample(registry, pool, "refused", reason) == 1
+
+
+async def test_capacity_unknown_is_counted_and_cpu_refusals_are_not(cluster, registry):
+    cluster.cache.synced = cluster.cache.healthy = False
+    cluster.cache.pools.clear()
+    s = starting_spawner()
+    s.user_options = {"profile": "gpu"}
+    with pytest.raises(web.HTTPError) as e:
+        await s.load_user_options()
+    assert e.value.status_code == 503
+    assert spawn_sample(registry, "", "refused", "capacity_unknown") == 1
+    s.user_options = {"profile": "cpu", "image": "evil"}
+    with pytest.raises(web.HTTPError):
+        await s.load_user_options()
+    assert spawn_sample(registry, "", "refused", "forbidden_option") is None
