@@ -1,9 +1,4 @@
-"""The hub's GPUSpawner settings, checked once when the hub starts: one line per problem.
-
-:func:`config_problems` reads every setting given to the spawner class's config sections and
-checks it by the trait's own validation, then what only the settings together can say; the
-config snippet calls :func:`check_at_hub_start`, which stops the hub when there is a problem.
-"""
+"""The hub's GPUSpawner settings, checked once when the hub starts: one line per problem."""
 
 from __future__ import annotations
 

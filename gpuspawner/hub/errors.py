@@ -1,12 +1,4 @@
-"""The errors a GPU spawn ends with, worded the same everywhere a user reads them.
-
-A ``tornado.web.HTTPError`` raised from ``start()`` becomes the REST API's
-status and the spawn page's error message (jupyterhub/user.py ``spawn``,
-jupyterhub/handlers/pages.py ``SpawnHandler.post``); its
-``jupyterhub_message`` is what the progress stream's final "Spawn failed: ..."
-event shows (jupyterhub/utils.py ``format_exception``), instead of
-``str(error)`` ("500 SpawnException(reason=...): ...").
-"""
+"""The errors a GPU spawn ends with, worded the same everywhere a user reads them."""
 
 from __future__ import annotations
 

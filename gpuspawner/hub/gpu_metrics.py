@@ -1,29 +1,4 @@
-"""Prometheus metrics of gpuspawner, served with JupyterHub's on ``/hub/metrics``.
-
-JupyterHub serves prometheus_client's default registry on ``/hub/metrics``
-(``jupyterhub/handlers/metrics.py``); everything here is registered there by
-:func:`install` unless a registry is given.  Names follow JupyterHub's own
-(``jupyterhub/metrics.py``: ``<prefix>_<noun>_<verb>_<unit>``, see
-https://prometheus.io/docs/practices/naming/) with the prefix ``gpuspawner_``.
-
-Two kinds of metrics:
-
-* Capacity, read at scrape time from a snapshot callable (the capacity
-  cache's ``snapshot``, which makes no Kubernetes call): GPUs allocatable and
-  free per pool, the cache's age, whether it has synced and is healthy.  A
-  custom collector builds these series afresh on every scrape, so a pool that
-  vanished has no stale series left behind (a ``Gauge`` would keep it).
-* Spawn outcomes, recorded by the spawner: ``gpuspawner_spawns_total`` by
-  pool, outcome (``started``, ``refused``, ``failed``) and a *bounded* reason
-  label (a request's own text never becomes a label value), and
-  ``gpuspawner_gpu_wait_seconds``, the time from pod creation to
-  ``PodScheduled`` per pool; ``gpuspawner_orphan_pods_deleted_total``, server pods that no
-  server of the hub owned, deleted by the reaper (``hub.reaper``).
-
-:func:`install` is idempotent per registry: a second hub in the same process,
-or a re-imported module, gets (or replaces) the one collector instead of
-raising ``Duplicated timeseries``.
-"""
+"""Prometheus metrics of gpuspawner, served with JupyterHub's on ``/hub/metrics``."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""``GET /hub/api/gpus``: the GPU pools and what is free, for any signed-in user.
-
-Registered by ``jupyterhub_config.d/gpuspawner.py`` through
-``c.JupyterHub.extra_handlers`` (paths there are under the hub prefix, so
-``/api/gpus`` is served at ``/hub/api/gpus``). It answers from the shared
-``CapacityCache``'s in-memory snapshot: no Kubernetes API call is made per
-request. If no spawner has started the cache yet, the first request starts it
-and answers ``"synced": false`` until the first list completes.
-
-Authentication is JupyterHub's: a token (``Authorization: token ...``) or the
-hub's login cookie. The caller needs the custom scope ``custom:gpus:read``
-(:data:`SCOPE`), which the config snippet defines and grants to JupyterHub's
-``user`` role unless the admin defines that role (docs/access.md); anonymous
-requests and callers without it get 403.
-"""
+"""``GET /hub/api/gpus``: the GPU pools and what is free, for any signed-in user."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The spawner's side of queueing through Kueue: labels, the wait in the queue, its progress messages.
-
-``GPUSpawner`` calls these at its seams (``start``, ``load_user_options``, ``is_pod_running``,
-``progress``, ``poll``); the rules are in ``gpuspawner.queue`` (docs/kueue.md).
-"""
+"""The spawner's side of queueing through Kueue: labels, the wait in the queue, its progress messages."""
 
 from __future__ import annotations
 

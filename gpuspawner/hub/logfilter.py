@@ -1,30 +1,4 @@
-"""Keep JupyterHub's own log lines about a refused spawn out of the hub's log.
-
-A refused request (``errors.Refusal``: a bad option, a quota, capacity
-unknown) is logged once by the spawner, at INFO, without a traceback.
-JupyterHub 6.1 logs the same failure again, at ERROR, on each path it takes:
-
-* ``user.py`` ``User.spawn``: ``Not starting {user}'s server {name}: {e}``
-  (a ``SpawnException``);
-* ``handlers/pages.py`` ``_wrap_spawn_single_user``: ``Error starting server
-  {user}[:{name}]: {e}``;
-* ``handlers/pages.py`` ``SpawnHandler.get`` / ``.post``: ``Failed to spawn
-  single-user server with query arguments`` / ``with form``, with
-  ``exc_info=True``: a full traceback per refused form post;
-* tornado's ``RequestHandler.log_exception``: ``%d %s: <message>`` at WARNING
-  for every ``HTTPError`` a handler raises (tornado 6.6: ``"%d %s: %s"`` with the message as
-  its third argument).
-
-So one user posting bad forms could fill the log with tracebacks.  The same goes for a body
-that is not JSON: ``apihandlers/base.py`` ``get_json_body`` logs ``Couldn't parse JSON`` at
-ERROR with the parser's traceback; that record is kept as one INFO line without it.
-:class:`RefusalLogFilter` drops those records: the ones that carry a
-:class:`~gpuspawner.hub.errors.Refusal` as ``exc_info``, and the exact lines
-the spawner announced (:func:`expect`) just before raising it.  Every other
-record passes, so a JupyterHub that words its lines differently loses
-nothing but the deduplication.  The access log's one line per request
-(``400 POST /hub/api/users/...``) is not touched.
-"""
+"""Keep JupyterHub's own log lines about a refused spawn out of the hub's log."""
 
 from __future__ import annotations
 

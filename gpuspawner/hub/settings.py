@@ -1,18 +1,4 @@
-"""``GPUSpawnerSettings``: the GPUSpawner settings that ``GET /hub/api/gpus`` reads too.
-
-``GPUSpawner`` inherits these traits (an admin writes ``c.GPUSpawner.<knob>``);
-the REST handler, which has no spawner instance, rebuilds them from the hub's
-config with :meth:`GPUSpawnerSettings.from_hub_config`.  They are traits, not the
-capacity layer's ``CapacityConfig``, which :meth:`GPUSpawnerSettings.capacity_config`
-builds from them.  No JupyterHub import: traitlets, the pure rule layers, ``metrics``
-for ``/hub/metrics``' capacity series, and the capacity cache (kubernetes_asyncio,
-which KubeSpawner imports anyway): imported with the hub's config, not on the first
-spawn-page view, which would otherwise wait for it (and find it among the objects the
-config snippet's ``gc.freeze()`` left to the collector).
-
-The class was formerly named ``GPUCapacitySettings``; a config section of that
-name (``c.GPUCapacitySettings.<knob>``) still applies (:data:`LEGACY_SECTION`).
-"""
+"""``GPUSpawnerSettings``: the GPUSpawner settings that ``GET /hub/api/gpus`` reads too."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import replace
 
 from kubespawner import KubeSpawner
+from traitlets import default
 
 from gpuspawner.hub import capacity_access, dra_templates, gpu_hours, gpu_metrics, kueue_wait, leftpod
 from gpuspawner.hub import plan_apply, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
@@ -41,6 +42,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
     _gpu_queued: kueue_wait.QueuedSpawn | None = None  # this spawn's place in a Kueue queue
     _queue_base_timeout: float | None = None
 
+    @default("options_form")
     def _options_form_default(self):
         if not self.gpu_profiles:
             return super()._options_form_default()

@@ -1,12 +1,4 @@
-"""The spawn form's templates and the autoescaping Jinja2 environment that renders them.
-
-The templates ship inside the package (``gpuspawner/hub/templates/``, package data), so a
-source checkout, an editable install and a wheel all find them the same way.
-
-The form is rendered with autoescaping on: node labels and admin strings
-reach the page (KubeSpawner 7.1 renders ``profile_list`` without it,
-kubespawner/spawner.py ``_render_options_form``).
-"""
+"""The spawn form's templates and the autoescaping Jinja2 environment that renders them."""
 
 from __future__ import annotations
 

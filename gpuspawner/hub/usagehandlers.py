@@ -1,9 +1,4 @@
-"""``GET /hub/api/users/{name}/gpu-usage`` and ``GET /hub/api/gpu-usage``: GPU-hours from the ledger.
-
-Registered by ``jupyterhub_config.d/gpuspawner.py`` with the custom scope they are guarded by
-(docs/access.md): a user reads their own usage; reading someone else's, or a report, needs
-``custom:gpu-usage:read`` (filtered by user or group, or not at all) or JupyterHub's ``admin:users``.
-"""
+"""``GET /hub/api/users/{name}/gpu-usage`` and ``GET /hub/api/gpu-usage``: GPU-hours from the ledger."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""``GPUHourSettings``: the GPU-hour knobs (weights, budgets) the spawner and the usage handlers read.
-
-``GPUSpawnerSettings`` inherits them, so an admin writes ``c.GPUSpawner.gpu_hour_budgets``; the rules
-themselves live in ``gpuspawner.usage`` (docs/usage.md).
-"""
+"""``GPUHourSettings``: the GPU-hour knobs (weights, budgets) the spawner and the usage handlers read."""
 
 from __future__ import annotations
 

@@ -1,29 +1,4 @@
-"""What a server's pod needs to get GPUs from a DRA pool: a ResourceClaimTemplate and two fields.
-
-Pure: builds JSON dicts in the wire format of ``resource.k8s.io/v1`` and ``core/v1``
-(``staging/src/k8s.io/api/resource/v1/types.go``, ``core/v1`` ``PodResourceClaim`` and
-``ResourceClaim``); the hub glue (``gpuspawner.hub.dra_templates``) creates, reuses and deletes the
-templates and puts the fields on the pod.
-
-* **The template** asks for ``count`` devices of the pool's DeviceClass (``exactly``: one
-  request, ``allocationMode: ExactCount``), with CEL selectors that keep the claim to the pool's
-  product (``productName``, the MIG ``profile``, the device ``type``) and, when the image declares
-  its CUDA, to devices whose driver fits it (:func:`cuda_selector`).  The node group is kept by the
-  pod's node affinity (``spawn.overrides``): a pod's claims are allocated on the node the pod is
-  scheduled to.  Its name is a digest of what it asks for, so one template serves every server
-  with the same pool, count and CUDA requirement, and a changed requirement is a new template
-  (a template's spec is immutable).
-* **The pod** gets ``spec.resourceClaims: [{name, resourceClaimTemplateName}]`` and the
-  notebook container ``resources.claims: [{name}]``; the resource claim controller then creates
-  a ResourceClaim owned by the pod, the scheduler allocates it on one node, and the claim goes
-  with the pod.  No extended resource is requested.
-
-CEL used (Kubernetes' DRA CEL environment, ``k8s.io/dynamic-resource-allocation/cel``):
-``device.attributes['<driver>'].<name>`` (attributes without a domain are in the driver's),
-``==`` on strings, ``'name' in <map>``, and the semver library's ``semver('<x.y.z>')`` and
-``<version>.compareTo(<version>)`` (``staging/src/k8s.io/apiserver/pkg/cel/library/semverlib.go``:
-strict three-part semver, hence :func:`~gpuspawner.capacity.dra.semver_text`).
-"""
+"""What a server's pod needs to get GPUs from a DRA pool: a ResourceClaimTemplate and two fields."""
 
 from __future__ import annotations
 

@@ -1,31 +1,4 @@
-"""The pod overrides that keep a server inside the GPU pool a user chose.
-
-Pure: takes a :class:`~gpuspawner.capacity.model.PoolView`, a GPU count and
-the spawner's current values of the traits it changes, and returns new values
-for those traits.  ``GPUSpawner.load_user_options`` sets them on the spawner
-after the profile's own ``kubespawner_override`` has been applied, so an
-admin's limits, affinity terms and tolerations are kept, not replaced.
-
-Kubernetes rules this follows:
-
-* Extended resources (``nvidia.com/gpu``, ``amd.com/gpu``, MIG slices) cannot
-  be overcommitted: "if you specify both requests and limits for an extended
-  resource, they must be equal" (kubernetes.io, "Manage extended resources for
-  nodes"/"Assign extended resources to a container"). We set both, as strings.
-* ``requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`` are
-  ORed and the ``matchExpressions`` inside one term are ANDed (kubernetes.io,
-  "Assigning Pods to Nodes", node affinity). To add "and stay in this pool" to
-  an admin's own terms, the pool's expressions are appended to *every* term
-  (one term per admin term and per way the pool's nodes are labelled,
-  :func:`pool_match_terms`).
-* A taint is tolerated by a toleration with the same key and effect and either
-  ``operator: Equal`` and the same value, or ``operator: Exists`` (kubernetes.io,
-  "Taints and Tolerations"). A toleration with an empty key and ``Exists``
-  tolerates everything; we never emit one. ``node.kubernetes.io/*`` taints
-  (not-ready, unreachable, memory-pressure, unschedulable...) are set by the
-  node lifecycle controller to keep pods off unhealthy nodes; tolerating them
-  would defeat that, so they are never tolerated whatever the admin allows.
-"""
+"""The pod overrides that keep a server inside the GPU pool a user chose."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """A GPU server's pod while it is Pending: its place in the scheduler's queue,
-whether it can ever start, and how long it waited for its GPUs.
-
-Pure (stdlib, ``kube.objects`` to read the pod, ``progress`` for its words, ``scheduler_messages`` for the scheduler's):
-no JupyterHub, no Kubernetes client.  The pods and events are the core/v1
-dicts KubeSpawner's pod and event reflectors keep; ``GPUSpawner`` passes them
-in and raises ``errors.GPUSpawnFailure`` on a fatal verdict;
-``metrics`` records :func:`gpu_wait_seconds`.
-"""
+whether it can ever start, and how long it waited for its GPUs."""
 
 from __future__ import annotations
 

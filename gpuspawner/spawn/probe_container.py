@@ -1,10 +1,5 @@
 """The opt-in on-node check of a GPU server (``c.GPUSpawner.cuda_probe``): the init container
-that runs ``gpuspawner probe`` with the server's GPUs, and its report read back from the pod.
-
-Pure (stdlib and ``gpuspawner.cuda``).  The spawner adds :func:`probe_container` to a GPU
-server's pod and, while it waits for the pod, turns a failed probe into the spawn error with
-:func:`probe_failure`; ``commands/probe.py`` is the command the container runs.
-"""
+that runs ``gpuspawner probe`` with the server's GPUs, and its report read back from the pod."""
 
 from __future__ import annotations
 

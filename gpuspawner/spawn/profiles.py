@@ -1,40 +1,4 @@
-"""GPU profiles offered to a user, built from admin config and live capacity.
-
-Pure (stdlib, ``gpuspawner.capacity.model``, ``gpuspawner.cuda`` and
-``gpuspawner.spawn.cuda_fit`` only). The admin declares a GPU profile with little
-config (:class:`GPUProfileSpec`), including what its image carries (``cuda``,
-see :func:`gpuspawner.spawn.cuda_fit.profile_images`); the pools it offers are
-discovered by the capacity layer and only filtered (``pools.include`` /
-``pools.exclude`` globs on pool ids), renamed, ordered or hidden
-(:class:`PoolRule`). For each request this module turns a
-:class:`~gpuspawner.capacity.model.CapacitySnapshot` into
-
-* :class:`ProfileOffer` per GPU profile: what each pool can give one server
-  now, what it can give after a scale-up, or why it can give nothing; and
-* the profile dicts in KubeSpawner's own schema (``display_name``, ``slug``,
-  ``description``, ``default``, ``kubespawner_override``, ``profile_options``
-  with ``choices``), so KubeSpawner's stock form and other profile UIs keep
-  working: a GPU profile has the options ``gpu_pool`` and ``gpus``, which is
-  exactly what the REST API's user options name.
-
-How much one server may ask for: a pod's GPUs all come from one node (the
-kube-scheduler's NodeResourcesFit filter checks a pod against a single node),
-so the limit is the pool's ``max_free_per_node``; if the admin declared the
-pool as scalable and it has fewer nodes than ``max_nodes``, a new node brings
-``gpus_per_node`` more, so the limit is the larger of the two (the spawn then
-waits for the cluster autoscaler). The profile's ``max_gpus`` caps both, and
-so does the hub's ``count_limit`` (``c.GPUSpawner.gpu_max_per_server``),
-whatever a node reports: the count choices are listed one by one, so a node
-claiming 400,000 GPUs must not become 400,000 choices.
-When an image's CUDA keeps the pod off some nodes of a pool
-(:func:`gpuspawner.spawn.cuda_fit.steering_expressions`), :meth:`PoolOffer.for_image`
-counts over the other driver groups only; validation uses the chosen image, the
-profile entry (the form's choices) the default one.
-
-Nothing here looks at a pool's nodes one by one: counts come from the pool's
-sums and its driver groups (``PoolView.driver_groups``), so building the
-offers costs the same whatever the size of the cluster.
-"""
+"""GPU profiles offered to a user, built from admin config and live capacity."""
 
 from __future__ import annotations
 

@@ -1,60 +1,6 @@
 """The grammar of the messages Kubernetes writes about a pod that waits: the kube-scheduler's
 ``FailedScheduling``, the cluster autoscaler's and Karpenter's scale-up events, the kubelet's
-image, container and admission events.  Pure, stdlib (and the taint policy's own key prefixes).
-
-Parsing only: what a message *means* for someone waiting for a GPU is ``spawn.progress``;
-``doctor`` sorts stuck pods by the same parse.
-
-The formats (sources):
-
-* kube-scheduler ``FitError.Error()`` (``pkg/scheduler/framework/types.go``):
-  ``0/<N> nodes are available: <histogram>.`` then, when a PostFilter plugin
-  ran, `` <post-filter message>`` (DefaultPreemption: ``preemption: 0/<N>
-  nodes are available: ...``; with DRA, ``no new claims to deallocate, ``
-  first).  The histogram is ``"<count> <reason>"`` entries sorted as strings
-  and joined with ``", "``.  A PreFilter rejection has no count
-  (``0/3 nodes are available: pod has unbound immediate
-  PersistentVolumeClaims.``).  ``no nodes available to schedule pods``
-  (``ErrNoNodesAvailable``) when the cluster has no node at all.
-* Filter reasons: ``Insufficient <resource>`` and ``Too many pods``
-  (noderesources/fit.go); ``node(s) had untolerated taint {<key>: <value>}``
-  (tainttoleration, up to 1.34.1) and ``node(s) had untolerated taint(s)``
-  (kubernetes PR #134740, 1.35 and 1.34.2+), before 1.25 ``node(s) had taint
-  {k: v}, that the pod didn't tolerate`` / ``node(s) had taints that the pod
-  didn't tolerate``; ``node(s) didn't match Pod's node affinity/selector``
-  (nodeaffinity; older ``node(s) didn't match node selector``);
-  ``node(s) were unschedulable`` (nodeunschedulable); ``node(s) didn't match
-  the requested node name`` (nodename); ``node(s) had volume node affinity
-  conflict`` and ``node(s) didn't find available persistent volumes to bind``
-  (volumebinding); ``node(s) had no available volume zone`` (volumezone);
-  VolumeBinding's PreFilter speaks for every node (no count): ``pod has
-  unbound immediate PersistentVolumeClaims``, ``persistentvolumeclaim "<c>"
-  not found`` (the claim lister's NotFound), ``persistentvolumeclaim "<c>" is
-  being deleted`` (``volume_binding.go`` ``podHasPVCs``), and VolumeZone's
-  ``persistentvolume "<v>" not found`` for a claim bound to a missing volume;
-  ``node(s) didn't match pod (anti-)affinity rules`` (interpodaffinity);
-  ``node(s) didn't match pod topology spread constraints``
-  (podtopologyspread); ``node(s) didn't have free ports for the requested pod
-  ports`` (nodeports).  Any other reason is kept verbatim as ``unknown``.
-* cluster-autoscaler ``processors/status/eventing_scale_up_processor.go``:
-  ``TriggeredScaleUp`` ``pod triggered scale-up: [{<group> <cur>-><new> (max:
-  <max>)}]`` (``ScaleUpInfo.String``) and ``NotTriggerScaleUp`` ``pod didn't
-  trigger scale-up: <count> <reason>, ...`` with the reasons of
-  ``core/scaleup/orchestrator/skippedreasons.go`` (``max node group size
-  reached``, ``in backoff after failed scale-up``, ``not ready for
-  scale-up``, ``max cluster <resources> limit reached``) or the scheduler
-  filter reasons above, or ``max total nodes in cluster reached``.
-* Karpenter: ``FailedScheduling`` ``Failed to schedule pod, <error>`` and
-  ``Nominated`` ``Pod should schedule on: <nodeclaim>``.
-* kubelet: ``Pulling image "<image>"``, ``Successfully pulled image "<image>"
-  in <d> ...``, ``Container image "<image>" already present on machine``,
-  ``Failed to pull image "<image>": <error>``, ``Error: ErrImagePull``,
-  ``Back-off pulling image "<image>"``, ``Created container[:] <name>``,
-  ``Started container <name>``; device manager admission ``Allocate failed
-  due to <error>, which is unexpected`` (``UnexpectedAdmissionError``) and
-  ``Node didn't have enough resource: <r>, requested: ...``
-  (``OutOf<resource>``, ``pkg/kubelet/lifecycle/predicate.go``).
-"""
+image, container and admission events.  Pure, stdlib (and the taint policy's own key prefixes)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The taint policy: which node taints a GPU server may tolerate.  Pure, stdlib only.
-
-One rule, used by the overrides (the tolerations a server gets), the progress messages
-(why a pod waits) and ``doctor`` (taints no profile tolerates): a taint is tolerated when
-its key matches one of the admin's globs (``GPUSpawner.gpu_tolerated_taint_keys``) and is
-not one of Kubernetes' own keys.  Whether a toleration then tolerates a taint is
-Kubernetes' own rule (:func:`tolerates`).
-"""
+"""The taint policy: which node taints a GPU server may tolerate.  Pure, stdlib only."""
 
 from __future__ import annotations
 
@@ -24,7 +17,8 @@ __all__ = ["NEVER_TOLERATED_PREFIXES", "DEFAULT_TOLERATED_TAINT_KEYS", "HARD_EFF
 NEVER_TOLERATED_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 
 #: ``GPUSpawner.gpu_tolerated_taint_keys``' default: the GPU vendors' device-plugin taints, AKS's
-#: GPU ``sku`` taint and its spot-node taint (shared/reference/cuda-compat-and-gpu-labels.md).
+#: GPU ``sku`` taint and its spot-node taint (https://learn.microsoft.com/azure/aks/gpu-cluster,
+#: https://learn.microsoft.com/azure/aks/spot-node-pool).
 DEFAULT_TOLERATED_TAINT_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "sku", "kubernetes.azure.com/scalesetpriority")
 
 #: Effects that keep a pod off a node; PreferNoSchedule only steers.
