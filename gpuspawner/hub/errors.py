@@ -51,7 +51,7 @@ def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnExceptio
 class Refusal(SpawnException):
     """A spawn request refused before anything was created (a user's mistake, a quota, capacity
     unknown).  A ``SpawnException``: JupyterHub counts it as a handled rejection, never toward
-    ``consecutive_failure_limit``, whatever its status (503 included).  ``hub.logfilter``
+    ``consecutive_failure_limit``, whatever its status (503 included).  ``hub.log_filter``
     knows it by its class and keeps JupyterHub's own ERROR lines and tracebacks about it out
     of the log: the spawner logs the refusal once, at INFO."""
 

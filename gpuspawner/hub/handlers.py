@@ -14,7 +14,7 @@ from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
 from gpuspawner.hub import server_requests
 from gpuspawner.hub.settings import GPUSpawnerSettings
-from gpuspawner.hub import hublog
+from gpuspawner.hub import hub_log
 from gpuspawner.hub.spawner import capacity_settings_class
 from gpuspawner.queue.pools import pool_queue
 
@@ -45,7 +45,7 @@ class GPUCapacityHandler(APIHandler):
         return settings
 
     def capacity_snapshot(self, settings: GPUSpawnerSettings, requests=None) -> CapacitySnapshot:
-        hublog.adopt(self.log)  # the capacity cache's lines in the hub's log, with time and level
+        hub_log.adopt(self.log)  # the capacity cache's lines in the hub's log, with time and level
         try:
             cache = settings.shared_capacity_cache()
             if requests:  # count where each profile's server fits, as the spawn page does

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuspawner.hub import capacity_access, gpu_metrics, kueue_wait
-from gpuspawner.hub.leftpod import reflected_pods
+from gpuspawner.hub.unseen_pod import reflected_pods
 from gpuspawner.hub.errors import GPUSpawnFailure, spawn_error
 from gpuspawner.spawn.pending_verdicts import (
     fatal_verdict,
@@ -37,7 +37,7 @@ class GPUSpawnInfo:
     gpus: int
     checked: bool = True  # admitted on counted capacity (not gpu_admit_without_capacity)
     product: str | None = None  # the pool's GPU product (the GPU-hour ledger's weights)
-    request: tuple[int, ...] | None = None  # CPU, memory, disk, pods the pod asks (serverreq)
+    request: tuple[int, ...] | None = None  # CPU, memory, disk, pods the pod asks (resource_requests)
 
 
 @dataclass(frozen=True)

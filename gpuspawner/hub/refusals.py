@@ -6,12 +6,12 @@ from typing import Any
 
 from tornado.log import app_log, gen_log
 
-from gpuspawner.hub import gpu_hours, gpu_metrics, logfilter, spawn_page
+from gpuspawner.hub import gpu_hours, gpu_metrics, log_filter, spawn_page
 from gpuspawner.hub.errors import Refusal, refusal
 from gpuspawner.hub.form_choices import form_choices
 from gpuspawner.spawn.access import AccessError, check_access
 from gpuspawner.spawn.options import STATIC_REASONS, OptionError, names, validate_user_options
-from gpuspawner.spawn.optionsource import dropped_query_names, options_from_form, options_from_query
+from gpuspawner.spawn.option_sources import dropped_query_names, options_from_form, options_from_query
 from gpuspawner.spawn.plan import PlanRefusal, refusal_pool
 
 __all__ = ["refuse", "count", "refuse_plan", "check_budget", "check_options", "read_query", "read_form", "metrics_of"]
@@ -25,7 +25,7 @@ def metrics_of(spawner: Any) -> gpu_metrics.GPUMetrics:
 def refuse(spawner: Any, status: int, message: str, *, reason: str, in_start: bool = True,
            what: str = "spawn") -> Refusal:
     """The error a refused request is raised with; logged here once, at INFO, without a traceback
-    (JupyterHub's own ERROR lines about it are dropped: ``hub.logfilter``). The refused options are
+    (JupyterHub's own ERROR lines about it are dropped: ``hub.log_filter``). The refused options are
     not kept as the next spawn's defaults: JupyterHub stores a request's options in its database
     before ``start`` (jupyterhub/user.py ``spawn``)."""
     spawner.log.info("Refused %s of %s (%s): %s", what, spawner._log_name, reason, message)
@@ -38,8 +38,8 @@ def refuse(spawner: Any, status: int, message: str, *, reason: str, in_start: bo
     error = refusal(status, message, reason=reason)
     # the handlers' log, jupyterhub/user.py's (tornado's app_log) and tornado's own (gen_log)
     for logger in (getattr(spawner.log, "logger", spawner.log), app_log, gen_log):
-        logfilter.install(logger)
-    logfilter.expect(getattr(spawner.user, "name", ""), spawner.name, spawner._log_name, error)
+        log_filter.install(logger)
+    log_filter.expect(getattr(spawner.user, "name", ""), spawner.name, spawner._log_name, error)
     return error
 
 
@@ -112,7 +112,7 @@ async def check_options(spawner: Any, options: Any, *, spawn: bool) -> None:
 
 
 async def read_query(spawner: Any, query_data: Any) -> dict:
-    """A query-string spawn's options (``optionsource.options_from_query``); a name JupyterHub dropped
+    """A query-string spawn's options (``option_sources.options_from_query``); a name JupyterHub dropped
     before handing the query over, or one no profile takes, is refused with a 400 that names it."""
     handler = getattr(spawner, "handler", None)
     raw = getattr(getattr(handler, "request", None), "query_arguments", None) or {}
@@ -132,7 +132,7 @@ async def read_query(spawner: Any, query_data: Any) -> dict:
 
 
 async def read_form(spawner: Any, formdata: Any) -> dict:
-    """A spawn form post's options, read by the query's rules (``optionsource.options_from_form``):
+    """A spawn form post's options, read by the query's rules (``option_sources.options_from_form``):
     a name no profile takes, given twice or of another profile the page does not show is refused
     with a 400 that names it, before JupyterHub saves anything."""
     profile_list, _ = await spawn_page.offer_view(spawner, spawner.gpu_capacity_page_max_age)

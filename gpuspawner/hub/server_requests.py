@@ -1,6 +1,6 @@
 """What each GPU profile's pod asks of its node besides GPUs, from the spawner's traits or the hub's config.
 
-The rule is ``spawn/serverreq.py``; this module only reads where the values come from.
+The rule is ``spawn/resource_requests.py``; this module only reads where the values come from.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuspawner.spawn.profiles import GPUProfileSpec, never_fits
-from gpuspawner.spawn.serverreq import REQUEST_TRAITS, profile_requests, server_request
+from gpuspawner.spawn.resource_requests import REQUEST_TRAITS, profile_requests, server_request
 
 __all__ = ["requests_of", "server_request_now", "spawner_defaults", "config_defaults", "all_requests", "fits_profiles"]
 
@@ -39,7 +39,7 @@ def config_defaults(config: Any, sections: Iterable[str] = ("Spawner", "KubeSpaw
 
 
 def requests_of(specs: Iterable[GPUProfileSpec], defaults: Mapping[str, Any]) -> dict[str, dict]:
-    """Per profile slug, what each of its images' pods asks of a node (``serverreq.profile_requests``)."""
+    """Per profile slug, what each of its images' pods asks of a node (``resource_requests.profile_requests``)."""
     return {
         spec.slug: profile_requests(defaults, spec.kubespawner_override, spec.images.option, spec.profile_options)
         for spec in specs

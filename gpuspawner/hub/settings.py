@@ -12,15 +12,15 @@ from traitlets import Bool, Dict, Float, List, TraitError, Unicode, Union, valid
 from traitlets.config import Config
 
 from gpuspawner.cull.rules import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
-from gpuspawner.hub import hublog, gpu_metrics
+from gpuspawner.hub import hub_log, gpu_metrics
 from gpuspawner.hub.prepull import GPUPrepullSettings
-from gpuspawner.hub.usagesettings import GPUHourSettings
+from gpuspawner.hub.gpu_hours_settings import GPUHourSettings
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity import cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool, check_names
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
-from gpuspawner.hub.queuesettings import KueueSettings
+from gpuspawner.hub.kueue_settings import KueueSettings
 
 log = logging.getLogger(__name__)
 
@@ -458,7 +458,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings):
         whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
         log_ = getattr(self, "log", None)  # a spawner's: the hub's logger (a settings object has none)
         if log_ is not None:
-            hublog.adopt(log_)
+            hub_log.adopt(log_)
         overrides = self.kube_api_overrides()
         # the cache's own client, never KubeSpawner's shared one nor the client's default configuration
         factory = functools.partial(cache_module._default_api, **overrides) if overrides else None

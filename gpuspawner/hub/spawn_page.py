@@ -8,7 +8,7 @@ from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from jupyterhub.utils import maybe_future
 
-from gpuspawner.hub import capacity_access, kueue_wait, scale_up_timeout, usagepage, user_quota
+from gpuspawner.hub import capacity_access, kueue_wait, scale_up_timeout, gpu_hours_page, user_quota
 from gpuspawner.hub.settings import fingerprint
 from gpuspawner.hub.templates import render_form as render_template
 from gpuspawner.queue.pools import full_card_text, queue_offers, queued_pool_ids
@@ -175,7 +175,7 @@ async def render_page(spawner: Any) -> str:
             task = asyncio.ensure_future(_renew(spawner, max_age, key, static, cull_rules))
             _renewals.add(task)
             task.add_done_callback(_renewals.discard)
-    return usagepage.spawn_banner(spawner, gpu_offers) + html  # the user's own GPU-hours, above the form
+    return gpu_hours_page.spawn_banner(spawner, gpu_offers) + html  # the user's own GPU-hours, above the form
 
 
 def _form(spawner: Any, gpu_offers: dict[str, ProfileOffer], key: Any, static: list[dict[str, Any]],

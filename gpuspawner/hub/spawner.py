@@ -8,7 +8,7 @@ from dataclasses import replace
 from kubespawner import KubeSpawner
 from traitlets import default
 
-from gpuspawner.hub import capacity_access, dra_templates, gpu_hours, gpu_metrics, kueue_wait, leftpod
+from gpuspawner.hub import capacity_access, dra_templates, gpu_hours, gpu_metrics, kueue_wait, unseen_pod
 from gpuspawner.hub import plan_apply, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
 from gpuspawner.hub.pod_wait import GPUSpawnInfo, SpawnRecord
 from gpuspawner.hub.reaper import OrphanPodSettings
@@ -172,7 +172,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
 
     def _reflected_pod(self):
         """This server's pod as KubeSpawner's pod reflector shows it (no API call), or None."""
-        return leftpod.reflected_pod(self)
+        return unseen_pod.reflected_pod(self)
 
     def is_pod_running(self, pod):
         """KubeSpawner's test, which its ``_start`` polls until the pod runs; a failed probe, a
@@ -199,7 +199,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         reaper.ensure_running(self)
         status = await super().poll()
         if self._pod_requested:
-            status = await leftpod.poll_status(self, status)
+            status = await unseen_pod.poll_status(self, status)
         if status is not None:
             kueue_wait.note_stopped(self)  # Kueue preempted or evicted it: the spawn page says why
             # JupyterHub calls no stop() for a server found stopped: close its GPU-hour holding here

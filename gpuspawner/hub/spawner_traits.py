@@ -17,7 +17,7 @@ from gpuspawner.hub.templates import template_dirs
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
 from gpuspawner.spawn.quota import QuotaPolicy
-from gpuspawner.spawn.serverreq import REQUEST_TRAITS
+from gpuspawner.spawn.resource_requests import REQUEST_TRAITS
 from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys
 
 __all__ = ["GPUSpawnTraits", "SpawnConfig", "GPU_COUNT_LIMIT_MAX", "applied_in_load_user_options"]

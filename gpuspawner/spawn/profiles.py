@@ -262,7 +262,7 @@ class PoolOffer:
     # why one server may not have more than ``max_gpus`` here, when a sharing rule bounds it
     limit_note: str | None = None
     # image key -> what the server's pod asks of its node (CPU, memory, ephemeral storage, pods;
-    # serverreq.profile_requests); ``request``: the one these counts are for (None: not counted)
+    # resource_requests.profile_requests); ``request``: the one these counts are for (None: not counted)
     requests: Mapping[str | None, tuple[int, ...]] = field(default_factory=dict)
     request: tuple[int, ...] | None = None
     # the free GPUs on the nodes where that request fits now (None: not counted); ``never``: why
@@ -547,7 +547,7 @@ def build_offers(
     of a profile that declares CUDA on each of its pools. ``count_limit``
     bounds the GPUs one server may ask for (with each profile's ``max_gpus``); a time-sliced
     pool gives one share per server unless ``multiple_shares`` (:func:`share_cap`). ``requests``:
-    per profile slug, what each image's pod asks of its node (``serverreq.profile_requests``); a
+    per profile slug, what each image's pod asks of its node (``resource_requests.profile_requests``); a
     pool then counts only the nodes where the default image's pod fits, and
     :meth:`ProfileOffer.for_image` recounts for another image.
     """

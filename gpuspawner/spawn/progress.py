@@ -100,7 +100,7 @@ class SpawnContext:
     taints: tuple[Taint, ...] = ()
     tolerated_taint_keys: tuple[str, ...] = ()
     # what the server's pod asks of its node besides GPUs (CPU millicores, memory and ephemeral
-    # storage bytes, pods; serverreq.server_request) and the pool's largest node in the same terms
+    # storage bytes, pods; resource_requests.server_request) and the pool's largest node in the same terms
     # (PoolView.largest); None: unknown
     request: tuple[int, ...] | None = None
     largest: tuple[int, ...] | None = None

@@ -23,8 +23,8 @@ import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import ScaleUp
 from gpuspawner.hub.handlers import GPUCapacityHandler
-from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as usage_scopes
-from gpuspawner.hub.usagehandlers import handlers as usage_handlers
+from gpuspawner.hub.gpu_hours_handlers import CUSTOM_SCOPES as usage_scopes
+from gpuspawner.hub.gpu_hours_handlers import handlers as usage_handlers
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner

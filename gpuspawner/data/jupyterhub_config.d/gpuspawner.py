@@ -14,7 +14,7 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   user's GPU-hours (docs/usage.md); its directory goes first in ``c.JupyterHub.template_paths``
   (a list you set replaces it), with its variable in ``c.JupyterHub.template_vars``;
 * ``GET /hub/api/users/{name}/gpu-usage`` and ``GET /hub/api/gpu-usage`` (GPU-hours from the ledger,
-  ``gpuspawner.hub.usagehandlers``) and the custom scope ``custom:gpu-usage:read`` that guards them;
+  ``gpuspawner.hub.gpu_hours_handlers``) and the custom scope ``custom:gpu-usage:read`` that guards them;
 * a full garbage collection and ``gc.freeze()`` once the imports are done: the
   ~280,000 objects of JupyterHub, KubeSpawner, kubernetes_asyncio and gpuspawner
   are moved out of reach of Python's cyclic garbage collector, whose full passes
@@ -24,9 +24,9 @@ or ``load_subconfig`` it. It sets only what every gpuspawner hub needs:
   the hub holds once more after its first sync (``c.GPUSpawner.gpu_capacity_gc_freeze``);
   docs/capacity.md, "Garbage collection", has the figures;
 * a log filter that keeps a refused spawn to one INFO line, without JupyterHub's own
-  ERROR lines and tracebacks about it (``gpuspawner.hub.logfilter``);
+  ERROR lines and tracebacks about it (``gpuspawner.hub.log_filter``);
 * a check of every GPUSpawner setting once the hub has read all of its configuration
-  (``gpuspawner.hub.configcheck``): a wrong one stops the hub before it serves anything,
+  (``gpuspawner.hub.config_check``): a wrong one stops the hub before it serves anything,
   with one line per problem on stderr (the setting, the value, what to write instead).
 * a size limit (64 KiB) on the bodies of the spawn and server endpoints, applied before the
   body is read, and the option rules applied before JupyterHub saves a request's options
@@ -48,17 +48,17 @@ separate service process could not share.)
 
 import gc as _gc
 
-from gpuspawner.hub.configcheck import check_at_hub_start as _gpuspawner_check_config
+from gpuspawner.hub.config_check import check_at_hub_start as _gpuspawner_check_config
 from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
 from gpuspawner.hub.handlers import grant_scope as _gpuspawner_grant_scope
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.templates import hub_template_dir as _gpuspawner_hub_templates
-from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
+from gpuspawner.hub.log_filter import install_for_hub as _gpuspawner_log_filter
 from gpuspawner.hub.prepull import start_with_hub as _gpuspawner_prepull
-from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as _gpuspawner_usage_scopes
-from gpuspawner.hub.usagehandlers import handlers as _gpuspawner_usage_handlers
-from gpuspawner.hub.usagepage import HOME_VAR as _gpuspawner_home_var
-from gpuspawner.hub.usagepage import home_gpu_hours as _gpuspawner_home_gpu_hours
+from gpuspawner.hub.gpu_hours_handlers import CUSTOM_SCOPES as _gpuspawner_usage_scopes
+from gpuspawner.hub.gpu_hours_handlers import handlers as _gpuspawner_usage_handlers
+from gpuspawner.hub.gpu_hours_page import HOME_VAR as _gpuspawner_home_var
+from gpuspawner.hub.gpu_hours_page import home_gpu_hours as _gpuspawner_home_gpu_hours
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's

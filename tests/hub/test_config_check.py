@@ -1,4 +1,4 @@
-"""The hub's GPUSpawner settings checked at start (``gpuspawner.hub.configcheck``): every trait with
+"""The hub's GPUSpawner settings checked at start (``gpuspawner.hub.config_check``): every trait with
 a wrong value gives one line that names the setting, the value given, and what to write instead; a
 configuration without a problem gives none.  No hub and no cluster: the lines the hub would print."""
 
@@ -9,7 +9,7 @@ from traitlets.config import Config
 
 from tests.builders.traits import WRONG_TRAIT_IDS, WRONG_TRAIT_VALUES
 from gpuspawner import GPUSpawner
-from gpuspawner.hub.configcheck import config_problems, gpu_trait_names
+from gpuspawner.hub.config_check import config_problems, gpu_trait_names
 
 WRONG, IDS = WRONG_TRAIT_VALUES, WRONG_TRAIT_IDS
 

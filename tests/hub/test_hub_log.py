@@ -10,13 +10,13 @@ import pytest
 from gpuspawner.capacity import labels
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.warnonce import forget
-from gpuspawner.hub import hublog
+from gpuspawner.hub import hub_log
 
 from tests.builders import gpu_node
 
 
 @pytest.fixture
-def hub_log():
+def hub_logger():
     """A logger as JupyterHub's application sets it up: its own handler, time and level in each line."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
@@ -32,9 +32,9 @@ def hub_log():
     forget()
 
 
-def test_the_cache_logs_through_the_hub_with_time_and_level(hub_log):
-    hub, out = hub_log
-    assert hublog.adopt(hub) is True
+def test_the_cache_logs_through_the_hub_with_time_and_level(hub_logger):
+    hub, out = hub_logger
+    assert hub_log.adopt(hub) is True
     logging.getLogger("gpuspawner.capacity.cache").info("capacity nodes informer synced at resourceVersion 7")
     logging.getLogger("gpuspawner.capacity.cache").warning("capacity pods watch failed")
     lines = out.getvalue().splitlines()
@@ -42,20 +42,20 @@ def test_the_cache_logs_through_the_hub_with_time_and_level(hub_log):
     assert lines[0].startswith("[I 20") and lines[0].endswith("gpuspawner.capacity.cache] capacity nodes informer "
                                                                 "synced at resourceVersion 7")
     assert lines[1].startswith("[W 20") and lines[1].endswith("capacity pods watch failed")
-    assert hublog.adopt(hub) is False  # once per process: no line written twice
+    assert hub_log.adopt(hub) is False  # once per process: no line written twice
 
 
-def test_a_library_logger_with_only_a_null_handler_is_not_a_hub(hub_log):
+def test_a_library_logger_with_only_a_null_handler_is_not_a_hub(hub_logger):
     """traitlets' fallback logger (a NullHandler) when no application runs: nothing is rerouted."""
-    assert hublog.adopt(logging.getLogger("traitlets")) is False
+    assert hub_log.adopt(logging.getLogger("traitlets")) is False
     assert logging.getLogger("gpuspawner").handlers == []
 
 
-def test_an_admins_logging_configuration_wins(hub_log):
-    hub, out = hub_log
+def test_an_admins_logging_configuration_wins(hub_logger):
+    hub, out = hub_logger
     own = logging.NullHandler()
     logging.getLogger("gpuspawner").addHandler(own)
-    assert hublog.adopt(hub) is False
+    assert hub_log.adopt(hub) is False
     assert logging.getLogger("gpuspawner").handlers == [own]
 
 
@@ -65,9 +65,9 @@ def test_an_admins_logging_configuration_wins(hub_log):
     ({"nvidia.com/gpu": "four"}, "node n1 is left out of the nvidia.com/gpu pool: its allocatable nvidia.com/gpu is "
                                  "not a count (not a Kubernetes quantity: 'four'"),
 ], ids=["exponent-out-of-range", "not-a-quantity"])
-def test_a_node_left_out_is_logged_once_with_why(hub_log, allocatable, why):
-    hub, out = hub_log
-    hublog.adopt(hub)
+def test_a_node_left_out_is_logged_once_with_why(hub_logger, allocatable, why):
+    hub, out = hub_logger
+    hub_log.adopt(hub)
     obj = gpu_node("n1")
     obj["status"]["allocatable"] = allocatable
     for _ in range(50):  # every status update of the node repeats the same object
@@ -76,9 +76,9 @@ def test_a_node_left_out_is_logged_once_with_why(hub_log, allocatable, why):
     assert len(lines) == 1 and lines[0].startswith("[W ") and why in lines[0]
 
 
-def test_labels_that_are_not_texts_are_logged_once(hub_log):
-    hub, out = hub_log
-    hublog.adopt(hub)
+def test_labels_that_are_not_texts_are_logged_once(hub_logger):
+    hub, out = hub_logger
+    hub_log.adopt(hub)
     obj = gpu_node("n1")
     obj["metadata"]["labels"] = {"nvidia.com/gpu.product": ["A100"], "ok": "x"}
     for _ in range(20):

@@ -1,6 +1,6 @@
 """Where user options arrive (a REST body in either of JupyterHub's shapes, a form post, a query
 string), read by one set of rules: what cannot be read is refused by name, never dropped; and the
-refusals' messages stay short and printable.  Pure: ``spawn.optionsource`` and ``spawn.options``."""
+refusals' messages stay short and printable.  Pure: ``spawn.option_sources`` and ``spawn.options``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.options import OptionError, names, validate_user_options
-from gpuspawner.spawn.optionsource import check_patch_body, options_from_form, server_body_options
+from gpuspawner.spawn.option_sources import check_patch_body, options_from_form, server_body_options
 from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers, merge_profiles
 from tests.builders import pool_view
 

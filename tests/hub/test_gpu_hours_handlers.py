@@ -12,7 +12,7 @@ from jupyterhub import orm
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from gpuspawner.hub import gpu_hours as gpu_hours
-from gpuspawner.hub.usagepage import home_context, standing_words
+from gpuspawner.hub.gpu_hours_page import home_context, standing_words
 from gpuspawner.usage import clock, store
 from gpuspawner.usage.store import UsageStore
 from tests.builders.usage import NOW, holding

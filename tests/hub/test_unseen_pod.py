@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuspawner.hub.leftpod import poll_status
+from gpuspawner.hub.unseen_pod import poll_status
 
 GONE = object()
 
@@ -29,7 +29,7 @@ class _Api:
 def spawner(reflected: bool, pod) -> SimpleNamespace:
     return SimpleNamespace(namespace="jhub", pod_name="jupyter-ada", k8s_api_request_timeout=3,
                            pod_reflector=SimpleNamespace(pods={"jhub/jupyter-ada": {}} if reflected else {}),
-                           api=_Api(pod), log=logging.getLogger("test-leftpod"))
+                           api=_Api(pod), log=logging.getLogger("test-unseen_pod"))
 
 
 def pod(phase="Pending", deleting=False):
@@ -63,6 +63,6 @@ async def test_when_the_api_server_cannot_say_the_pod_counts_as_running(error, c
         raise error
 
     s.api.read_namespaced_pod = failing
-    with caplog.at_level(logging.WARNING, logger="test-leftpod"):
+    with caplog.at_level(logging.WARNING, logger="test-unseen_pod"):
         assert await poll_status(s, 1) is None
     assert "Could not ask for pod jhub/jupyter-ada" in caplog.text

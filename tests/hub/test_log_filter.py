@@ -8,7 +8,7 @@ import logging
 import pytest
 from tornado import web
 
-from gpuspawner.hub import logfilter
+from gpuspawner.hub import log_filter
 from gpuspawner.hub.errors import Refusal, refusal
 
 
@@ -25,8 +25,8 @@ def hub_log():
 
     handler = Keep()
     logger.addHandler(handler)
-    logfilter.install(logger)
-    logfilter.install(logger)  # idempotent
+    log_filter.install(logger)
+    log_filter.install(logger)  # idempotent
     yield logger, records
     logger.removeHandler(handler)
     logger.filters.clear()
@@ -34,7 +34,7 @@ def hub_log():
 
 def test_install_adds_one_filter(hub_log):
     logger, _ = hub_log
-    assert sum(isinstance(f, logfilter.RefusalLogFilter) for f in logger.filters) == 1
+    assert sum(isinstance(f, log_filter.RefusalLogFilter) for f in logger.filters) == 1
 
 
 def test_a_refusal_with_a_traceback_is_dropped(hub_log):
@@ -49,7 +49,7 @@ def test_a_refusal_with_a_traceback_is_dropped(hub_log):
 def test_the_lines_announced_for_a_refusal_are_dropped_once(hub_log):
     logger, records = hub_log
     error = refusal(503, "GPU capacity is unknown", reason="capacity_unknown")
-    logfilter.expect("ada", "", "ada", error)
+    log_filter.expect("ada", "", "ada", error)
     logger.error(f"Not starting ada's server : {error}")  # jupyterhub/user.py, a SpawnException
     logger.error(f"Error starting server ada: {error}")  # jupyterhub/handlers/pages.py
     assert records == []
@@ -81,7 +81,7 @@ def tornado_log():
 
     handler = Keep()
     gen_log.addHandler(handler)
-    logfilter.install(gen_log)
+    log_filter.install(gen_log)
     yield records
     gen_log.removeHandler(handler)
 
@@ -90,7 +90,7 @@ def test_tornados_line_for_the_http_error_is_dropped(tornado_log):
     """The spawner's INFO line is the refusal's one line: tornado's WARNING about the same
     error (``RequestHandler.log_exception``) is dropped."""
     error = refusal(400, "unknown option(s) `colour` for profile 'cpu'; it accepts: profile", reason="x")
-    logfilter.expect("ada", "", "ada", error)
+    log_filter.expect("ada", "", "ada", error)
     _tornado_logs(error)
     assert tornado_log == []
     _tornado_logs(error)  # announced once, dropped once
@@ -125,9 +125,9 @@ def test_a_body_that_is_not_json_is_one_info_line(hub_log, body):
 def test_the_snippet_installs_the_filter_on_jupyterhubs_loggers():
     from tornado.log import app_log, gen_log
 
-    logfilter.install_for_hub()
+    log_filter.install_for_hub()
     for logger in (logging.getLogger("JupyterHub"), app_log, gen_log):
-        assert any(isinstance(f, logfilter.RefusalLogFilter) for f in logger.filters)
+        assert any(isinstance(f, log_filter.RefusalLogFilter) for f in logger.filters)
 
 
 def test_other_errors_pass(hub_log):
@@ -142,6 +142,6 @@ def test_other_errors_pass(hub_log):
 
 
 def test_announced_lines_are_bounded():
-    f = logfilter.RefusalLogFilter()
+    f = log_filter.RefusalLogFilter()
     f.expect(*(f"line {i}" for i in range(2000)))
-    assert len(f._expected) == logfilter._MAX_EXPECTED
+    assert len(f._expected) == log_filter._MAX_EXPECTED
