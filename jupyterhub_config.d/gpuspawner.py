@@ -5,19 +5,19 @@ what it sets and why: docs/zero-to-jupyterhub.md.
 
 import gc as _gc
 
-from gpuspawner.hub.configcheck import check_at_hub_start as _gpuspawner_check_config
+from gpuspawner.hub.config_check import check_at_hub_start as _gpuspawner_check_config
 from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
 from gpuspawner.hub.handlers import grant_scope as _gpuspawner_grant_scope
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
 from gpuspawner.hub.templates import hub_template_dir as _gpuspawner_hub_templates
-from gpuspawner.hub.logfilter import install_for_hub as _gpuspawner_log_filter
+from gpuspawner.hub.log_filter import install_for_hub as _gpuspawner_log_filter
 from gpuspawner.hub.mygpus import HOME_VAR as _gpuspawner_servers_var
 from gpuspawner.hub.mygpus import home_gpu_servers as _gpuspawner_home_gpu_servers
 from gpuspawner.hub.prepull import start_with_hub as _gpuspawner_prepull
-from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as _gpuspawner_usage_scopes
-from gpuspawner.hub.usagehandlers import handlers as _gpuspawner_usage_handlers
-from gpuspawner.hub.usagepage import HOME_VAR as _gpuspawner_home_var
-from gpuspawner.hub.usagepage import home_gpu_hours as _gpuspawner_home_gpu_hours
+from gpuspawner.hub.gpu_hours_handlers import CUSTOM_SCOPES as _gpuspawner_usage_scopes
+from gpuspawner.hub.gpu_hours_handlers import handlers as _gpuspawner_usage_handlers
+from gpuspawner.hub.gpu_hours_page import HOME_VAR as _gpuspawner_home_var
+from gpuspawner.hub.gpu_hours_page import home_gpu_hours as _gpuspawner_home_gpu_hours
 
 # `c` is the config object both traitlets (`jupyterhub -f`, `load_subconfig`) and the Zero to
 # JupyterHub chart (files in /usr/local/etc/jupyterhub/jupyterhub_config.d/) put in this file's

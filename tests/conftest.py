@@ -69,7 +69,7 @@ def install_cache(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _gpuspawner_logger_restored():
-    """A test whose hub routed ``gpuspawner.*`` through its logger (``hub.hublog.adopt``) leaves
+    """A test whose hub routed ``gpuspawner.*`` through its logger (``hub.hub_log.adopt``) leaves
     the next test the logger as it found it (propagating to the root, where caplog listens)."""
     import logging
 

@@ -83,7 +83,7 @@ DRA = "dra"  # devices in ResourceSlices, handed out through ResourceClaims (res
 
 @dataclass(frozen=True, slots=True)
 class DraFacts:
-    """What a claim for a DRA pool's devices must say (``gpuspawner.spawn.dra`` builds it).
+    """What a claim for a DRA pool's devices must say (``gpuspawner.spawn.dra_claim`` builds it).
 
     ``device_class``: the DeviceClass whose selectors take the pool's devices (also the pool's
     ``resource``); ``driver``: ``spec.driver`` of their ResourceSlices; ``product_name``,

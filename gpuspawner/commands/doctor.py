@@ -131,7 +131,7 @@ def default_hub(cuda_policy: str | None) -> tuple[Any, Any]:
     """Without ``--config``: gpuspawner's defaults (tolerated taint keys, GPU resources)."""
     from gpuspawner.capacity.config import CapacityConfig
     from gpuspawner.doctor.facts import HubFacts
-    from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
+    from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS
 
     hub = HubFacts(tolerated_taint_keys=DEFAULT_TOLERATED_TAINT_KEYS, cuda_policy=cuda_policy or "minor")
     return hub, CapacityConfig()

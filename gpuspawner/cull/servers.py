@@ -10,7 +10,7 @@ from typing import Any
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.pod_requests import pod_usage
 from gpuspawner.kube.times import parse_time
-from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION
+from gpuspawner.spawn.pending_verdicts import GPUS_ANNOTATION, POOL_ANNOTATION
 
 __all__ = ["Server", "gpu_count", "pod_index", "servers_from_users"]
 

@@ -1,12 +1,4 @@
-"""The errors a GPU spawn ends with, worded the same everywhere a user reads them.
-
-A ``tornado.web.HTTPError`` raised from ``start()`` becomes the REST API's
-status and the spawn page's error message (jupyterhub/user.py ``spawn``,
-jupyterhub/handlers/pages.py ``SpawnHandler.post``); its
-``jupyterhub_message`` is what the progress stream's final "Spawn failed: ..."
-event shows (jupyterhub/utils.py ``format_exception``), instead of
-``str(error)`` ("500 SpawnException(reason=...): ...").
-"""
+"""The errors a GPU spawn ends with, worded the same everywhere a user reads them."""
 
 from __future__ import annotations
 
@@ -59,7 +51,7 @@ def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnExceptio
 class Refusal(SpawnException):
     """A spawn request refused before anything was created (a user's mistake, a quota, capacity
     unknown).  A ``SpawnException``: JupyterHub counts it as a handled rejection, never toward
-    ``consecutive_failure_limit``, whatever its status (503 included).  ``hub.logfilter``
+    ``consecutive_failure_limit``, whatever its status (503 included).  ``hub.log_filter``
     knows it by its class and keeps JupyterHub's own ERROR lines and tracebacks about it out
     of the log: the spawner logs the refusal once, at INFO."""
 

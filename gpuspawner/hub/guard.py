@@ -1,6 +1,6 @@
 """The spawn and server-options endpoints, with their request bodies checked before JupyterHub
 reads or saves them: a size limit applied before the body is read (413), and the option rules
-(``spawn.optionsource``, ``GPUSpawner.check_options_to_save``) before the options are stored."""
+(``spawn.option_sources``, ``GPUSpawner.check_options_to_save``) before the options are stored."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tornado import httputil, web
 
 from gpuspawner.hub.errors import http_error
 from gpuspawner.spawn.options import OptionError
-from gpuspawner.spawn.optionsource import check_patch_body, server_body_options
+from gpuspawner.spawn.option_sources import check_patch_body, server_body_options
 
 __all__ = ["MAX_BODY_BYTES", "GuardedServerAPIHandler", "GuardedSpawnHandler", "install_for_hub"]
 

@@ -1,18 +1,4 @@
-"""``GET /hub/api/gpus``: the GPU pools and what is free, for any signed-in user.
-
-Registered by ``jupyterhub_config.d/gpuspawner.py`` through
-``c.JupyterHub.extra_handlers`` (paths there are under the hub prefix, so
-``/api/gpus`` is served at ``/hub/api/gpus``). It answers from the shared
-``CapacityCache``'s in-memory snapshot: no Kubernetes API call is made per
-request. If no spawner has started the cache yet, the first request starts it
-and answers ``"synced": false`` until the first list completes.
-
-Authentication is JupyterHub's: a token (``Authorization: token ...``) or the
-hub's login cookie. The caller needs the custom scope ``custom:gpus:read``
-(:data:`SCOPE`), which the config snippet defines and grants to JupyterHub's
-``user`` role unless the admin defines that role (docs/access.md); anonymous
-requests and callers without it get 403.
-"""
+"""``GET /hub/api/gpus``: the GPU pools and what is free, for any signed-in user."""
 
 from __future__ import annotations
 
@@ -26,10 +12,10 @@ from traitlets.config import LazyConfigValue
 from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
-from gpuspawner.hub import serverfit
 from gpuspawner.hub.poolimages import FittingImages, images_json
+from gpuspawner.hub import server_requests
 from gpuspawner.hub.settings import GPUSpawnerSettings
-from gpuspawner.hub import hublog
+from gpuspawner.hub import hub_log
 from gpuspawner.hub.spawner import capacity_settings_class
 from gpuspawner.queue.pools import pool_queue
 
@@ -71,11 +57,11 @@ class GPUCapacityHandler(APIHandler):
         return memo[2]
 
     def capacity_snapshot(self, settings: GPUSpawnerSettings, requests=None) -> CapacitySnapshot:
-        hublog.adopt(self.log)  # the capacity cache's lines in the hub's log, with time and level
+        hub_log.adopt(self.log)  # the capacity cache's lines in the hub's log, with time and level
         try:
             cache = settings.shared_capacity_cache()
             if requests:  # count where each profile's server fits, as the spawn page does
-                cache.track_requests(serverfit.all_requests(requests))
+                cache.track_requests(server_requests.all_requests(requests))
             return cache.snapshot()
         except Exception as e:
             self.log.error("GET /hub/api/gpus: the GPU capacity cache could not start: %s: %s", type(e).__name__, e)
@@ -96,7 +82,7 @@ class GPUCapacityHandler(APIHandler):
             )
         settings = self.capacity_settings()
         specs = settings.gpu_profile_specs()
-        requests = serverfit.requests_of(specs, serverfit.config_defaults(self.config))
+        requests = server_requests.requests_of(specs, server_requests.config_defaults(self.config))
         snapshot = self.capacity_snapshot(settings, requests)
         presented = present_pools(snapshot.pools, settings.pool_rules())
         names = {pool.id: name for pool, name in presented}
@@ -115,7 +101,7 @@ class GPUCapacityHandler(APIHandler):
         for pool_view, pool in zip(visible, body["pools"]):
             pool["display_name"] = names.get(pool["id"], pool["display_name"])  # an admin's name wins
             # per GPU profile: true, or why the pool's nodes can never hold its server (CPU, memory)
-            pool["fits_profiles"] = serverfit.fits_profiles(pool_view, specs, requests)
+            pool["fits_profiles"] = server_requests.fits_profiles(pool_view, specs, requests)
         # per pool, where the images of its fitting choices are cached (docs/prepull.md)
         fitting = self.fitting_images(settings).by_pool(snapshot)
         counts = settings.shared_capacity_cache().node_images if snapshot.synced else None

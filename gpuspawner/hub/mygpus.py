@@ -14,7 +14,7 @@ from gpuspawner.cull.activity import PodKey, SourceError
 from gpuspawner.cull.now import DeviceNow, instant_query, readings, server_now, stop_words
 from gpuspawner.cull.idle_timeouts import DEFAULT_NOISE_FLOOR, rule_for
 from gpuspawner.kube import objects
-from gpuspawner.spawn.pending import GPUS_ANNOTATION, POOL_ANNOTATION
+from gpuspawner.spawn.pending_verdicts import GPUS_ANNOTATION, POOL_ANNOTATION
 from gpuspawner.spawn.profiles import present_pools
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ def home_vars(settings_of: Callable[[], Any]) -> Callable[[Any], HomeServers | N
 
 
 def _hub_settings() -> Any:
-    from gpuspawner.hub.usagepage import hub_settings
+    from gpuspawner.hub.gpu_hours_page import hub_settings
 
     return hub_settings()
 

@@ -13,7 +13,7 @@ from traitlets.config import LazyConfigValue
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.prepull.plan import pool_images
-from gpuspawner.spawn import cudafit
+from gpuspawner.spawn import cuda_fit
 from gpuspawner.spawn.cards import image_ready_words
 from gpuspawner.spawn.warmnodes import warm_preferences
 from gpuspawner.spawn.profiles import ProfileOffer, build_offers
@@ -45,11 +45,11 @@ class FittingImages:
         self._policy = values["cuda_policy"]
         self._check = resolve_check(values["cuda_check"])
         self._count_limit = values["gpu_max_per_server"]
-        self._verdicts = cudafit.VerdictMemo()
+        self._verdicts = cuda_fit.VerdictMemo()
         self._memo: tuple[Any, dict[str, ProfileOffer], dict[str, tuple[str, ...]]] | None = None
 
     def _fit(self, image, pool):
-        return cudafit.pool_fit(image, pool, self._policy, self._check, self._verdicts)
+        return cuda_fit.pool_fit(image, pool, self._policy, self._check, self._verdicts)
 
     def _build(self, snapshot: CapacitySnapshot) -> tuple[dict[str, ProfileOffer], dict[str, tuple[str, ...]]]:
         memo = self._memo

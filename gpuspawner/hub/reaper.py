@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 from traitlets import Float, TraitError, validate
 from traitlets.config import Configurable
 
-from gpuspawner.hub import hublog, metrics
+from gpuspawner.hub import hub_log, gpu_metrics
 from gpuspawner.spawn.orphans import Orphan, orphans
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ def for_spawner(spawner: Any) -> Reaper:
         owned=lambda: hub_owned(db),
         interval=spawner.gpu_orphan_pod_interval,
         grace=spawner.gpu_orphan_pod_grace,
-        counter=metrics.install(spawner.metrics_registry).orphan_pod_deleted,
+        counter=gpu_metrics.install(spawner.metrics_registry).orphan_pod_deleted,
     )
 
 
@@ -201,7 +201,7 @@ def ensure_running(spawner: Any) -> Reaper | None:
     None when sweeps are off or the spawner has no hub behind it."""
     if spawner.gpu_orphan_pod_interval <= 0 or getattr(spawner.user, "db", None) is None:
         return None
-    hublog.adopt(spawner.log)  # its lines in the hub's log, with time and level
+    hub_log.adopt(spawner.log)  # its lines in the hub's log, with time and level
     loop = asyncio.get_running_loop()
     reaper = _running.get(loop)
     if reaper is None or reaper.task is None or reaper.task.done():

@@ -1,22 +1,9 @@
-"""``GPUSpawnerSettings``: the GPUSpawner settings that ``GET /hub/api/gpus`` reads too.
-
-``GPUSpawner`` inherits these traits (an admin writes ``c.GPUSpawner.<knob>``);
-the REST handler, which has no spawner instance, rebuilds them from the hub's
-config with :meth:`GPUSpawnerSettings.from_hub_config`.  They are traits, not the
-capacity layer's ``CapacityConfig``, which :meth:`GPUSpawnerSettings.capacity_config`
-builds from them.  No JupyterHub import: traitlets, the pure rule layers, ``metrics``
-for ``/hub/metrics``' capacity series, and the capacity cache (kubernetes_asyncio,
-which KubeSpawner imports anyway): imported with the hub's config, not on the first
-spawn-page view, which would otherwise wait for it (and find it among the objects the
-config snippet's ``gc.freeze()`` left to the collector).
-
-The class was formerly named ``GPUCapacitySettings``; a config section of that
-name (``c.GPUCapacitySettings.<knob>``) still applies (:data:`LEGACY_SECTION`).
-"""
+"""``GPUSpawnerSettings``: the GPUSpawner settings that ``GET /hub/api/gpus`` reads too."""
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import weakref
 from typing import Any
@@ -25,18 +12,16 @@ from traitlets import Bool, Dict, Float, List, TraitError, Unicode, Union, valid
 from traitlets.config import Config
 
 from gpuspawner.cull.idle_timeouts import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
-from gpuspawner.hub import hublog, metrics
+from gpuspawner.hub import gpu_metrics, hub_log
 from gpuspawner.hub.homesettings import GPUHomeSettings
 from gpuspawner.hub.prepull import GPUPrepullSettings
-from gpuspawner.hub.usagesettings import GPUHourSettings
-from gpuspawner.hub import metrics
-from gpuspawner.hub.pagememo import fingerprint
+from gpuspawner.hub.gpu_hours_settings import GPUHourSettings
 from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity import cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool, check_names
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
-from gpuspawner.hub.queuesettings import KueueSettings
+from gpuspawner.hub.kueue_settings import KueueSettings
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +36,7 @@ def _serve_capacity_metrics(cache: Any) -> None:
     if _metrics_cache is not None and _metrics_cache() is cache:
         return
     try:
-        metrics.install(snapshot=cache.snapshot)
+        gpu_metrics.install(snapshot=cache.snapshot)
     except Exception as e:  # metrics never stop a spawn
         log.error("gpuspawner metrics could not read GPU capacity: %s", e)
         return
@@ -62,6 +47,16 @@ def _names_or_default(help: str) -> List:
     """A list-of-names knob whose None (its default) keeps gpuspawner's own
     list (``capacity.config.CapacityConfig``'s field defaults)."""
     return List(Unicode(), default_value=None, allow_none=True, config=True, help=help)
+
+
+def fingerprint(*values: Any) -> str:
+    """A comparable text of configuration values (dicts, lists, strings, numbers; anything else,
+    such as a callable, by its ``repr``, which names the object). Dicts whose keys cannot be
+    sorted together (say ``1`` and ``"a"``) are written in their own order."""
+    try:
+        return json.dumps(values, sort_keys=True, separators=(",", ":"), default=repr)
+    except TypeError:
+        return json.dumps(values, separators=(",", ":"), default=repr)
 
 
 # the CapacityConfig field each list-of-names trait becomes
@@ -497,7 +492,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
         log_ = getattr(self, "log", None)  # a spawner's: the hub's logger (a settings object has none)
         if log_ is not None:
-            hublog.adopt(log_)
+            hub_log.adopt(log_)
         overrides = self.kube_api_overrides()
         # the cache's own client, never KubeSpawner's shared one nor the client's default configuration
         factory = functools.partial(cache_module._default_api, **overrides) if overrides else None

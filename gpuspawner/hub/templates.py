@@ -1,13 +1,4 @@
-"""The spawn form's templates and the autoescaping Jinja2 environment that renders them.
-
-The templates are shared files (``share/templates/`` in the checkout), installed under
-``<prefix>/share/gpuspawner/templates/`` as JupyterHub installs its own; ``gpuspawner.shared``
-finds them there, else in the checkout of an editable install.
-
-The form is rendered with autoescaping on: node labels and admin strings
-reach the page (KubeSpawner 7.1 renders ``profile_list`` without it,
-kubespawner/spawner.py ``_render_options_form``).
-"""
+"""The spawn form's templates and the autoescaping Jinja2 environment that renders them."""
 
 from __future__ import annotations
 

@@ -1,23 +1,4 @@
-"""Who may use which GPUs: allowed groups; GPU quotas are ``quota``.
-
-Pure: stdlib and ``gpuspawner.capacity.model`` only (``ProfileOffer`` and
-``GPUProfileSpec`` are used by duck typing; they are imported for type
-checkers only). The hub glue (``spawner.py``, ``handlers.py``) turns the
-JupyterHub user into a :class:`Principal` with :func:`principal_of` and calls
-the functions below; nothing here awaits, so a check and the bookkeeping that
-follows it run with no other coroutine in between.
-
-Access. ``allowed_groups`` on a GPU profile (``gpu_profiles[i]``) or on a pool
-rule (``gpu_pool_rules[j]``, matched by pool id or glob) names the JupyterHub
-groups that may use it; absent or empty means everyone. Admins (JupyterHub's
-``admin`` flag, which the hub keeps in step with the ``admin`` role,
-jupyterhub/app.py ``init_role_assignment``) may use everything. A profile or
-pool a user may not use is left out of their offers, so the spawn form, the
-default pool and every "pools you can use" hint see only what they may use,
-and naming it in a REST request is refused with 403 (:func:`check_access`).
-
-A refusal is an :class:`AccessError` (403), shared with ``quota``.
-"""
+"""Who may use which GPUs: allowed groups; GPU quotas are ``quota``."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.names import model_name
 from gpuspawner.capacity.sharing import MIG, MPS, TIME_SLICING, mig_fraction
-from gpuspawner.spawn.scaleup import wait_words
+from gpuspawner.spawn.scale_up import wait_words
 
 __all__ = ["CardWords", "card_words", "unit_of", "plural", "nodes_name", "image_ready_words"]
 

@@ -1,17 +1,4 @@
-"""Validating a user's options: one place for the spawn form and the REST API.
-
-Pure. The spawn form (through KubeSpawner's ``_options_from_form``) and
-``POST /hub/api/users/{name}/server`` both end up as a ``user_options`` dict
-like ``{"profile": "gpu", "gpu_pool": "<pool id>", "gpus": 2}``; the REST API
-passes the request body through unchecked (JupyterHub only requires a JSON
-object), so everything here is hostile input.
-
-A verdict is either a :class:`Selection` or an :class:`OptionError` whose
-``status`` the spawner raises as ``tornado.web.HTTPError``: 400 for a user
-mistake, 503 when GPU capacity is unknown and the admin did not allow blind
-spawns. Messages say what to do instead; ``reason`` says why in one word, for
-the refused-spawn metric.
-"""
+"""Validating a user's options: one place for the spawn form and the REST API."""
 
 from __future__ import annotations
 
@@ -21,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.spawn.cudafit import PoolFit
+from gpuspawner.spawn.cuda_fit import PoolFit
 from gpuspawner.spawn.profiles import GPU_COUNT_OPTION, GPU_OPTIONS, GPU_POOL_OPTION, PoolOffer, ProfileOffer
 
 # Names that would steer the pod if some layer ever copied user options onto

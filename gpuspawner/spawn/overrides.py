@@ -1,31 +1,4 @@
-"""The pod overrides that keep a server inside the GPU pool a user chose.
-
-Pure: takes a :class:`~gpuspawner.capacity.model.PoolView`, a GPU count and
-the spawner's current values of the traits it changes, and returns new values
-for those traits.  ``GPUSpawner.load_user_options`` sets them on the spawner
-after the profile's own ``kubespawner_override`` has been applied, so an
-admin's limits, affinity terms and tolerations are kept, not replaced.
-
-Kubernetes rules this follows:
-
-* Extended resources (``nvidia.com/gpu``, ``amd.com/gpu``, MIG slices) cannot
-  be overcommitted: "if you specify both requests and limits for an extended
-  resource, they must be equal" (kubernetes.io, "Manage extended resources for
-  nodes"/"Assign extended resources to a container"). We set both, as strings.
-* ``requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`` are
-  ORed and the ``matchExpressions`` inside one term are ANDed (kubernetes.io,
-  "Assigning Pods to Nodes", node affinity). To add "and stay in this pool" to
-  an admin's own terms, the pool's expressions are appended to *every* term
-  (one term per admin term and per way the pool's nodes are labelled,
-  :func:`pool_match_terms`).
-* A taint is tolerated by a toleration with the same key and effect and either
-  ``operator: Equal`` and the same value, or ``operator: Exists`` (kubernetes.io,
-  "Taints and Tolerations"). A toleration with an empty key and ``Exists``
-  tolerates everything; we never emit one. ``node.kubernetes.io/*`` taints
-  (not-ready, unreachable, memory-pressure, unschedulable...) are set by the
-  node lifecycle controller to keep pods off unhealthy nodes; tolerating them
-  would defeat that, so they are never tolerated whatever the admin allows.
-"""
+"""The pod overrides that keep a server inside the GPU pool a user chose."""
 
 from __future__ import annotations
 
@@ -34,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspawner.capacity.model import Pin, PoolView, Taint
-from gpuspawner.spawn.taints import taint_key_allowed, toleration_for
+from gpuspawner.spawn.tolerations import taint_key_allowed, toleration_for
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -165,7 +138,7 @@ def build_overrides(
     ``extra_expressions`` are ANDed with the pool's own in every term: the
     CUDA check's driver-label ``NotIn`` expressions that keep the pod off
     the pool's nodes whose driver does not fit the image
-    (:func:`gpuspawner.spawn.cudafit.steering_expressions`).
+    (:func:`gpuspawner.spawn.cuda_fit.steering_expressions`).
 
     ``is_gpu_resource`` (optional) names the other GPU resources: an admin's
     static limit on one (say ``nvidia.com/gpu: 1`` in a shared
@@ -188,7 +161,7 @@ def build_overrides(
     if pool.dra is None:
         new_limits[pool.resource] = str(gpus)
         new_guarantees[pool.resource] = str(gpus)
-    # a DRA pool's GPUs come through a ResourceClaim (gpuspawner.spawn.dra), not an extended resource
+    # a DRA pool's GPUs come through a ResourceClaim (gpuspawner.spawn.dra_claim), not an extended resource
 
     extra = [dict(e) for e in extra_expressions]
     affinity = _merge_affinity(affinity_required, [terms + extra for terms in pool_match_terms(pool)])

@@ -1,40 +1,4 @@
-"""GPU profiles offered to a user, built from admin config and live capacity.
-
-Pure (stdlib, ``gpuspawner.capacity.model``, ``gpuspawner.cuda`` and
-``gpuspawner.spawn.cudafit`` only). The admin declares a GPU profile with little
-config (:class:`GPUProfileSpec`), including what its image carries (``cuda``,
-see :func:`gpuspawner.spawn.cudafit.profile_images`); the pools it offers are
-discovered by the capacity layer and only filtered (``pools.include`` /
-``pools.exclude`` globs on pool ids), renamed, ordered or hidden
-(:class:`PoolRule`). For each request this module turns a
-:class:`~gpuspawner.capacity.model.CapacitySnapshot` into
-
-* :class:`ProfileOffer` per GPU profile: what each pool can give one server
-  now, what it can give after a scale-up, or why it can give nothing; and
-* the profile dicts in KubeSpawner's own schema (``display_name``, ``slug``,
-  ``description``, ``default``, ``kubespawner_override``, ``profile_options``
-  with ``choices``), so KubeSpawner's stock form and other profile UIs keep
-  working: a GPU profile has the options ``gpu_pool`` and ``gpus``, which is
-  exactly what the REST API's user options name.
-
-How much one server may ask for: a pod's GPUs all come from one node (the
-kube-scheduler's NodeResourcesFit filter checks a pod against a single node),
-so the limit is the pool's ``max_free_per_node``; if the admin declared the
-pool as scalable and it has fewer nodes than ``max_nodes``, a new node brings
-``gpus_per_node`` more, so the limit is the larger of the two (the spawn then
-waits for the cluster autoscaler). The profile's ``max_gpus`` caps both, and
-so does the hub's ``count_limit`` (``c.GPUSpawner.gpu_max_per_server``),
-whatever a node reports: the count choices are listed one by one, so a node
-claiming 400,000 GPUs must not become 400,000 choices.
-When an image's CUDA keeps the pod off some nodes of a pool
-(:func:`gpuspawner.spawn.cudafit.steering_expressions`), :meth:`PoolOffer.for_image`
-counts over the other driver groups only; validation uses the chosen image, the
-profile entry (the form's choices) the default one.
-
-Nothing here looks at a pool's nodes one by one: counts come from the pool's
-sums and its driver groups (``PoolView.driver_groups``), so building the
-offers costs the same whatever the size of the cluster.
-"""
+"""GPU profiles offered to a user, built from admin config and live capacity."""
 
 from __future__ import annotations
 
@@ -50,7 +14,7 @@ from gpuspawner.cuda.image import ImageCuda
 from gpuspawner.capacity.names import model_name
 from gpuspawner.capacity.node_resources import request_words, shortfall_words
 from gpuspawner.spawn.cards import CardWords, card_words, nodes_name
-from gpuspawner.spawn.cudafit import GroupFit, PoolFit, ProfileImages, profile_images
+from gpuspawner.spawn.cuda_fit import GroupFit, PoolFit, ProfileImages, profile_images
 
 GPU_POOL_OPTION = "gpu_pool"
 GPU_COUNT_OPTION = "gpus"
@@ -298,7 +262,7 @@ class PoolOffer:
     # why one server may not have more than ``max_gpus`` here, when a sharing rule bounds it
     limit_note: str | None = None
     # image key -> what the server's pod asks of its node (CPU, memory, ephemeral storage, pods;
-    # serverreq.profile_requests); ``request``: the one these counts are for (None: not counted)
+    # resource_requests.profile_requests); ``request``: the one these counts are for (None: not counted)
     requests: Mapping[str | None, tuple[int, ...]] = field(default_factory=dict)
     request: tuple[int, ...] | None = None
     # the free GPUs on the nodes where that request fits now (None: not counted); ``never``: why
@@ -343,7 +307,7 @@ class PoolOffer:
 
     def excluded(self, image_key: str | None) -> tuple[GroupFit, ...]:
         """The driver groups the pod of ``image_key`` is kept off
-        (cudafit.steering_expressions): the failing ones, unless all fail
+        (cuda_fit.steering_expressions): the failing ones, unless all fail
         (then the spawn is refused, nothing is steered)."""
         fit = self.fit(image_key)
         return fit.excluded if fit is not None else ()
@@ -358,7 +322,7 @@ class PoolOffer:
         it off some driver groups, what is free and the most one server can
         get now are counted over the other groups only (a pod's GPUs come from
         one node, and the required node affinity of
-        ``cudafit.steering_expressions`` makes the scheduler's NodeAffinity
+        ``cuda_fit.steering_expressions`` makes the scheduler's NodeAffinity
         filter drop the failing nodes). A new node from a scale-up is not
         excluded, so it still counts. When the image asks its node for other
         CPU or memory, the counts are those of the nodes where it fits.
@@ -579,11 +543,11 @@ def build_offers(
     When capacity is unknown (:func:`capacity_problem`), a profile offers no
     pool unless ``admit_without_capacity``; then it offers the pools the last
     snapshot still lists, without a free-count check. ``fit`` (the spawner's
-    CUDA check, see :func:`gpuspawner.spawn.cudafit.pool_fit`) judges each image
+    CUDA check, see :func:`gpuspawner.spawn.cuda_fit.pool_fit`) judges each image
     of a profile that declares CUDA on each of its pools. ``count_limit``
     bounds the GPUs one server may ask for (with each profile's ``max_gpus``); a time-sliced
     pool gives one share per server unless ``multiple_shares`` (:func:`share_cap`). ``requests``:
-    per profile slug, what each image's pod asks of its node (``serverreq.profile_requests``); a
+    per profile slug, what each image's pod asks of its node (``resource_requests.profile_requests``); a
     pool then counts only the nodes where the default image's pod fits, and
     :meth:`ProfileOffer.for_image` recounts for another image.
     """

@@ -1,44 +1,4 @@
-"""Spawn progress in GPU words.
-
-Pure (stdlib, ``capacity.model``, ``kube`` and this layer's ``schedmsg`` / ``taints``): no
-JupyterHub, no Kubernetes client, no clock.  ``GPUSpawner.progress`` hands each
-core/v1 Event of its pod (the dicts KubeSpawner's event reflector keeps) to
-:func:`translate` together with a :class:`SpawnContext` (what the spawner knows
-about the pool it pinned the pod to) and shows :attr:`Translation.message`
-instead of the raw event text.  :func:`translate_pod` does the same from the
-pod object itself (its ``PodScheduled`` condition, container waiting states,
-a ``Failed`` phase), for when events were missed or aggregated.
-
-When a :class:`Translation` is ``fatal`` the pod can never start (not "not
-yet"): the spawner should stop waiting and fail the spawn with
-:attr:`Translation.reason` rather than let the start timeout run out.  We only
-say so when sure:
-
-* Every node the scheduler looked at is excluded by a reason that waiting does
-  not fix (a taint the pod does not tolerate, a node selector/affinity that
-  does not match, a volume bound to another zone) and the pool cannot scale up
-  (``SpawnContext.scale_up`` is None: the admin did not declare an autoscaler
-  for it).  Node-condition taints (``node.kubernetes.io/not-ready`` ...) and
-  cordoned nodes are *not* permanent: a node comes back.
-* The pod asks for more GPUs than the pool's largest node has allocatable
-  (the scheduler's NodeResourcesFit filter checks a pod against one node,
-  ``pkg/scheduler/framework/plugins/noderesources/fit.go``) and no scale-up
-  adds a big enough node.
-* The kubelet rejected the pod at admission (``UnexpectedAdmissionError``,
-  ``OutOf<resource>``): the pod is ``Failed`` and is never retried.
-* The image does not exist (the runtime answered ``NotFound``), or
-  libnvidia-container refused the image's ``NVIDIA_REQUIRE_CUDA``
-  (``unsatisfied condition: cuda>=X``, libnvidia-container
-  ``src/cli/dsl.c``): retrying on the same node
-  gives the same answer.
-* The pod was preempted.
-* A volume of the pod's is missing: its PersistentVolumeClaim does not exist or is
-  being deleted, or the claim's volume is gone (VolumeBinding's and VolumeZone's
-  PreFilter): no node, new or old, changes that.
-
-The messages are read with ``schedmsg`` (the grammar, and where each format comes from);
-this module decides what they mean for someone waiting for a GPU.
-"""
+"""Spawn progress in GPU words."""
 
 from __future__ import annotations
 
@@ -50,7 +10,7 @@ from typing import Any
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
 from gpuspawner.capacity.node_resources import request_words, shortfall_words
 from gpuspawner.kube import objects
-from gpuspawner.spawn.schedmsg import (
+from gpuspawner.spawn.scheduler_messages import (
     AFFINITY,
     CONDITION_TAINT,
     INSUFFICIENT,
@@ -78,7 +38,7 @@ from gpuspawner.spawn.schedmsg import (
     taint_in,
 )
 from gpuspawner.spawn.pulltime import pull_estimate, same_image
-from gpuspawner.spawn.taints import taint_key_allowed
+from gpuspawner.spawn.tolerations import taint_key_allowed
 
 # Progress hints (percent) for the spawn page's bar.  KubeSpawner moves the bar
 # a third of the way to 90 on every event whatever it says; these let the
@@ -141,7 +101,7 @@ class SpawnContext:
     taints: tuple[Taint, ...] = ()
     tolerated_taint_keys: tuple[str, ...] = ()
     # what the server's pod asks of its node besides GPUs (CPU millicores, memory and ephemeral
-    # storage bytes, pods; serverreq.server_request) and the pool's largest node in the same terms
+    # storage bytes, pods; resource_requests.server_request) and the pool's largest node in the same terms
     # (PoolView.largest); None: unknown
     request: tuple[int, ...] | None = None
     largest: tuple[int, ...] | None = None
@@ -843,7 +803,7 @@ def _admission(reason: str, message: str, ctx: SpawnContext) -> Translation:
 Handler = Callable[[str, SpawnContext], "Translation | None"]
 
 #: Event reason -> what it means for the spawn.  The kubelet's admission refusals
-#: (``OutOf<resource>`` is open-ended) are found by :func:`schedmsg.is_admission_failure`.
+#: (``OutOf<resource>`` is open-ended) are found by :func:`scheduler_messages.is_admission_failure`.
 _HANDLERS: dict[str, Handler] = {
     # kube-scheduler (and Karpenter's FailedScheduling)
     "FailedScheduling": _on_failed_scheduling,

@@ -1,19 +1,4 @@
-"""GPU quotas: how many GPUs one user may hold at once.
-
-Pure: stdlib, and the principal and refusal of ``access``. The hub glue
-(``spawner.py``) lists the user's other active servers as :class:`OtherServer`
-and calls :func:`held_servers` and :func:`check_quota`; nothing here awaits,
-so the check and the bookkeeping that follows it run with no other coroutine
-in between.
-
-A user may hold at most ``gpu_quota`` GPUs at once across all their servers
-(named servers included); ``gpu_quota_by_group`` overrides it per group.
-Refusals are 403, as the Kubernetes API server answers a request that would
-exceed a ResourceQuota ("the request will fail with HTTP status code 403
-FORBIDDEN", kubernetes.io/docs/concepts/policy/resource-quotas/): the request
-is well formed, the policy forbids it. A GPU is a device a server's pod asks
-for (``gpus``), whatever its resource: a MIG slice counts as one.
-"""
+"""GPU quotas: how many GPUs one user may hold at once."""
 
 from __future__ import annotations
 

@@ -325,7 +325,7 @@ def gpu_offers(profiles: Iterable[dict], *pools: PoolView, policy: str = "minor"
     """``profiles.build_offers`` for GPU profile dicts over ``pools``, each image judged by the
     default CUDA rules under ``policy`` (``options``: ``admit_without_capacity``...)."""
     from gpuspawner.cuda import decide
-    from gpuspawner.spawn.cudafit import pool_fit
+    from gpuspawner.spawn.cuda_fit import pool_fit
     from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers
 
     specs = [GPUProfileSpec.from_config(d) for d in profiles]

@@ -194,3 +194,19 @@ def counted_dra_pools(counts: NodeImages, nodes: dict[str, tuple[int, dict[str, 
             resource_slice(f"{name}-gpus", name, [gpu_device(f"gpu-{i}", **dev) for i in range(gpus)]),
             cfg.dra_drivers))
     return ledger.pools()
+def dra_a100_pools() -> dict:
+    """DRA pools of one A100 node group as the capacity cache reports them, by DeviceClass: two nodes
+    of whole GPUs (drivers 550 and 535) and one of MIG slices, all with the usual GPU taint."""
+    class_record, dra_node, slice_record = capacity_dra.class_record, capacity_dra.dra_node, capacity_dra.slice_record
+    cfg = CapacityConfig()
+    ledger = DraLedger()
+    for c in (device_class("gpu.nvidia.com", device_type="gpu"), device_class("mig.nvidia.com", device_type="mig")):
+        ledger.upsert_class(class_record(c))
+    for name, devices in (("d1", [gpu_device(f"gpu-{i}") for i in range(4)]),
+                          ("d2", [gpu_device(f"gpu-{i}", driver="535.183.01", cuda="12.2.0") for i in range(4)]),
+                          ("m1", [mig_device(f"gpu-0-mig-{i}") for i in range(7)])):
+        ledger.upsert_node(dra_node(group_node(name, "dra-a100", taints=[
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]), cfg.node_group_labels,
+            cfg.is_gpu_resource))
+        ledger.upsert_slice(slice_record(resource_slice(f"{name}-s", name, devices), cfg.dra_drivers))
+    return {p.dra.device_class: p for p in ledger.pools()}

@@ -1,5 +1,5 @@
 """Wrong values for GPUSpawner's settings, one or more per trait, with words of the line the hub's
-start-up check gives for each (``gpuspawner.hub.configcheck``)."""
+start-up check gives for each (``gpuspawner.hub.config_check``)."""
 
 from __future__ import annotations
 

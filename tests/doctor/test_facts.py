@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.doctor.facts import hub_facts_from_values
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS
 
 
 BASE_VALUES = {

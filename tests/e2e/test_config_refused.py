@@ -20,7 +20,7 @@ from traitlets.config import Config
 from tests.builders.traits import WRONG_TRAIT_VALUES
 from gpuspawner import GPUSpawner
 from gpuspawner.commands.demo import DEMO_CONFIG
-from gpuspawner.hub.configcheck import config_problems
+from gpuspawner.hub.config_check import config_problems
 
 from .cullenv import demo_config_env
 from .harness import free_port

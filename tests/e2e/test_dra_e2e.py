@@ -25,7 +25,7 @@ H100 = "h100-dra-pool:nvidia-h100-80gb-hbm3:gpu.nvidia.com"
 MIG_1G = "a100-mig-dra-pool:nvidia-a100-sxm4-80gb-mig-1g.10gb:mig.nvidia.com"
 CLAIM = "gpuspawner-gpus"
 RESOURCE = "/apis/resource.k8s.io/v1"
-TEMPLATE_GRACE = 10  # gpuspawner.hub.dra.GRACE_SECONDS: younger templates survive a stop
+TEMPLATE_GRACE = 10  # gpuspawner.hub.dra_templates.GRACE_SECONDS: younger templates survive a stop
 
 
 @pytest.fixture(scope="module")

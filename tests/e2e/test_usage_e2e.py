@@ -130,7 +130,7 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     shown = page.text[page.text.index('id="gpuspawner-gpu-hours"'):][:1500]
     assert "You have 0 of your 0.01 GPU-hours left in the last hour" in shown, shown
     assert pool in page.text and "GPU-hours</td>" in page.text
-    running = hub.usage("ada")
+    running = hub.gpu_hours("ada")
     assert running["budget"] == 0.01 and running["remaining"] == 0.0 and running["gpu_hours"] > 0.01
     [server] = running["servers"]  # still running: nothing stops it but the culler
     assert server["pool"] == pool and server["stops_at"] is not None
@@ -140,7 +140,7 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     assert done.returncode == 0, done.stderr
     assert "cull ada/ (" in done.stderr and "[budget]" in done.stderr, done.stderr
     hub.wait_stopped("ada")
-    used = hub.usage("ada")
+    used = hub.gpu_hours("ada")
     # a minute on the moved clock, and the real seconds the start and stop took
     assert used["servers"] == [] and 0.0166 <= used["gpu_hours"] <= 0.06
 
@@ -150,7 +150,7 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     message = r.json()["message"]
     assert re.match(r"You have used 0\.0\d+ of your 0\.01 GPU-hours in the last hour; "
                     r"0\.0[0-9]+ GPU-hours come back on \d+ \w+ at \d\d:\d\d UTC\.$", message), message
-    retry = datetime.fromisoformat(hub.usage("ada")["retry_at"].replace("Z", "+00:00"))
+    retry = datetime.fromisoformat(hub.gpu_hours("ada")["retry_at"].replace("Z", "+00:00"))
     assert timedelta(minutes=58) <= retry - hub.hub_now() <= timedelta(minutes=61)
     assert not hub.pods("jupyterhub")  # nothing was created
     # the spawn page says so before she tries, with each pool's hourly rate for the chosen count
@@ -161,7 +161,7 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     # a restarted hub keeps the books
     hub.stop_hub()
     hub.start_hub()
-    assert hub.usage("ada")["gpu_hours"] == used["gpu_hours"]
+    assert hub.gpu_hours("ada")["gpu_hours"] == used["gpu_hours"]
     assert spawn(hub, "ada", pool).status_code == 403
 
     # a crash while a server runs, and its pod deleted while the hub is down: closed once, from the cluster
@@ -171,25 +171,25 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     hub.stop_hub(crash=True)
     hub.delete_pod("bob")
     hub.start_hub()
-    wait_for(lambda: hub.usage("bob")["servers"] == [], 60, "bob's holding to be closed")
-    bob = hub.usage("bob")["gpu_hours"]
+    wait_for(lambda: hub.gpu_hours("bob")["servers"] == [], 60, "bob's holding to be closed")
+    bob = hub.gpu_hours("bob")["gpu_hours"]
     assert 120 / 3600 <= bob <= 0.2  # two minutes, and the seconds the hub took to come back
-    assert hub.usage("bob")["gpu_hours"] == bob  # the next sweeps do not count it again
+    assert hub.gpu_hours("bob")["gpu_hours"] == bob  # the next sweeps do not count it again
 
     # a pod deleted behind the running hub's back: the hub's poll notices, the holding is closed
     assert spawn(hub, "cy", pool).status_code in (201, 202)  # a fresh 0.01 GPU-hours
     hub.wait_ready("cy")
     hub.delete_pod("cy")
     hub.wait_stopped("cy")
-    wait_for(lambda: hub.usage("cy")["servers"] == [], 60, "cy's holding to be closed")
+    wait_for(lambda: hub.gpu_hours("cy")["servers"] == [], 60, "cy's holding to be closed")
 
     # the window moves on: ada's GPU-hours are back and she may start again
     hub.move_clock(3600 + 120)
-    back = hub.usage("ada")
+    back = hub.gpu_hours("ada")
     assert back["gpu_hours"] == 0.0 and back["retry_at"] is None
     assert spawn(hub, "ada", pool).status_code in (201, 202)
     hub.wait_ready("ada")
     stop(hub, "ada")
     # the books: every holding closed, each once (bob's count did not move since it was closed)
-    assert all(hub.usage(u)["servers"] == [] for u in ("ada", "bob", "cy"))
-    assert hub.usage("bob")["gpu_hours"] == 0.0  # its hour has left the window too
+    assert all(hub.gpu_hours(u)["servers"] == [] for u in ("ada", "bob", "cy"))
+    assert hub.gpu_hours("bob")["gpu_hours"] == 0.0  # its hour has left the window too

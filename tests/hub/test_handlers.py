@@ -21,11 +21,12 @@ import gpuspawner.capacity.cache as cache_module
 from gpuspawner.capacity.model import ScaleUp
 from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.hub.handlers import GPUCapacityHandler
-from gpuspawner.hub.usagehandlers import CUSTOM_SCOPES as usage_scopes
-from gpuspawner.hub.usagehandlers import handlers as usage_handlers
+from gpuspawner.hub.gpu_hours_handlers import CUSTOM_SCOPES as usage_scopes
+from gpuspawner.hub.gpu_hours_handlers import handlers as usage_handlers
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.hub import capacity_access
 from tests.builders import FakeCache, make_spawner, pool_view
 from tests.builders.dra import counted_dra_pools
 
@@ -169,7 +170,7 @@ async def test_first_request_starts_the_shared_cache_and_reports_unknown(hub, no
     assert "nodes: list, watch" in shared.snapshot().error
 
     # a spawner in the same process keeps serving static profiles and says why GPUs are unknown
-    monkeypatch.setattr(GPUSpawner, "_logged_capacity_problems", set())
+    monkeypatch.setattr(capacity_access, "_logged", set())
     spawner = make_spawner("ada", server=False, profile_list=[{"display_name": "CPU", "slug": "cpu"}],
                            gpu_profiles=[{"slug": "gpu"}], gpu_capacity_sync_timeout=1.0)
     with caplog.at_level(logging.WARNING):

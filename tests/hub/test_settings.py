@@ -9,7 +9,7 @@ from traitlets.config import Config
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.model import pool_id
-from gpuspawner.hub import metrics
+from gpuspawner.hub import gpu_metrics
 from gpuspawner.hub import settings as settings_module
 from gpuspawner.hub.settings import LEGACY_SECTION, GPUSpawnerSettings
 from gpuspawner.hub.spawner import GPUSpawner, capacity_settings_class
@@ -80,7 +80,7 @@ async def test_the_first_cache_user_points_the_metrics_at_it(monkeypatch):
     installed = []
     caches = [FakeCache(pool_view("a100")), FakeCache(pool_view("t4", "Tesla-T4"))]
     monkeypatch.setattr(settings_module, "_metrics_cache", None)
-    monkeypatch.setattr(metrics, "install",
+    monkeypatch.setattr(gpu_metrics, "install",
                         lambda registry=None, snapshot=None: installed.append(snapshot))
     monkeypatch.setattr(cache_module.CapacityCache, "shared", classmethod(lambda cls, config, **kw: caches[0]))
     settings = GPUSpawnerSettings()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from jupyterhub import orm
 from tornado.httpclient import AsyncHTTPClient
 
-from gpuspawner.hub import queue as queue_glue
+from gpuspawner.hub import kueue_wait as queue_glue
 from tests.hub.test_handlers import load_snippet, login
 
 PREEMPTED = ("Preempted in gpu-a100: a server with higher priority needed its GPU quota. Start it again "

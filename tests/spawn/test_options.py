@@ -242,7 +242,7 @@ def test_refusals_say_why_in_one_word(options, reason):
 
 
 def test_every_refusal_reason_is_a_metrics_label():
-    from gpuspawner.hub.metrics import REFUSAL_REASONS
+    from gpuspawner.hub.gpu_metrics import REFUSAL_REASONS
 
     unknown = CapacitySnapshot(pools=(), synced=False, age_seconds=0.0, generation=0, healthy=False, error="x")
     reasons = {reason_of(options) for options, _ in BAD_CASES}
@@ -302,7 +302,7 @@ def test_keys_the_admin_maps_with_apply_user_options_are_allowed(profile):
 
 def _cuda_offers(policy="minor"):
     from gpuspawner.cuda import decide
-    from gpuspawner.spawn.cudafit import pool_fit
+    from gpuspawner.spawn.cuda_fit import pool_fit
 
     old = replace(T4, driver_version="470.82.01", cuda_version="11.4")
     new = replace(A100, driver_version="550.54.15", cuda_version="12.4")

@@ -6,7 +6,7 @@ import pytest
 
 from gpuspawner.capacity.model import Taint
 from gpuspawner.spawn.overrides import PoolNotPinnable, build_overrides, pool_tolerations
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS as DEFAULT_KEYS
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS as DEFAULT_KEYS
 from tests.builders import node_view, pool_view
 
 GKE = "cloud.google.com/gke-nodepool"

@@ -233,7 +233,7 @@ def test_rule_config_errors(config, message):
 
 def test_offers_carry_each_images_fit_and_the_stock_form_line_says_it():
     from gpuspawner.cuda import decide
-    from gpuspawner.spawn.cudafit import pool_fit
+    from gpuspawner.spawn.cuda_fit import pool_fit
     from gpuspawner.spawn.profiles import describe_pool
 
     declared = spec(cuda="12.4", kubespawner_override={"image": "pt:cu124"})
@@ -249,7 +249,7 @@ def test_offers_carry_each_images_fit_and_the_stock_form_line_says_it():
 
 def test_preferred_pool_takes_the_best_fitting_pool_with_room():
     from gpuspawner.cuda import decide
-    from gpuspawner.spawn.cudafit import pool_fit
+    from gpuspawner.spawn.cuda_fit import pool_fit
 
     offers = build_offers([spec(cuda="12.4")], snap(A100, T4), fit=lambda img, p: pool_fit(img, p, "minor", decide))
     offer = offers["gpu"]

@@ -1,7 +1,7 @@
 """Spawn progress in GPU words (gpuspawner.spawn.progress): what real scheduler, autoscaler
 and kubelet messages mean for someone waiting for a GPU, and when a spawn can never succeed.
 
-The messages are the real formats (sources in gpuspawner/spawn/schedmsg.py's docstring;
+The messages are the real formats (sources in gpuspawner/spawn/scheduler_messages.py's docstring;
 their parsing is tested in test_schedmsg.py).
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.spawn.options import OptionError
-from gpuspawner.spawn.optionsource import dropped_query_names, options_from_query
+from gpuspawner.spawn.option_sources import dropped_query_names, options_from_query
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,15 @@
 """A GPU server whose storage keeps it off every node: the scheduler's volume words
-(VolumeBinding, VolumeZone) read by ``spawn.schedmsg``, translated by ``spawn.progress``, and
-judged by ``spawn.pending.fatal_verdict`` (fatal: the spawn ends early).  Pure."""
+(VolumeBinding, VolumeZone) read by ``spawn.scheduler_messages``, translated by ``spawn.progress``, and
+judged by ``spawn.pending_verdicts.fatal_verdict`` (fatal: the spawn ends early).  Pure."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpuspawner.capacity.model import ScaleUp
-from gpuspawner.spawn.pending import fatal_verdict
+from gpuspawner.spawn.pending_verdicts import fatal_verdict
 from gpuspawner.spawn.progress import FATAL_KINDS, SpawnContext, translate, translate_pod
-from gpuspawner.spawn.schedmsg import (
+from gpuspawner.spawn.scheduler_messages import (
     VOLUME,
     VOLUME_ZONE,
     classify_reason,

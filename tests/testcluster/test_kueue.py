@@ -18,7 +18,7 @@ import pytest
 
 from jupyterhub.spawner import SpawnException
 
-from gpuspawner.hub.queue import apply_selection, check_pod, current_message
+from gpuspawner.hub.kueue_wait import apply_selection, check_pod, current_message
 from gpuspawner.queue.kube import KueueView
 from gpuspawner.queue.pools import full_card_text, pool_queue
 from gpuspawner.queue.rules import parse_rules, pod_labels

@@ -16,7 +16,7 @@ from gpuspawner.cuda import decide
 from gpuspawner.prepull.kube import KubeDaemonSets
 from gpuspawner.prepull.plan import POOL_ANNOTATION, PrepullSettings, plan
 from gpuspawner.prepull.reconcile import reconcile
-from gpuspawner.spawn.cudafit import pool_fit
+from gpuspawner.spawn.cuda_fit import pool_fit
 from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers
 from testcluster.nodeagent import NodeAgent
 from tests.builders import GFD_A100_40GB, GFD_T4_470, GKE, node

@@ -19,7 +19,7 @@ from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.prepull.kube import KubeDaemonSets
 from gpuspawner.prepull.plan import PrepullSettings, plan
 from gpuspawner.prepull.reconcile import reconcile
-from gpuspawner.spawn.cudafit import pool_fit
+from gpuspawner.spawn.cuda_fit import pool_fit
 from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers
 from testcluster.nodeagent import NodeAgent
 from tests.builders import GFD_A100_40GB, GKE, MockUser, make_spawner, node

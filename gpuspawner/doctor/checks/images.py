@@ -18,7 +18,7 @@ from gpuspawner.cuda.table import min_driver_for_cuda
 from gpuspawner.doctor.facts import HubFacts, ProfileImage
 from gpuspawner.doctor.findings import Finding, ObjectRef, names, node_ref, plural
 from gpuspawner.kube import objects
-from gpuspawner.spawn.cudafit import node_cuda
+from gpuspawner.spawn.cuda_fit import node_cuda
 
 __all__ = ["check_images", "fits_some_node", "fits_some_pool_node"]
 

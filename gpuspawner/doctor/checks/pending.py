@@ -13,7 +13,7 @@ from gpuspawner.capacity.pod_requests import pod_base, pod_usage
 from gpuspawner.doctor.findings import Finding, ObjectRef
 from gpuspawner.kube import objects
 from gpuspawner.kube.times import format_duration
-from gpuspawner.spawn.schedmsg import (
+from gpuspawner.spawn.scheduler_messages import (
     AFFINITY,
     INSUFFICIENT,
     NODE_NAME,

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.findings import Finding, ObjectRef
-from gpuspawner.spawn.scaleup import slow_pools, start_timeout_for
+from gpuspawner.spawn.scale_up import slow_pools, start_timeout_for
 
 __all__ = ["check_scale_up"]
 

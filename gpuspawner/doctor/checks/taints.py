@@ -14,7 +14,7 @@ from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.findings import Finding, ObjectRef, names, node_ref, plural
 from gpuspawner.kube import objects
 from gpuspawner.spawn.overrides import pool_tolerations
-from gpuspawner.spawn.taints import keeps_pods_off, tolerates
+from gpuspawner.spawn.tolerations import keeps_pods_off, tolerates
 
 __all__ = ["check_taints", "tolerated"]
 

@@ -11,7 +11,7 @@ from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.gather import GatherError
 from gpuspawner.doctor.prometheus import series_from_vector
 from gpuspawner.doctor.rbac import RbacFacts
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS
 from tests.builders.sim import node
 
 

@@ -15,7 +15,7 @@ from gpuspawner.doctor.dra_state import DraState
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.findings import SEVERITIES, Finding, ObjectRef
 from gpuspawner.doctor.rbac import RbacCheck, RbacFacts
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS
 from tests.builders.dra import device_class, gpu_device, group_node, mig_device, resource_claim, resource_slice
 
 CONFIG = CapacityConfig()

@@ -9,7 +9,7 @@ from gpuspawner.cuda.image import image_cuda
 from gpuspawner.doctor import checks
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.facts import ProfileImage
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS
 from tests.builders import GFD_A100_40GB
 from tests.builders import GFD_T4_470, finding_ids, gpu_node
 

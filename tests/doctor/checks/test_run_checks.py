@@ -6,7 +6,7 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.doctor import checks, findings
 from gpuspawner.doctor.facts import HubFacts
 from gpuspawner.doctor.rbac import RbacCheck, RbacFacts
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS
 
 CONFIG = CapacityConfig()
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z

@@ -8,7 +8,7 @@ import pytest
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.doctor import checks
 from gpuspawner.doctor.facts import HubFacts
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS
 from tests.builders import finding_ids, gpu_node, node
 
 CONFIG = CapacityConfig()

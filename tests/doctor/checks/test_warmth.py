@@ -9,7 +9,7 @@ from gpuspawner.cuda.image import image_cuda
 from gpuspawner.doctor import checks
 from gpuspawner.doctor.dra_state import DraState
 from gpuspawner.doctor.facts import HubFacts, ProfileImage, hub_facts_from_values
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS
 from tests.builders import GFD_T4_470, finding_ids as ids, gpu_node
 from tests.builders.dra import device_class, gpu_device, group_node, resource_slice
 
