@@ -235,7 +235,7 @@ async def test_each_pool_gets_its_idle_rule_when_the_culler_s_rules_are_configur
     assert all(list(p) == KEYS + ["idle_rule"] for p in body["pools"])  # a new key after the exact ones
 
 
-async def test_each_pool_says_on_how_many_of_its_nodes_each_fitting_image_is_cached(install_cache):
+async def test_each_pool_says_on_how_many_of_its_nodes_each_fitting_image_is_cached(install_cache, mock_hub):
     c = load_snippet()
     c.GPUSpawner.cuda_policy = "strict"
     # the CUDA 12.6 choice cannot run on the pools' driver 535 (CUDA 12.2): it is no image of theirs
@@ -247,21 +247,18 @@ async def test_each_pool_says_on_how_many_of_its_nodes_each_fitting_image_is_cac
             "plain": {"kubespawner_override": {"image": "quay.io/jupyter/base-notebook:2026"}},
         }}},
     }]
-    app, server, api, token = await serve_mock_hub(c)
-    try:
-        counts = NodeImages()
-        # a DRA pool (driver 550: CUDA 12.4) on d1 and d2, whose nodes come from their ResourceSlices
-        (dra,) = counted_dra_pools(counts, {"d1": (4, {"docker.io/library/pt:cu121": 15 << 30}), "d2": (4, {})})
-        fake = install_cache(fake_cache(A100, H100, dra))
-        fake.node_images = counts
-        # as the kubelet reports them: fully qualified, and by digest
-        fake.node_images.update("a1", [A100.id], {"docker.io/library/pt:cu121": 15 << 30})
-        fake.node_images.update("a2", [A100.id], {"docker.io/library/pt:cu121": 15 << 30,
-                                                  "quay.io/jupyter/base-notebook:2026": 1 << 30})
-        fake.node_images.update("a3", [A100.id], {"docker.io/library/pt:cu126": 15 << 30})
-        code, body = await get(api + "gpus", token)
-    finally:
-        await close_mock_hub(app, server)
+    served = await mock_hub(c)
+    counts = NodeImages()
+    # a DRA pool (driver 550: CUDA 12.4) on d1 and d2, whose nodes come from their ResourceSlices
+    (dra,) = counted_dra_pools(counts, {"d1": (4, {"docker.io/library/pt:cu121": 15 << 30}), "d2": (4, {})})
+    fake = install_cache(fake_cache(A100, H100, dra))
+    fake.node_images = counts
+    # as the kubelet reports them: fully qualified, and by digest
+    fake.node_images.update("a1", [A100.id], {"docker.io/library/pt:cu121": 15 << 30})
+    fake.node_images.update("a2", [A100.id], {"docker.io/library/pt:cu121": 15 << 30,
+                                              "quay.io/jupyter/base-notebook:2026": 1 << 30})
+    fake.node_images.update("a3", [A100.id], {"docker.io/library/pt:cu126": 15 << 30})
+    code, body = await get(served.api + "gpus", served.token)
     assert code == 200
     images = {p["id"]: p["images"] for p in body["pools"]}
     assert images[A100.id] == {
