@@ -596,6 +596,8 @@ class CapacityCache:
             rediscover_after=dra_rediscover_after,
             request_timeout=request_timeout,
         )
+        # a pod's CPU, memory and pod slot move the fit of its node in the DRA pools too
+        self._ledger.on_requested = self._dra.ledger.requests_changed
         self._tasks: list[asyncio.Task] = []
         self._settled = asyncio.Event()
         self._snapshot: CapacitySnapshot | None = None
@@ -784,9 +786,11 @@ class CapacityCache:
 
     def track_requests(self, requests: Iterable[tuple[int, ...]]) -> bool:
         """Count from now on, per pool, where servers asking these of a node (CPU millicores, memory
-        and ephemeral storage bytes, pods) fit (``Ledger.track``); a change drops the counts a page
+        and ephemeral storage bytes, pods) fit (``Ledger.track``, and the DRA ledger's
+        ``count_fit`` with what the pods on each node request); a change drops the counts a page
         holds, so the next view shows them."""
         changed = self._ledger.track(requests)
+        changed = self._dra.ledger.count_fit(self._ledger.tracked, self._ledger.requested_on) or changed
         if changed:
             self._held = None
         return changed

@@ -63,7 +63,7 @@ from gpuspawner.spawn.options import (
 )
 from gpuspawner.spawn.optionsource import dropped_query_names, options_from_form, options_from_query
 from gpuspawner.spawn.overrides import build_overrides
-from gpuspawner.spawn.taints import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys, untolerated_taints
+from gpuspawner.spawn.taints import untolerated_taints
 from gpuspawner.spawn.pending import (
     GPUS_ANNOTATION,
     POOL_ANNOTATION,
@@ -124,20 +124,6 @@ class GPUSpawnInfo:
 class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
     """KubeSpawner with GPU profiles whose pools come from live capacity."""
 
-    gpu_tolerated_taint_keys = List(
-        Unicode(),
-        default_value=list(DEFAULT_TOLERATED_TAINT_KEYS),
-        config=True,
-        help="""
-        Taint keys (or globs) a GPU server may tolerate on its pool's nodes.
-        The defaults are the usual GPU taints: ``nvidia.com/gpu`` (GKE, EKS
-        GPU NodePools, self-managed), ``amd.com/gpu``, ``sku=gpu`` (the AKS
-        recipe) and AKS spot nodes. ``node.kubernetes.io/*`` is never
-        tolerated, and a wildcard that would match any key (``*``) is refused.
-
-            c.GPUSpawner.gpu_tolerated_taint_keys = ["nvidia.com/gpu", "example.com/reserved"]
-        """,
-    )
     gpu_admit_without_capacity = Bool(
         False,
         config=True,
@@ -356,14 +342,6 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
     def _validate_probe_image(self, proposal):
         if proposal.value is not None and not proposal.value.strip():
             raise TraitError("cuda_probe_image must be an image reference, or None for the server's image")
-        return proposal.value
-
-    @validate("gpu_tolerated_taint_keys")
-    def _validate_taint_keys(self, proposal):
-        try:
-            check_tolerated_keys(proposal.value)
-        except ValueError as e:
-            raise TraitError(f"gpu_tolerated_taint_keys: {e}") from None
         return proposal.value
 
     @validate("gpu_capacity_sync_timeout", "gpu_full_pool_grace", "gpu_capacity_page_max_age")
