@@ -26,6 +26,7 @@ from traitlets.config import LazyConfigValue
 from gpuspawner.spawn.access import principal_of, visible_pools
 from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
+from gpuspawner.spawn.taints import refused_by_taint
 from gpuspawner.hub import serverfit
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub import hublog
@@ -104,6 +105,8 @@ class GPUCapacityHandler(APIHandler):
             pool["display_name"] = names.get(pool["id"], pool["display_name"])  # an admin's name wins
             # per GPU profile: true, or why the pool's nodes can never hold its server (CPU, memory)
             pool["fits_profiles"] = serverfit.fits_profiles(pool_view, specs, requests)
+            # null, or why no server lands on any node of the pool: a taint none tolerates, and the fix
+            pool["refused_by_taint"] = refused_by_taint(pool_view, settings.gpu_tolerated_taint_keys)
         rules = settings.cull_rules()
         if rules is not None:  # gpu_cull_rules: each pool's idle rule (no profile: the pool's or the default)
             for pool in body["pools"]:

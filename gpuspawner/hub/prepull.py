@@ -173,7 +173,8 @@ class HubPrepuller:
         snapshot = self._cache.snapshot()
         if capacity_problem(snapshot) is not None:
             return None  # unknown or stale pools: touch nothing until they are live again
-        offers = build_offers(self._specs, snapshot, self._rules, fit=self._fit, count_limit=self._count_limit)
+        offers = build_offers(self._specs, snapshot, self._rules, fit=self._fit, count_limit=self._count_limit,
+                              tolerated_taint_keys=self.settings.allowed_taint_keys)
         return plan(offers, snapshot.pools, self.settings)
 
 

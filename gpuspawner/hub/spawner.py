@@ -435,7 +435,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
         requests = self.gpu_server_requests()
         config = fingerprint(self.gpu_profiles, self.gpu_pool_rules, self.gpu_admit_without_capacity,
                              self.gpu_max_per_server, self.cuda_policy, self.cuda_check, self.gpu_kueue_queues,
-                             self.gpu_allow_multiple_shares, self._tracked_requests())
+                             self.gpu_allow_multiple_shares, self._tracked_requests(), self.gpu_tolerated_taint_keys)
         # a snapshot's pools are one object until a count changes; its problem text (which
         # carries the figures' age when they are stale) is part of what the offers say
         source = snapshot.pools if snapshot is not None else None
@@ -449,6 +449,7 @@ class GPUSpawner(KubeSpawner, GPUSpawnerSettings, OrphanPodSettings):
             count_limit=self.gpu_max_per_server,
             multiple_shares=self.gpu_allow_multiple_shares,
             requests=requests,
+            tolerated_taint_keys=tuple(self.gpu_tolerated_taint_keys),
         ), self.queue_rules()))
 
     _request_memo: Memo = Memo(size=4)

@@ -11,6 +11,7 @@ from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import FitCount
 from gpuspawner.capacity.podres import base_record
+from gpuspawner.spawn.taints import refused_by_taint
 
 from tests.builders import container, gpu_node, node, pod
 from tests.builders.dra import NVIDIA, device_class, gpu_device, resource_slice
@@ -102,3 +103,21 @@ def test_a_dra_pool_follows_the_pods_on_its_nodes():
     gen = dra.generation
     busy(led, "tiny", "100m")
     assert dra.generation == gen
+
+
+def test_a_pool_refused_by_a_taint_still_shows_it_so_the_page_can_say_why():
+    """The pool of refused nodes stays listed with zeros and its nodes' taint, in both ledgers:
+    what the spawn page, the REST refusal and the API read to name the taint and the key to add."""
+    keys = ("nvidia.com/gpu",)
+    config = CapacityConfig(tolerated_taint_keys=keys)
+    sku = [taint("sku", value="gpu")]
+    led = Ledger()
+    led.upsert_node(node_record(gpu_node("t4-1", 1, taints=sku), config))
+    dra = DraLedger()
+    dra.upsert_class(class_record(device_class(NVIDIA, device_type="gpu")))
+    dra.upsert_node(dra_node(node("d1", taints=sku), config.node_group_labels, config.is_gpu_resource, keys))
+    dra.upsert_slice(slice_record(resource_slice("d1-gpus", "d1", [gpu_device("gpu-0")]), config.dra_drivers))
+    for (pool,) in (led.pools(), dra.pools()):
+        assert (pool.nodes, pool.total, pool.free) == (0, 0, 0)
+        assert "carry the taint sku=gpu:NoSchedule" in refused_by_taint(pool, keys)
+        assert refused_by_taint(pool, keys + ("sku",)) is None

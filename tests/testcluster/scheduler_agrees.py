@@ -22,6 +22,8 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig
+from gpuspawner.capacity.dra import claim_record
+from gpuspawner.capacity.podres import base_record, pod_record
 from gpuspawner.spawn import dra as spawn_dra
 from gpuspawner.spawn.overrides import build_overrides
 from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers
@@ -184,6 +186,15 @@ class Harness:
 
         await self._until(gone, 60, "the last cluster's nodes and pods to go")
 
+    async def counts(self, config: CapacityConfig) -> tuple[int, int, int]:
+        """What a capacity cache should hold now: GPU pods, bound pods without GPUs, ResourceClaims."""
+        pods = self.api.sanitize_for_serialization((await self.core.list_pod_for_all_namespaces()).items)
+        claims = self.api.sanitize_for_serialization(
+            (await self.res.list_resource_claim_for_all_namespaces()).items)
+        gpu = [p for p in pods if pod_record(p, config.is_gpu_resource) is not None]
+        base = [p for p in pods if pod_record(p, config.is_gpu_resource) is None and base_record(p) is not None]
+        return len(gpu), len(base), sum(claim_record(c) is not None for c in claims)
+
     # -- cases ------------------------------------------------------------------------------
 
     async def decide(self, pod: dict, template: dict | None) -> tuple[bool | None, str]:
@@ -243,12 +254,32 @@ def server_pod(name: str, profile: randcluster.Profile, pool: Any, gpus: int) ->
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": SERVERS_NS}, "spec": spec}, template
 
 
-async def _wait_cache(cache: CapacityCache, baseline: tuple[int, int, int]) -> None:
-    end = time.monotonic() + 30
-    while _counts(cache) != baseline:
+# how long the cache may take to catch up with the API server after a case (a loaded CI machine
+# has shown several seconds); the wait ends as soon as it has
+CATCH_UP_SECONDS = 180.0
+
+
+async def _wait_cache(h: Harness, cache: CapacityCache) -> None:
+    """Wait until the cache holds what the API server holds now (its GPU pods, bound pods without
+    GPUs and ResourceClaims, counted by the cache's own record functions from a fresh list), not a
+    count taken earlier: the cluster may change under a case (a controller deletes a pod). The
+    cache's generation moving is what a poll waits for between two lists."""
+    end = time.monotonic() + CATCH_UP_SECONDS
+    while True:
+        truth = await h.counts(cache.config)
+        if _counts(cache) == truth:
+            return
         if time.monotonic() > end:
-            raise TimeoutError(f"the capacity cache holds {_counts(cache)}, not {baseline}")
-        await asyncio.sleep(0.01)
+            raise TimeoutError(f"the capacity cache holds {_counts(cache)} (GPU pods, other pods, claims), the API "
+                               f"server {truth}, after {CATCH_UP_SECONDS:g} s; its informers: {cache.health()}")
+        generation = _generation(cache)
+        settle = time.monotonic() + 1.0
+        while _generation(cache) == generation and time.monotonic() < settle:
+            await asyncio.sleep(0.01)
+
+
+def _generation(cache: CapacityCache) -> tuple[int, int]:
+    return cache._ledger.generation, cache._dra.ledger.generation
 
 
 def _counts(cache: CapacityCache) -> tuple[int, int, int]:
@@ -273,9 +304,8 @@ async def run_cluster(h: Harness, seed: int, cases: int, index: int) -> list[Out
     out: list[Outcome] = []
     try:
         await Harness._until(lambda: _synced(cache), 30, "the capacity cache's first sync")
-        baseline = _counts(cache)
         for i in range(cases):
-            await _wait_cache(cache, baseline)
+            await _wait_cache(h, cache)
             snapshot = cache.snapshot()
             offers = build_offers(specs, snapshot, multiple_shares=True, requests=requests)
             profile = rng.choice(profiles)
