@@ -262,8 +262,8 @@ CATCH_UP_SECONDS = 180.0
 async def _wait_cache(h: Harness, cache: CapacityCache) -> None:
     """Wait until the cache holds what the API server holds now (its GPU pods, bound pods without
     GPUs and ResourceClaims, counted by the cache's own record functions from a fresh list), not a
-    count taken earlier: the cluster may change under a case (a controller deletes a pod). The
-    cache's generation moving is what a poll waits for between two lists."""
+    count taken earlier: the cluster may change under a case (a controller deletes a pod). A poll
+    lists again when the cache's generation moves, else after 0.1 s."""
     end = time.monotonic() + CATCH_UP_SECONDS
     while True:
         truth = await h.counts(cache.config)
@@ -272,10 +272,12 @@ async def _wait_cache(h: Harness, cache: CapacityCache) -> None:
         if time.monotonic() > end:
             raise TimeoutError(f"the capacity cache holds {_counts(cache)} (GPU pods, other pods, claims), the API "
                                f"server {truth}, after {CATCH_UP_SECONDS:g} s; its informers: {cache.health()}")
+        # list again once the cache's generation moves, or after a short while (an unbound pod's
+        # going changes no pool, so no generation)
         generation = _generation(cache)
-        settle = time.monotonic() + 1.0
+        settle = time.monotonic() + 0.1
         while _generation(cache) == generation and time.monotonic() < settle:
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.005)
 
 
 def _generation(cache: CapacityCache) -> tuple[int, int]:
