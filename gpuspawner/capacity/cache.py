@@ -530,6 +530,8 @@ class CapacityCache:
         )
         self._sources = (self._plugin, self._dra)  # the informers feed each source the kinds it reads
         self._dra.ledger.on_member = self.node_images.dra_member  # a DRA pool's nodes, as they join and leave
+        # a pod's CPU, memory and pod slot move the fit of its node in the DRA pools too
+        self._ledger.on_requested = self._dra.ledger.requests_changed
         self._tasks: list[asyncio.Task] = []
         self._settled = asyncio.Event()
         self._snapshot: CapacitySnapshot | None = None
@@ -718,9 +720,11 @@ class CapacityCache:
 
     def track_requests(self, requests: Iterable[tuple[int, ...]]) -> bool:
         """Count from now on, per pool, where servers asking these of a node (CPU millicores, memory
-        and ephemeral storage bytes, pods) fit (``Ledger.track``); a change drops the counts a page
+        and ephemeral storage bytes, pods) fit (``Ledger.track``, and the DRA ledger's
+        ``count_fit`` with what the pods on each node request); a change drops the counts a page
         holds, so the next view shows them."""
         changed = self._ledger.track(requests)
+        changed = self._dra.ledger.count_fit(self._ledger.tracked, self._ledger.requested_on) or changed
         if changed:
             self._held = None
         return changed

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuspawner.capacity.labels import NODE_GROUP_PROVIDERS, product_label_for
 from gpuspawner.capacity.model import Taint, pool_id
+from gpuspawner.capacity.taintrule import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys
 
 __all__ = [
     "DEFAULT_GPU_RESOURCES",
@@ -266,6 +267,8 @@ class CapacityConfig:
     gpu_resource_prefixes: tuple[str, ...] = DEFAULT_GPU_RESOURCE_PREFIXES
     node_group_labels: tuple[str, ...] = DEFAULT_NODE_GROUP_LABELS
     dra_drivers: tuple[str, ...] = DEFAULT_DRA_DRIVERS
+    # a node with a hard taint whose key is not one of these takes no server: its GPUs are not counted
+    tolerated_taint_keys: tuple[str, ...] = DEFAULT_TOLERATED_TAINT_KEYS
     declared_pools: tuple[DeclaredPool, ...] = ()
     reservation_ttl: float = 300.0
     # seconds a watch may stay silent (and figures go unrefreshed) before they are
@@ -276,6 +279,11 @@ class CapacityConfig:
     def __post_init__(self) -> None:
         for name in ("gpu_resources", "gpu_resource_prefixes", "node_group_labels", "dra_drivers"):
             object.__setattr__(self, name, check_names(name, getattr(self, name)))
+        try:
+            keys = check_tolerated_keys(self.tolerated_taint_keys)
+        except ValueError as e:
+            raise ValueError(f"tolerated_taint_keys: {e}") from None
+        object.__setattr__(self, "tolerated_taint_keys", keys)
         pools = tuple(
             p if isinstance(p, DeclaredPool) else DeclaredPool.from_config(p) for p in self.declared_pools
         )

@@ -4,6 +4,7 @@ Design notes: docs/dra.md.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -20,6 +21,8 @@ from gpuspawner.capacity.dra_objects import (
 )
 from gpuspawner.capacity.model import DraFacts, NodeView, PoolView, Taint, pool_id
 from gpuspawner.capacity.sharing import MIG, NONE
+from gpuspawner.capacity.node_resources import fits as fits_in
+from gpuspawner.capacity.node_resources import room
 from gpuspawner.capacity.pool_totals import NodeTally, Reserving, bump, check_count, lowest, pool_taints, sorted_taints
 
 __all__ = ["DraLedger", "DraReservation", "product_label"]
@@ -90,6 +93,10 @@ class DraLedger(Reserving):
         self.generation = 0
         # told (pool id, node, joined) whenever a node starts or stops contributing to a pool
         self.on_member: Callable[[str, str, bool], None] | None = None
+        # the server requests whose fit is counted per node (Ledger.track), and what the pods on a
+        # node request of it (Ledger.requested_on: the pods informer feeds the device-plugin ledger)
+        self._reqs: tuple[tuple[int, ...], ...] = ()
+        self._requested_on: Callable[[str], tuple[int, ...]] | None = None
 
     # -- reading -------------------------------------------------------------
 
@@ -126,7 +133,7 @@ class DraLedger(Reserving):
                 self._pools.pop(pid, None)
                 self._views.pop(pid, None)
             else:
-                self._views[pid] = _view(pid, pool)
+                self._views[pid] = _view(pid, pool, self._reqs, self._largest(pool))
         self._dirty.clear()
         self._out = tuple(self._views[k] for k in sorted(self._views))
         self._built = self.generation
@@ -366,6 +373,60 @@ class DraLedger(Reserving):
                 bump(pool.taints, t, -1)
         return pid, node
 
+    # -- CPU, memory and pod fit ---------------------------------------------------
+
+    def count_fit(self, requests: Iterable[tuple[int, ...]],
+                  requested_on: Callable[[str], tuple[int, ...]]) -> bool:
+        """Count, per pool, the nodes where each server request fits beside what their pods already
+        request (``requested_on``), as :meth:`Ledger.track` does for device-plugin pools; False
+        when nothing changed. A change recounts every node once."""
+        reqs = tuple(sorted({tuple(r) for r in requests}))
+        if reqs == self._reqs and requested_on == self._requested_on:
+            return False
+        self._reqs, self._requested_on = reqs, requested_on
+        for pid, pool in self._pools.items():
+            for node in list(pool.devs):
+                self._refresh(pid, node)
+        self.generation += 1
+        return True
+
+    def requests_changed(self, node: str) -> None:
+        """What the pods on ``node`` request changed: recount its fit in the pools it is in (a pool
+        changes only when a fit did, so most CPU pods' events change none)."""
+        if not self._reqs:
+            return
+        changed = False
+        for pid, pool in self._pools.items():
+            if node not in pool.devs:
+                continue
+            was_dirty = pid in self._dirty
+            before = _view_of(pool.nodes, node)
+            self._refresh(pid, node)
+            if _view_of(pool.nodes, node) != before:
+                changed = True
+            elif not was_dirty:
+                self._dirty.discard(pid)
+        if changed:
+            self.generation += 1
+
+    def _fit_bits(self, rec: DraNode) -> tuple[int, int]:
+        """Bit i of ``fits``: the i-th tracked request fits on the node now; of ``holds``: at all."""
+        if not self._reqs or not rec.base or self._requested_on is None:
+            return 0, 0
+        space = room(rec.base, self._requested_on(rec.name))
+        fits = holds = 0
+        for i, req in enumerate(self._reqs):
+            if fits_in(req, space):
+                fits |= 1 << i
+            if fits_in(req, rec.base):
+                holds |= 1 << i
+        return fits, holds
+
+    def _largest(self, pool: _Pool) -> tuple[int, ...] | None:
+        bases = [self._nodes[v.name].base for v in pool.nodes.views if v.name in self._nodes]
+        bases = [b for b in bases if b]
+        return tuple(max(b[i] for b in bases) for i in range(4)) if bases else None
+
     # -- per-node accounting ----------------------------------------------------
 
     def _refresh(self, pid: str, node: str) -> None:
@@ -384,6 +445,7 @@ class DraLedger(Reserving):
                 self.on_member(pid, node, False)
             return
         free = sum(1 for k in devs if not self._taken.get(k)) - self._resv_on.get((pid, node), 0)
+        fits, holds = self._fit_bits(rec)
         view = NodeView(
             name=node,
             allocatable=len(devs),
@@ -392,6 +454,8 @@ class DraLedger(Reserving):
             cuda_version=lowest(d.cuda_version for d in devs.values() if d.cuda_version),
             compute_capability=lowest(d.compute_capability for d in devs.values() if d.compute_capability),
             labels=((HOSTNAME_LABEL, rec.hostname),) if rec.hostname else (),
+            fits=fits,
+            holds=holds,
         )
         pool.nodes.add(view)
         if not was and self.on_member is not None:
@@ -405,7 +469,13 @@ def _retain(table: dict, keep: set[str], remove) -> int:
     return len(gone)
 
 
-def _view(pid: str, pool: _Pool) -> PoolView:
+def _view_of(nodes: NodeTally, name: str) -> NodeView | None:
+    i = bisect.bisect_left(nodes.names, name)
+    return nodes.views[i] if i < len(nodes.names) and nodes.names[i] == name else None
+
+
+def _view(pid: str, pool: _Pool, reqs: tuple[tuple[int, ...], ...] = (),
+          largest: tuple[int, ...] | None = None) -> PoolView:
     defining = ((pool.group_label, pool.group),) if pool.group_label and pool.group else ()
     return PoolView(
         id=pid,
@@ -428,4 +498,6 @@ def _view(pid: str, pool: _Pool) -> PoolView:
         # a claim takes a whole device (or MIG slice); a class's sharing config sets how the
         # processes of its pod share it, never several claims on one device
         sharing=MIG if pool.facts.profile else (pool.facts.sharing or NONE),
+        requests=reqs,
+        largest=largest,
     )

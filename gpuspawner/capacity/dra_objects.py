@@ -9,8 +9,10 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from gpuspawner.capacity.labels import node_group, node_is_ready, node_taints
 from gpuspawner.capacity.model import Taint
+from gpuspawner.capacity.node_resources import node_base
 from gpuspawner.capacity.quantity import QuantityError, parse_count, parse_quantity
 from gpuspawner.capacity.sharing import class_sharing
+from gpuspawner.capacity.taintrule import DEFAULT_TOLERATED_TAINT_KEYS, refuses_servers
 
 __all__ = [
     "DevKey",
@@ -112,10 +114,13 @@ class DraNode(NamedTuple):
     taints: tuple[Taint, ...]
     hostname: str | None  # kubernetes.io/hostname
     device_plugin: bool  # a positive allocatable amount of a device-plugin GPU resource
+    refused: bool = False  # a hard taint no server tolerates (taintrule.refuses_servers)
+    # allocatable CPU (millicores), memory, ephemeral storage (bytes) and pods (noderes.node_base)
+    base: tuple[int, ...] = ()
 
     @property
     def contributes(self) -> bool:
-        return self.ready and self.schedulable
+        return self.ready and self.schedulable and not self.refused
 
 
 # ---------------------------------------------------------------------------
@@ -417,9 +422,11 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def dra_node(
-    obj: Mapping[str, Any], group_labels: Sequence[str], is_gpu_resource: Callable[[str], bool]
+    obj: Mapping[str, Any], group_labels: Sequence[str], is_gpu_resource: Callable[[str], bool],
+    tolerated_taint_keys: Sequence[str] = DEFAULT_TOLERATED_TAINT_KEYS,
 ) -> DraNode | None:
-    """What DRA pools need of a Node (every node: DRA GPU nodes publish no extended resource)."""
+    """What DRA pools need of a Node (every node: DRA GPU nodes publish no extended resource);
+    ``tolerated_taint_keys``: the taint keys a server tolerates (``CapacityConfig``)."""
     meta = obj.get("metadata") or {}
     name = meta.get("name") if isinstance(meta, Mapping) else None
     if not isinstance(name, str) or not name:
@@ -437,13 +444,16 @@ def dra_node(
                 continue
     group_label, group = node_group(labels, tuple(group_labels))
     hostname = labels.get(HOSTNAME_LABEL)
+    taints = node_taints(spec)
     return DraNode(
         name=name,
         ready=node_is_ready(status),
         schedulable=not spec.get("unschedulable", False),
         group_label=group_label,
         group=group,
-        taints=node_taints(spec),
+        taints=taints,
         hostname=hostname if isinstance(hostname, str) else None,
         device_plugin=device_plugin,
+        refused=refuses_servers(taints, tolerated_taint_keys),
+        base=node_base(allocatable, name),
     )

@@ -182,7 +182,8 @@ class DraSource:
             return None
         meta = obj.get("metadata") or {}
         if kind == "nodes":
-            rec = dra_node(obj, self.config.node_group_labels, self.config.is_gpu_resource)
+            rec = dra_node(obj, self.config.node_group_labels, self.config.is_gpu_resource,
+                           self.config.tolerated_taint_keys)
             if rec is not None:
                 self.ledger.upsert_node(rec)
             return rec.name if rec is not None else None

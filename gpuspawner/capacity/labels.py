@@ -16,6 +16,7 @@ from gpuspawner.capacity.node_resources import node_base
 from gpuspawner.capacity.quantity import QuantityError, parse_count
 from gpuspawner.capacity.warnonce import warn_once
 from gpuspawner.capacity.sharing import NOT_SHARED, Sharing, node_sharing
+from gpuspawner.capacity.taintrule import refuses_servers
 
 
 
@@ -23,6 +24,7 @@ class NodeRules(Protocol):
     """What :func:`node_record` reads of the capacity settings (``config.CapacityConfig``)."""
 
     node_group_labels: Sequence[str]
+    tolerated_taint_keys: Sequence[str]
 
     def is_gpu_resource(self, resource: str) -> bool: ...
 
@@ -322,11 +324,13 @@ class NodeRecord(NamedTuple):
     labels: tuple[tuple[str, str], ...]
     # allocatable CPU (millicores), memory, ephemeral storage (bytes) and pods (node_resources.node_base)
     base: tuple[int, ...] = ()
+    # a hard taint no server tolerates (taintrule.refuses_servers): kube-scheduler keeps servers off
+    refused: bool = False
 
     @property
     def contributes(self) -> bool:
-        """Only Ready, schedulable nodes offer capacity."""
-        return self.ready and self.schedulable
+        """Only Ready, schedulable nodes that a server may land on offer capacity."""
+        return self.ready and self.schedulable and not self.refused
 
 
 # labels copied into NodeView.labels, so steering by driver can build a node affinity
@@ -433,6 +437,7 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
     spec = obj.get("spec") or {}
     group_label, group = node_group(labels, config.node_group_labels)
     driver, cuda, cc = driver_versions(labels)
+    taints = node_taints(spec)
     return NodeRecord(
         name=name,
         ready=node_is_ready(status),
@@ -443,7 +448,8 @@ def node_record(obj: Mapping[str, Any], config: NodeRules) -> NodeRecord | None:
         driver_version=driver,
         cuda_version=cuda,
         compute_capability=cc,
-        taints=node_taints(spec),
+        taints=taints,
         labels=tuple((k, labels[k]) for k in _VIEW_LABELS if isinstance(labels.get(k), str)),
         base=_shared(node_base(allocatable, name)),
+        refused=refuses_servers(taints, config.tolerated_taint_keys),
     )

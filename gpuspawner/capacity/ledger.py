@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from gpuspawner.capacity.config import DeclaredPool
 from gpuspawner.capacity.held_pods import HeldPods
@@ -54,6 +54,8 @@ class Ledger(Reserving):
     """The pure, incremental accounting behind :class:`CapacityCache`."""
 
     def __init__(self, declared: Iterable[DeclaredPool] = ()) -> None:
+        # told the node whenever what its pods request changes (the DRA ledger's fit counts)
+        self.on_requested: Callable[[str], None] | None = None
         self._declared: dict[str, DeclaredPool] = {p.id: p for p in declared}
         self._nodes: dict[str, NodeRecord] = {}
         self._pods: dict[str, PodRecord] = {}
@@ -232,6 +234,16 @@ class Ledger(Reserving):
             self.generation += 1
         return True
 
+    @property
+    def tracked(self) -> tuple[tuple[int, ...], ...]:
+        """The server requests whose fit is counted (:meth:`track`), sorted."""
+        return self._reqs
+
+    def requested_on(self, node: str) -> tuple[int, ...]:
+        """What the pods bound to ``node`` request of it (CPU, memory, ephemeral storage, pods),
+        whatever its GPUs: the DRA ledger counts its nodes' fit with it."""
+        return tuple(self._requested.get(node, (0, 0, 0, 0)))
+
     def _hold(self, node: str, base: tuple[int, ...], sign: int) -> None:
         """Move what is requested on ``node`` by ``base`` (CPU, memory, ephemeral storage, pods)."""
         held = self._requested.get(node)
@@ -243,6 +255,8 @@ class Ledger(Reserving):
             del self._requested[node]
         if self._reqs:
             self._refresh(node)
+        if self.on_requested is not None:
+            self.on_requested(node)
 
     def upsert_pod(self, rec: PodRecord) -> bool:
         old_base = self._base_pods.pop(rec.key)

@@ -37,6 +37,7 @@ REFUSAL_REASONS = frozenset(
         "cuda_mismatch",  # the image's CUDA needs a newer driver than the pool has
         "quota",  # a per-user or per-group GPU quota
         "not_allowed",  # the user may not use this profile or pool
+        "untolerated_taint",  # every node of the pool carries a taint no server tolerates
         "budget",  # the user's GPU-hour budget cannot cover the minimum (gpu_hour_budgets)
         OTHER,
     }

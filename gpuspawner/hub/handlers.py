@@ -14,6 +14,7 @@ from gpuspawner.capacity.model import CapacitySnapshot
 from gpuspawner.spawn.profiles import present_pools
 from gpuspawner.hub.poolimages import FittingImages, images_json
 from gpuspawner.hub import server_requests
+from gpuspawner.spawn.tolerations import refused_by_taint
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub import hub_log
 from gpuspawner.hub.spawner import capacity_settings_class
@@ -102,6 +103,8 @@ class GPUCapacityHandler(APIHandler):
             pool["display_name"] = names.get(pool["id"], pool["display_name"])  # an admin's name wins
             # per GPU profile: true, or why the pool's nodes can never hold its server (CPU, memory)
             pool["fits_profiles"] = server_requests.fits_profiles(pool_view, specs, requests)
+            # null, or why no server lands on any node of the pool: a taint none tolerates, and the fix
+            pool["refused_by_taint"] = refused_by_taint(pool_view, settings.gpu_tolerated_taint_keys)
         # per pool, where the images of its fitting choices are cached (docs/prepull.md)
         fitting = self.fitting_images(settings).by_pool(snapshot)
         counts = settings.shared_capacity_cache().node_images if snapshot.synced else None

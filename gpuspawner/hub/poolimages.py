@@ -39,12 +39,14 @@ class FittingImages:
     (``cuda_policy``, ``cuda_check``), built once per snapshot of the pools."""
 
     def __init__(self, settings: Any, spawner_class: type, config: Any) -> None:
-        values = spawner_values(config, spawner_class, ("cuda_policy", "cuda_check", "gpu_max_per_server"))
+        values = spawner_values(config, spawner_class,
+                                ("cuda_policy", "cuda_check", "gpu_max_per_server", "gpu_tolerated_taint_keys"))
         self._specs = settings.gpu_profile_specs()
         self._rules = settings.pool_rules()
         self._policy = values["cuda_policy"]
         self._check = resolve_check(values["cuda_check"])
         self._count_limit = values["gpu_max_per_server"]
+        self._tolerated = tuple(values["gpu_tolerated_taint_keys"])
         self._verdicts = cuda_fit.VerdictMemo()
         self._memo: tuple[Any, dict[str, ProfileOffer], dict[str, tuple[str, ...]]] | None = None
 
@@ -55,7 +57,8 @@ class FittingImages:
         memo = self._memo
         if memo is not None and memo[0] is snapshot.pools:
             return memo[1], memo[2]
-        offers = build_offers(self._specs, snapshot, self._rules, fit=self._fit, count_limit=self._count_limit)
+        offers = build_offers(self._specs, snapshot, self._rules, fit=self._fit, count_limit=self._count_limit,
+                              tolerated_taint_keys=self._tolerated)
         images = pool_images(offers)
         self._memo = (snapshot.pools, offers, images)
         return offers, images

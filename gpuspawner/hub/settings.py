@@ -20,6 +20,7 @@ from gpuspawner.spawn.access import AccessRules
 from gpuspawner.capacity import cache as cache_module
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool, check_names
+from gpuspawner.capacity.taintrule import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
 from gpuspawner.hub.kueue_settings import KueueSettings
 
@@ -84,6 +85,31 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         names = super().section_names()
         i = names.index("GPUSpawnerSettings")
         return names[:i] + [LEGACY_SECTION] + names[i:]
+
+    gpu_tolerated_taint_keys = List(
+        Unicode(),
+        default_value=list(DEFAULT_TOLERATED_TAINT_KEYS),
+        config=True,
+        help="""
+        Taint keys (or globs) a GPU server may tolerate on its pool's nodes.
+        The defaults are the usual GPU taints: ``nvidia.com/gpu`` (GKE, EKS
+        GPU NodePools, self-managed), ``amd.com/gpu``, ``sku=gpu`` (the AKS
+        recipe) and AKS spot nodes. ``node.kubernetes.io/*`` is never
+        tolerated, and a wildcard that would match any key (``*``) is refused.
+        A node with a NoSchedule or NoExecute taint whose key is not
+        one of these takes no server, so its GPUs are not counted as free.
+
+            c.GPUSpawner.gpu_tolerated_taint_keys = ["nvidia.com/gpu", "example.com/reserved"]
+        """,
+    )
+
+    @validate("gpu_tolerated_taint_keys")
+    def _validate_taint_keys(self, proposal):
+        try:
+            check_tolerated_keys(proposal.value)
+        except ValueError as e:
+            raise TraitError(f"gpu_tolerated_taint_keys: {e}") from None
+        return proposal.value
 
     gpu_resources = _names_or_default(
         """
@@ -478,6 +504,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
             ("gpu_resource_prefixes", self.gpu_resource_prefixes),
             ("node_group_labels", self.gpu_node_group_labels),
             ("dra_drivers", self.gpu_dra_drivers),
+            ("tolerated_taint_keys", self.gpu_tolerated_taint_keys),
         ):
             if value is not None:
                 kwargs[field] = tuple(value)

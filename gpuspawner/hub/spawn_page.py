@@ -111,6 +111,7 @@ async def offers(spawner: Any, max_age: float = 0.0, renew: bool = False) -> dic
         count_limit=spawner.gpu_max_per_server,
         multiple_shares=spawner.gpu_allow_multiple_shares,
         requests=config.requests,
+        tolerated_taint_keys=tuple(spawner.gpu_tolerated_taint_keys),
     ), config.queue_rules))
 
 

@@ -18,7 +18,6 @@ from gpuspawner.spawn.access import AccessRules
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
 from gpuspawner.spawn.quota import QuotaPolicy
 from gpuspawner.spawn.resource_requests import REQUEST_TRAITS
-from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys
 
 __all__ = ["GPUSpawnTraits", "SpawnConfig", "GPU_COUNT_LIMIT_MAX", "applied_in_load_user_options"]
 
@@ -46,7 +45,7 @@ def applied_in_load_user_options(spawner, user_options) -> None:
 CONFIG_TRAITS = (
     "gpu_profiles", "gpu_pool_rules", "gpu_admit_without_capacity", "gpu_max_per_server", "cuda_policy",
     "cuda_check", "gpu_kueue_queues", "gpu_allow_multiple_shares", "gpu_quota", "gpu_quota_by_group",
-    "gpu_quota_admin", *REQUEST_TRAITS,
+    "gpu_quota_admin", "gpu_tolerated_taint_keys", *REQUEST_TRAITS,
 )
 _interned: dict[str, SpawnConfig] = {}  # spawners configured alike share one SpawnConfig (and page cache entries)
 
@@ -68,20 +67,6 @@ class SpawnConfig:
 class GPUSpawnTraits(Configurable):
     """The traits ``GPUSpawner`` adds for a spawn (first in its bases: its defaults win over KubeSpawner's)."""
 
-    gpu_tolerated_taint_keys = List(
-        Unicode(),
-        default_value=list(DEFAULT_TOLERATED_TAINT_KEYS),
-        config=True,
-        help="""
-        Taint keys (or globs) a GPU server may tolerate on its pool's nodes.
-        The defaults are the usual GPU taints: ``nvidia.com/gpu`` (GKE, EKS
-        GPU NodePools, self-managed), ``amd.com/gpu``, ``sku=gpu`` (the AKS
-        recipe) and AKS spot nodes. ``node.kubernetes.io/*`` is never
-        tolerated, and a wildcard that would match any key (``*``) is refused.
-
-            c.GPUSpawner.gpu_tolerated_taint_keys = ["nvidia.com/gpu", "example.com/reserved"]
-        """,
-    )
     gpu_admit_without_capacity = Bool(
         False,
         config=True,
@@ -301,14 +286,6 @@ class GPUSpawnTraits(Configurable):
     def _validate_probe_image(self, proposal):
         if proposal.value is not None and not proposal.value.strip():
             raise TraitError("cuda_probe_image must be an image reference, or None for the server's image")
-        return proposal.value
-
-    @validate("gpu_tolerated_taint_keys")
-    def _validate_taint_keys(self, proposal):
-        try:
-            check_tolerated_keys(proposal.value)
-        except ValueError as e:
-            raise TraitError(f"gpu_tolerated_taint_keys: {e}") from None
         return proposal.value
 
     @validate("gpu_capacity_sync_timeout", "gpu_full_pool_grace", "gpu_capacity_page_max_age")

@@ -66,6 +66,7 @@ FORBIDDEN_OPTION = "forbidden_option"  # an option that may not be set, or a cho
 CAPACITY_UNKNOWN = "capacity_unknown"  # the capacity cache has not synced or is unhealthy (503)
 CUDA_MISMATCH = "cuda_mismatch"  # the image's CUDA fits no node of the pool
 NOT_ALLOWED = "not_allowed"  # a profile or pool this user cannot choose
+UNTOLERATED_TAINT = "untolerated_taint"  # every node of the pool carries a taint no server tolerates
 OTHER = "other"  # malformed requests (not a JSON object, a key or profile that is not a string)
 #: the reasons that no capacity can change: a request refused for one of them is refused before
 #: JupyterHub saves its options; the others are decided when the server starts
@@ -405,7 +406,7 @@ def _select_gpus(offer: ProfileOffer, user_options: Mapping[str, Any], offers: M
             raise OptionError(
                 f"{chosen.display_name} cannot give any GPU now: {chosen.reason}; "
                 f"choose another pool or try again later ({_pools_hint(offer, image_key, chosen)})",
-                reason=TOO_MANY_GPUS,
+                reason=UNTOLERATED_TAINT if chosen.taint_refusal else TOO_MANY_GPUS,
             )
     if gpus > chosen.max_gpus:
         where = " on the nodes whose driver fits this image" if chosen.narrowed else ""

@@ -15,6 +15,7 @@ from gpuspawner.capacity.names import model_name
 from gpuspawner.capacity.node_resources import request_words, shortfall_words
 from gpuspawner.spawn.cards import CardWords, card_words, nodes_name
 from gpuspawner.spawn.cuda_fit import GroupFit, PoolFit, ProfileImages, profile_images
+from gpuspawner.spawn.tolerations import DEFAULT_TOLERATED_TAINT_KEYS, refused_by_taint
 
 GPU_POOL_OPTION = "gpu_pool"
 GPU_COUNT_OPTION = "gpus"
@@ -272,6 +273,9 @@ class PoolOffer:
     never: str | None = None
     # a full pool opened to a Kueue queue (queue.pools): Kueue admits it, the counts are not a bound
     queued: bool = False
+    # why no server lands on any of the pool's nodes: a hard taint none tolerates, in words
+    # (taints.refused_by_taint); then also ``reason``
+    taint_refusal: str | None = None
 
     def fit(self, image_key: str | None) -> PoolFit | None:
         return self.cuda.get(image_key) if image_key is not None else None
@@ -338,7 +342,7 @@ class PoolOffer:
             kept = tuple(g for g in kept if g.key not in keys)
         fitting_now = max((g.max_free_per_node for g in kept), default=0) if bad else None
         counted = _offer_checked(self.pool, self.display_name, self.cap, self.pool.pinnable, fitting_now,
-                                 request, kept if bad else None)
+                                 request, kept if bad else None, refusal=self.taint_refusal)
         return replace(counted, cuda=self.cuda, cuda_free=sum(g.free for g in kept) if bad else None,
                        limit_note=self.limit_note, requests=self.requests)
 
@@ -463,11 +467,13 @@ def never_fits(pool: PoolView, request: tuple[int, ...] | None, fitting: FitCoun
 def _offer_checked(
     pool: PoolView, name: str, cap: int | None, pinnable: bool, fitting_now: int | None = None,
     request: tuple[int, ...] | None = None, groups: tuple[DriverGroup, ...] | None = None,
+    refusal: str | None = None,
 ) -> PoolOffer:
     """What the pool gives one server; ``fitting_now``: the most free on one
     node an image's CUDA lets the pod land on (``groups``: those nodes' driver
     groups), else the pool's own maximum. ``request``: what the server asks of
-    its node besides GPUs; only nodes where it fits now count (NodeResourcesFit)."""
+    its node besides GPUs; only nodes where it fits now count (NodeResourcesFit).
+    ``refusal``: why a taint keeps every server off the pool's nodes (``taints.refused_by_taint``)."""
     now = pool.max_free_per_node if fitting_now is None else fitting_now
     fitting = pool.fit_for(request, groups)
     never = never_fits(pool, request, fitting)
@@ -481,6 +487,8 @@ def _offer_checked(
     if not pinnable:
         limit = now = 0
         reason = "its nodes carry no labels a server could be kept inside the pool with"
+    elif limit <= 0 and refusal:
+        reason = refusal
     elif never:
         limit = now = 0
         reason = never
@@ -510,6 +518,7 @@ def _offer_checked(
         fit_free=fitting.free if fitting is not None else None,
         fit_most=fitting.max_free_per_node if fitting is not None else None,
         never=never,
+        taint_refusal=refusal if limit <= 0 else None,
     )
 
 
@@ -537,6 +546,7 @@ def build_offers(
     count_limit: int | None = None,
     multiple_shares: bool = False,
     requests: Mapping[str, Mapping[str | None, tuple[int, ...]]] | None = None,
+    tolerated_taint_keys: Sequence[str] = DEFAULT_TOLERATED_TAINT_KEYS,
 ) -> dict[str, ProfileOffer]:
     """One :class:`ProfileOffer` per GPU profile slug, in the specs' order.
 
@@ -549,7 +559,9 @@ def build_offers(
     pool gives one share per server unless ``multiple_shares`` (:func:`share_cap`). ``requests``:
     per profile slug, what each image's pod asks of its node (``resource_requests.profile_requests``); a
     pool then counts only the nodes where the default image's pod fits, and
-    :meth:`ProfileOffer.for_image` recounts for another image.
+    :meth:`ProfileOffer.for_image` recounts for another image. ``tolerated_taint_keys``
+    (``gpu_tolerated_taint_keys``): a pool whose nodes all carry a hard taint outside them gives
+    no GPU, and its offer says which taint and how to allow it.
     """
     if count_limit is not None and (isinstance(count_limit, bool) or not isinstance(count_limit, int)
                                     or count_limit < 1):
@@ -560,18 +572,21 @@ def build_offers(
     for spec in specs:
         pools: list[PoolOffer] = []
         if problem is None or admit_without_capacity:
-            make = _offer_checked if problem is None else _offer_unchecked
             cap = _lowest_cap(spec.max_gpus, count_limit)
             own = (requests or {}).get(spec.slug) or {}
             for pool, name in visible:
                 if spec.admits(pool.id):
                     shares = share_cap(pool, multiple_shares)
+                    refusal = refused_by_taint(pool, tolerated_taint_keys) if problem is None else None
                     if problem is None and own:
                         offer = _offer_checked(pool, name, _lowest_cap(cap, shares), pool.pinnable,
-                                               request=own.get(spec.images.key_for({}), own.get(None)))
+                                               request=own.get(spec.images.key_for({}), own.get(None)),
+                                               refusal=refusal)
                         offer = replace(offer, requests=own)
+                    elif problem is None:
+                        offer = _offer_checked(pool, name, _lowest_cap(cap, shares), pool.pinnable, refusal=refusal)
                     else:
-                        offer = make(pool, name, _lowest_cap(cap, shares), pool.pinnable)
+                        offer = _offer_unchecked(pool, name, _lowest_cap(cap, shares), pool.pinnable)
                     if shares is not None and (cap is None or shares < cap):
                         offer = replace(offer, limit_note=ONE_SHARE_NOTE)
                     if fit is not None and spec.images.declared:

@@ -38,7 +38,7 @@ from gpuspawner.spawn.scheduler_messages import (
     taint_in,
 )
 from gpuspawner.spawn.pulltime import pull_estimate, same_image
-from gpuspawner.spawn.tolerations import taint_key_allowed
+from gpuspawner.spawn.tolerations import taint_key_allowed, taint_text
 
 # Progress hints (percent) for the spawn page's bar.  KubeSpawner moves the bar
 # a third of the way to 90 on every event whatever it says; these let the
@@ -270,10 +270,6 @@ def _waiting_for_gpu(ctx: SpawnContext, extra: str | None = None) -> str:
     return f"Waiting for {what} in pool {ctx.label}: " + "; ".join(parts) + "."
 
 
-def _taint_text(t: Taint) -> str:
-    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-
-
 def _message_taint_text(key: str | None, reasons: Iterable[ReasonCount]) -> str:
     if key is None:
         return "a taint"
@@ -386,7 +382,7 @@ def _never_fits(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | 
     hard = tuple(t for t in ctx.hard_taints() if not keys or t.key in keys)
     if taints and (hard or not failure.count(AFFINITY, NODE_NAME, VOLUME_ZONE)):
         key = hard[0].key if hard else taints[0].detail
-        shown = _taint_text(hard[0]) if hard else _message_taint_text(key, taints)
+        shown = taint_text(hard[0]) if hard else _message_taint_text(key, taints)
         reason = (
             f"the nodes of pool {ctx.label} carry the taint {shown}, which this server does not tolerate; "
             f"an administrator can allow it with c.GPUSpawner.gpu_tolerated_taint_keys "

@@ -178,6 +178,26 @@ def test_stale_figures_from_the_hub_are_not_shown_as_live(hub, new_page, login):
 
 
 @browser_test
+def test_a_pool_a_taint_closes_says_which_taint_and_how_to_allow_it(hub, new_page, login):
+    """A pool whose nodes all took a taint no server tolerates: the API counts no GPU there and says
+    why (``refused_by_taint``); the card shows those words, not a bare "no GPUs"."""
+    page = new_page()
+    login(page, "cleo")
+    open_spawn_page(hub, page, refresh_s=3600)
+    expect(pool_radio(page, T4)).to_be_enabled()
+    words = ("its nodes carry the taint example.com/reserved=x:NoSchedule, which this server does not tolerate; "
+             "an administrator can allow it with c.GPUSpawner.gpu_tolerated_taint_keys (add "
+             "'example.com/reserved') or remove the taint")
+    body = hub.gpus()
+    body["pools"] = [{**p, "nodes": 0, "total": 0, "free": 0, "max_free_per_node": 0, "refused_by_taint": words}
+                     if p["id"] == T4 else p for p in body["pools"]]
+    page.route("**/hub/api/gpus", lambda route: route.fulfill(json=body))
+    page.evaluate("location.hash = 'gs-refresh=1'")
+    expect(pool_card(page, T4).locator(".gs-reason")).to_have_text(f"Unavailable: {words}.")
+    expect(pool_radio(page, T4)).to_be_disabled()
+
+
+@browser_test
 def test_a_choice_that_became_impossible_is_flagged_before_submit(
     hub, new_page, login, load, screenshot
 ):

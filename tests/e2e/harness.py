@@ -173,6 +173,13 @@ class DemoHub:
                 return p
         raise AssertionError(f"pool {pool_id} not in /hub/api/gpus")
 
+    def pool_of(self, product_part: str, resource: str = "nvidia.com/gpu") -> dict:
+        """The first pool of ``/hub/api/gpus`` whose product contains ``product_part``."""
+        for p in self.gpus()["pools"]:
+            if product_part in (p["product"] or "") and p["resource"] == resource:
+                return p
+        raise AssertionError(f"the demo cluster has no {product_part} pool of {resource}: {self.gpus()}")
+
     # simulated cluster -------------------------------------------------------------------
     @property
     def faults_url(self) -> str:

@@ -26,7 +26,7 @@ if not shutil.which("configurable-http-proxy"):
 POOL_FIELDS = {
     "id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free",
     "max_free_per_node", "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas",
-    "fits_profiles", "queue", "images",
+    "fits_profiles", "queue", "refused_by_taint", "images",
 }
 
 
@@ -278,3 +278,25 @@ def test_bad_options_are_refused_with_400_and_no_pod(hub, options, words):
     assert not hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=mallory")
     # nothing is left pending: the next good request works
     assert not (hub.server("mallory") or {}).get("pending")
+
+
+def test_the_demo_shows_the_cuda_check_per_pool_and_image(hub):
+    """The demo's GPU profile declares its images' CUDA: each pool card says how each image fits."""
+    page = hub.login("heidi").get(f"{hub.url}/hub/spawn", timeout=30).text
+
+    def fit(pool: dict) -> dict[str, tuple[str, str]]:
+        card = re.search(r'value="%s".*?</div>' % re.escape(html.escape(pool["id"])), page, re.S)
+        assert card, pool["id"]
+        return {
+            choice: (level, html.unescape(text).strip())
+            for level, choice, text in re.findall(
+                r'<p class="gs-cuda gs-cuda-(\w+)"[^>]*data-gs-image-choice="(\w+)">\s*<strong>[^<]*</strong>([^<]*)</p>',
+                card.group(0),
+            )
+        }
+
+    t4, a100 = fit(hub.pool_of("T4")), fit(hub.pool_of("A100-SXM4-40GB"))
+    assert t4["cuda12"][0] == "fail" and t4["cuda12"][1].startswith("does not fit"), t4
+    assert t4["cuda11"][0] == "warn" and t4["cuda11"][1].startswith("fits with a caveat"), t4
+    assert a100["cuda12"][0] == "ok" and "caveat" in a100["cuda12"][1], a100  # its 535 node: minor-version
+    assert a100["cuda11"] == ("ok", "fits"), a100

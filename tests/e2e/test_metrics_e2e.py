@@ -1,15 +1,19 @@
-"""End to end: a GPU spawn that can never start ends early with the reason, and
-``/hub/metrics`` shows gpuspawner's series (pools, started / refused / failed
-spawns, the wait for a GPU), on ``gpuspawner demo`` with its default cluster.
+"""End to end: a GPU spawn that can never start ends early with the reason, a pool whose nodes
+carry a taint no server tolerates is refused before any pod with that taint and the fix, and
+``/hub/metrics`` shows gpuspawner's series (pools, started / refused / failed spawns, the wait for
+a GPU), on ``gpuspawner demo`` with its default cluster.
 
-The hopeless spawn: the hub is configured (``gpu_tolerated_taint_keys``
-without ``sku``) so that GPU servers may not tolerate the AKS T4 pool's
-``sku=gpu:NoSchedule`` taint.  The pool is offered (the admin's rule, not the
-user's mistake), the pod is created, and the scheduler answers
-``node(s) had untolerated taint {sku: gpu}`` for the pool's nodes and a node
-affinity mismatch for every other: no node can ever take it, and the pool
-declares no scale-up, so the spawn must fail at once with the reason rather
-than after the demo's 180 s ``start_timeout``.
+The hopeless spawn: the admin's ``modify_pod_hook`` gives one user's pods a ``nodeSelector`` for
+a rack label no node has.  The capacity model does not read what a hook adds, so the A100 pool
+is offered, the pod is created, and the scheduler answers ``didn't match Pod's node affinity/
+selector`` for every node: no node can ever take it, and the pool declares no scale-up, so the
+spawn must fail at once with the reason rather than after the demo's 180 s ``start_timeout``.
+
+The refused pool: the hub is configured (``gpu_tolerated_taint_keys`` without ``sku``) so that GPU
+servers may not tolerate the AKS T4 pool's ``sku=gpu:NoSchedule`` taint.  kube-scheduler would
+keep every server off those nodes, so the capacity counts none of their GPUs; a spawn there is
+refused at once (400), and the refusal, the pool's card and ``GET /hub/api/gpus`` name the taint
+and the key to add.
 """
 
 from __future__ import annotations
@@ -41,20 +45,27 @@ EXTRA_CONFIG = """
 c = get_config()  # noqa: F821
 # GPU servers may tolerate the A100/MIG pools' nvidia.com/gpu taint and AMD's, not AKS's sku=gpu
 c.GPUSpawner.gpu_tolerated_taint_keys = ["nvidia.com/gpu", "amd.com/gpu"]
+
+
+# the admin's own pod hook pins erin's servers to a rack no node is in
+def pin_erin(spawner, pod):
+    if spawner.user.name == "erin":
+        pod.spec.node_selector = {**(pod.spec.node_selector or {}), "example.com/rack": "9"}
+    return pod
+
+
+c.GPUSpawner.modify_pod_hook = pin_erin
 """
+
+# what the refusal, the card and the API say of the T4 pool
+TAINT_WORDS = "its nodes carry the taint sku=gpu:NoSchedule, which this server does not tolerate"
+TAINT_FIX = "c.GPUSpawner.gpu_tolerated_taint_keys (add 'sku') or remove the taint"
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     with running_demo(EXTRA_CONFIG, tmp_path_factory.mktemp("metrics-e2e")) as h:
         yield h
-
-
-def pool_of(hub: DemoHub, product_part: str) -> dict:
-    for p in hub.gpus()["pools"]:
-        if p["nodes"] and product_part in (p["product"] or "") and p["resource"] == "nvidia.com/gpu":
-            return p
-    raise AssertionError(f"the demo cluster has no {product_part} pool: {hub.gpus()}")
 
 
 def progress_events(hub: DemoHub, user: str, timeout: float) -> list[dict]:
@@ -79,15 +90,13 @@ def progress_events(hub: DemoHub, user: str, timeout: float) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def hopeless_spawn(hub):
-    """Ask for a GPU in the T4 pool, whose taint this hub's servers may not tolerate."""
-    t4 = pool_of(hub, "T4")
+    """Ask erin's GPU of the A100 pool, which the admin's hook pins to a rack no node is in."""
+    a100 = hub.pool_of("A100-SXM4-40GB")
     hub.create_user("erin")
     began = time.monotonic()
-    # the CUDA 11.8 image: the pool's driver 470 runs it (with a caveat), so only the taint stands in the way
-    answer = hub.api("POST", "/users/erin/server", json={"profile": "gpu", "gpu_pool": t4["id"], "gpus": 1,
-                                                         "image": "cuda11"})
+    answer = hub.api("POST", "/users/erin/server", json={"profile": "gpu", "gpu_pool": a100["id"], "gpus": 1})
     events = progress_events(hub, "erin", timeout=START_TIMEOUT + 30)
-    return {"pool": t4, "answer": answer, "events": events, "seconds": time.monotonic() - began}
+    return {"pool": a100, "answer": answer, "events": events, "seconds": time.monotonic() - began}
 
 
 def test_a_spawn_that_can_never_start_fails_quickly_with_the_reason(hub, hopeless_spawn):
@@ -97,18 +106,49 @@ def test_a_spawn_that_can_never_start_fails_quickly_with_the_reason(hub, hopeles
     assert hopeless_spawn["seconds"] < QUICKLY, (hopeless_spawn["seconds"], events, hub.log())
     last = events[-1]
     assert last.get("failed") is True, events
-    reason = "carry the taint sku=gpu:NoSchedule, which this server does not tolerate"
-    assert last["message"].startswith("Spawn failed: The nodes of pool "), last
-    assert reason in last["message"] and "gpu_tolerated_taint_keys (add 'sku')" in last["message"], last
+    assert last["message"].startswith("Spawn failed: No node of pool "), last
+    assert "can ever take this server" in last["message"] and "node affinity/selector" in last["message"], last
     assert "SpawnException" not in last["message"]  # the user's words, not the exception's repr
     if answer.status_code == 500:
-        assert reason in answer.json()["message"], answer.text
+        assert "can ever take this server" in answer.json()["message"], answer.text
     # no pod is left behind, and the GPU it held is free again
     wait_for(lambda: not hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=erin"), 60,
              "erin's pod to be deleted")
     assert not hub.server("erin")
     wait_for(lambda: hub.pool(hopeless_spawn["pool"]["id"])["free"] == hopeless_spawn["pool"]["free"], 60,
-             "the T4 pool's free count to come back")
+             "the A100 pool's free count to come back")
+
+
+@pytest.fixture(scope="module")
+def refused_by_taint(hub):
+    """Ask for a GPU of the T4 pool, whose taint this hub's servers may not tolerate."""
+    t4 = hub.pool_of("T4")
+    hub.create_user("ivan")
+    # the CUDA 11.8 image: the pool's driver 470 runs it (with a caveat), so only the taint stands in the way
+    answer = hub.api("POST", "/users/ivan/server", json={"profile": "gpu", "gpu_pool": t4["id"], "gpus": 1,
+                                                         "image": "cuda11"})
+    return {"pool": t4, "answer": answer}
+
+
+def test_a_pool_no_server_may_enter_is_refused_at_once_with_the_taint_and_the_fix(hub, refused_by_taint):
+    t4, answer = refused_by_taint["pool"], refused_by_taint["answer"]
+    # its nodes are listed, but no GPU of theirs is counted: kube-scheduler would keep the server off
+    assert (t4["nodes"], t4["total"], t4["free"]) == (0, 0, 0), t4
+    assert TAINT_WORDS in t4["refused_by_taint"] and TAINT_FIX in t4["refused_by_taint"], t4
+    # the REST refusal: before any pod, with the taint and the key to add
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["message"]
+    assert TAINT_WORDS in message and TAINT_FIX in message, message
+    assert not hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=ivan")
+    assert not hub.server("ivan")
+    # the spawn page's card for the pool says the same, and its radio cannot be chosen
+    page = hub.login("judy").get(f"{hub.url}/hub/spawn", timeout=30).text
+    card = re.search(r'<input[^>]*value="%s"[^>]*>.*?</div>' % re.escape(html.escape(t4["id"])), page, re.S)
+    assert card, page
+    assert " disabled" in card.group(0).split(">", 1)[0], card.group(0)
+    reason = re.search(r'<p class="gs-reason"[^>]*>([^<]*)</p>', page[card.start():])
+    assert reason and html.unescape(reason.group(1)).startswith(f"Unavailable: {TAINT_WORDS}"), page[card.start():][:2000]
+    assert TAINT_FIX in html.unescape(reason.group(1))
 
 
 def scrape(hub: DemoHub) -> dict[str, list]:
@@ -128,12 +168,12 @@ def value(samples: dict[str, list], name: str, **labels) -> float | None:
     return None
 
 
-def test_hub_metrics_show_pools_and_spawns_by_outcome(hub, hopeless_spawn):
-    a100, t4 = pool_of(hub, "A100-SXM4-40GB"), hopeless_spawn["pool"]
+def test_hub_metrics_show_pools_and_spawns_by_outcome(hub, hopeless_spawn, refused_by_taint):
+    a100, t4, amd = hopeless_spawn["pool"], refused_by_taint["pool"], hub.pool_of("MI300X", "amd.com/gpu")
 
-    # refused before any pod: the default image (CUDA 12.4) needs a newer driver than the T4 pool's 470
+    # refused before any pod: a CUDA image runs on no AMD GPU
     hub.create_user("frank")
-    r = hub.api("POST", "/users/frank/server", json={"profile": "gpu", "gpu_pool": t4["id"], "gpus": 1})
+    r = hub.api("POST", "/users/frank/server", json={"profile": "gpu", "gpu_pool": amd["id"], "gpus": 1})
     assert r.status_code == 400, r.text
     assert "does not fit any node of GPU pool" in r.json()["message"]
 
@@ -151,8 +191,9 @@ def test_hub_metrics_show_pools_and_spawns_by_outcome(hub, hopeless_spawn):
     assert value(samples, "gpuspawner_capacity_cache_age_seconds") >= 0
     spawns = "gpuspawner_spawns_total"
     assert value(samples, spawns, pool=a100["id"], outcome="started", reason="") == 1, samples.get(spawns)
-    assert value(samples, spawns, pool=t4["id"], outcome="refused", reason="cuda_mismatch") == 1, samples.get(spawns)
-    assert value(samples, spawns, pool=t4["id"], outcome="failed", reason="untolerated_taint") == 1, samples.get(spawns)
+    assert value(samples, spawns, pool=amd["id"], outcome="refused", reason="cuda_mismatch") == 1, samples.get(spawns)
+    assert value(samples, spawns, pool=t4["id"], outcome="refused", reason="untolerated_taint") == 1, samples.get(spawns)
+    assert value(samples, spawns, pool=a100["id"], outcome="failed", reason="no_matching_node") == 1, samples.get(spawns)
     assert value(samples, "gpuspawner_gpu_wait_seconds_count", pool=a100["id"]) == 1
     # JupyterHub's own metrics are still served beside ours
     assert "jupyterhub_running_servers" in samples
@@ -164,25 +205,3 @@ def test_hub_metrics_show_pools_and_spawns_by_outcome(hub, hopeless_spawn):
     r = hub.api("DELETE", "/users/grace/server")
     assert r.status_code in (202, 204)
     hub.wait_stopped("grace")
-
-
-def test_the_demo_shows_the_cuda_check_per_pool_and_image(hub):
-    """The demo's GPU profile declares its images' CUDA: each pool card says how each image fits."""
-    page = hub.login("heidi").get(f"{hub.url}/hub/spawn", timeout=30).text
-
-    def fit(pool: dict) -> dict[str, tuple[str, str]]:
-        card = re.search(r'value="%s".*?</div>' % re.escape(html.escape(pool["id"])), page, re.S)
-        assert card, pool["id"]
-        return {
-            choice: (level, html.unescape(text).strip())
-            for level, choice, text in re.findall(
-                r'<p class="gs-cuda gs-cuda-(\w+)"[^>]*data-gs-image-choice="(\w+)">\s*<strong>[^<]*</strong>([^<]*)</p>',
-                card.group(0),
-            )
-        }
-
-    t4, a100 = fit(pool_of(hub, "T4")), fit(pool_of(hub, "A100-SXM4-40GB"))
-    assert t4["cuda12"][0] == "fail" and t4["cuda12"][1].startswith("does not fit"), t4
-    assert t4["cuda11"][0] == "warn" and t4["cuda11"][1].startswith("fits with a caveat"), t4
-    assert a100["cuda12"][0] == "ok" and "caveat" in a100["cuda12"][1], a100  # its 535 node: minor-version
-    assert a100["cuda11"] == ("ok", "fits"), a100

@@ -33,7 +33,7 @@ from tests.builders.dra import counted_dra_pools
 SNIPPET = Path(str(config_snippet()))
 KEYS = ["id", "allocation", "resource", "product", "memory_mib", "nodes", "total", "free", "max_free_per_node",
         "driver_version", "cuda_version", "scale_up", "display_name", "sharing", "replicas", "queue",
-        "fits_profiles", "images"]
+        "fits_profiles", "refused_by_taint", "images"]
 
 
 # two-node pools of 80 GB cards, driver 535 (CUDA 12.2), at most 8 free on one node
@@ -117,7 +117,7 @@ async def test_capacity_for_a_plain_user_token(hub, install_cache):
     assert body["pools"][0]["scale_up"] == {"max_nodes": 4, "gpus_per_node": 8, "minutes": 6.5}
     # no gpu_kueue_queues: not queued; no CPU or memory asked: every profile fits
     assert {k: v for k, v in body["pools"][1].items() if k != "fits_profiles"} == {**A100.to_json(), "queue": None,
-                                                                                  "images": {}}  # no GPU profile
+                                                                                    "refused_by_taint": None, "images": {}}
     assert all(set(p["fits_profiles"].values()) <= {True} for p in body["pools"])
     assert fake.snapshots == 1
 

@@ -361,3 +361,28 @@ def test_bounded_count_is_what_validation_admits():
 def test_count_limit_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match="count_limit must be a positive integer"):
         build_offers([spec()], snap(A100), count_limit=bad)
+
+
+# the AKS T4 pool whose nodes all carry sku=gpu:NoSchedule, on a hub whose servers may not tolerate it
+REFUSED_T4 = pool_view("t4", "Tesla-T4", nodes=0, total=0, free=0, taints=(Taint("sku", "gpu", "NoSchedule"),))
+NOT_SKU = ("nvidia.com/gpu", "amd.com/gpu")
+
+
+@pytest.mark.parametrize("requests", [None, {"gpu": {None: (2000, 16 << 30, 0, 1)}}], ids=["no-request", "request"])
+def test_a_pool_refused_by_a_taint_is_offered_with_the_taint_and_the_fix(requests):
+    offer = build_offers([spec()], snap(REFUSED_T4, A100), tolerated_taint_keys=NOT_SKU, requests=requests)["gpu"]
+    t4 = offer.pool(REFUSED_T4.id)
+    assert (t4.max_gpus, t4.now) == (0, 0)
+    assert t4.reason.startswith("its nodes carry the taint sku=gpu:NoSchedule, which this server does not tolerate")
+    assert "gpu_tolerated_taint_keys (add 'sku')" in t4.reason
+    assert t4.for_image(None).reason == t4.reason  # a recount for another image keeps it
+    # the stock form's line and the REST refusal say the same, with a reason label of its own
+    assert describe_pool(t4).endswith(f"unavailable: {t4.reason}")
+    offers = {"gpu": offer}
+    profiles, _ = merge_profiles([], offers)
+    with pytest.raises(OptionError) as e:
+        validate_user_options({"profile": "gpu", "gpu_pool": REFUSED_T4.id, "gpus": 1}, profiles, offers)
+    assert t4.reason in str(e.value) and e.value.reason == "untolerated_taint"
+    # with the key allowed the empty pool says only that it is empty
+    plain = build_offers([spec()], snap(REFUSED_T4), requests=requests)["gpu"].pool(REFUSED_T4.id)
+    assert plain.reason == "no GPUs are allocatable in this pool now" and plain.taint_refusal is None

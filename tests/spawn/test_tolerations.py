@@ -9,6 +9,7 @@ from gpuspawner.capacity.model import Taint
 from gpuspawner.spawn.tolerations import (
     DEFAULT_TOLERATED_TAINT_KEYS as DEFAULT_KEYS,
     keeps_pods_off,
+    refused_by_taint,
     taint_key_allowed,
     toleration_for,
     tolerates,
@@ -80,3 +81,34 @@ def test_a_taints_own_toleration_tolerates_it():
 )
 def test_keeps_pods_off(taint, verdict):
     assert keeps_pods_off(taint) is verdict
+
+
+SKU = Taint("sku", "gpu", "NoSchedule")
+TEAM_NOEXEC = Taint("example.com/team", "ml", "NoExecute")
+WITHOUT_SKU = ("nvidia.com/gpu", "amd.com/gpu")
+SKU_WORDS = ("its nodes carry the taint sku=gpu:NoSchedule, which this server does not tolerate; an administrator "
+             "can allow it with c.GPUSpawner.gpu_tolerated_taint_keys (add 'sku') or remove the taint")
+
+
+@pytest.mark.parametrize(
+    "pool, allowed, words",
+    [
+        # every node refused (no contributing node, no GPU counted): the taint and the key to add
+        (pool_view("t4", "Tesla-T4", nodes=0, total=0, free=0, taints=(SKU,)), WITHOUT_SKU, SKU_WORDS),
+        (pool_view("t4", "Tesla-T4", nodes=0, total=0, free=0, taints=(SKU, TEAM_NOEXEC)), WITHOUT_SKU,
+         "its nodes carry the taints example.com/team=ml:NoExecute, sku=gpu:NoSchedule, which this server does "
+         "not tolerate; an administrator can allow them with c.GPUSpawner.gpu_tolerated_taint_keys (add "
+         "'example.com/team' and 'sku') or remove the taints"),
+        # the key is allowed: the pool is empty for another reason (its nodes are cordoned, say)
+        (pool_view("t4", "Tesla-T4", nodes=0, total=0, free=0, taints=(SKU,)), DEFAULT_KEYS, None),
+        # only steering, or Kubernetes' own node-condition taint: not a refusal by taint
+        (pool_view("t4", "Tesla-T4", nodes=0, total=0, free=0, taints=(Taint("sku", "gpu", "PreferNoSchedule"),)),
+         WITHOUT_SKU, None),
+        (pool_view("t4", "Tesla-T4", nodes=0, total=0, free=0, taints=(CORDON,)), WITHOUT_SKU, None),
+        # some nodes take servers: the pool's GPUs are those, and the page counts them
+        (pool_view("t4", "Tesla-T4", nodes=1, total=1, free=1, taints=(SKU,)), WITHOUT_SKU, None),
+    ],
+    ids=["one-taint", "two-taints", "key-allowed", "prefer-no-schedule", "cordoned", "some-nodes-count"],
+)
+def test_refused_by_taint_names_the_taint_and_the_key_to_allow(pool, allowed, words):
+    assert refused_by_taint(pool, allowed) == words

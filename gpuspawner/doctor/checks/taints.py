@@ -44,7 +44,8 @@ def _untolerated(taint: Taint, refs: list[ObjectRef], hub: HubFacts) -> Finding:
         "untolerated-gpu-taint",
         "warning",
         f"Taint {text} on {plural(len(refs), 'GPU node')} ({names(refs)}) is tolerated by no "
-        f"profile according to {source}, so GPU servers can never start there.",
+        f"profile according to {source}, so GPU servers can never start there: the spawn page counts none "
+        "of their GPUs and says the taint keeps servers off.",
         f'Allow it in jupyterhub_config.py: c.GPUSpawner.gpu_tolerated_taint_keys.append("{key}"); '
         f"or remove it from each node: kubectl taint nodes {refs[0].name} {key}:{effect}-",
         tuple(refs),

@@ -426,6 +426,27 @@ class PodWorker:
             return False
         return True
 
+    def _hosts_file(self, mounts: list[runtime.Mount]) -> str | None:
+        """The kubelet-managed ``/etc/hosts`` of the pod (``managedHostsFileContent``,
+        pkg/kubelet/kubelet_pods.go): localhost, the pod's own address under its hostname, then its
+        ``hostAliases``; None for a host-network pod or a container that mounts its own."""
+        spec = self.pod.get("spec") or {}
+        if spec.get("hostNetwork") or not self.ip or any(m.target == "/etc/hosts" for m in mounts):
+            return None
+        path = self.dir / "etc-hosts"
+        if not path.exists():
+            lines = ["# Kubernetes-managed hosts file.", "127.0.0.1\tlocalhost",
+                     "::1\tlocalhost ip6-localhost ip6-loopback", "fe00::0\tip6-localnet",
+                     "fe00::0\tip6-mcastprefix", "fe00::1\tip6-allnodes", "fe00::2\tip6-allrouters",
+                     f"{self.ip}\t{self.name}"]
+            aliases = [a for a in spec.get("hostAliases") or () if isinstance(a, dict) and a.get("ip")]
+            if aliases:
+                lines.append("\n# Entries added by HostAliases.")
+                lines += [f"{a['ip']}\t" + "\t".join(str(h) for h in a.get("hostnames") or ()) for a in aliases]
+            path.write_text("\n".join(lines) + "\n")
+            path.chmod(0o644)
+        return str(path)
+
     def _process_spec(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[runtime.Mount]) -> runtime.ProcessSpec:
         env[TERMINATION_LOG_ENV] = str(c.term_file)
         tm_path = c.spec.get("terminationMessagePath") or "/dev/termination-log"
@@ -440,6 +461,9 @@ class PodWorker:
                 cwd = str(self.dir)
         else:
             mounts = [*mounts, runtime.Mount(str(c.term_file), tm_path)]
+            hosts = self._hosts_file(mounts)
+            if hosts is not None:
+                mounts.append(runtime.Mount(hosts, "/etc/hosts"))
         return runtime.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir, *runtime.image_paths()],
                               scratch=str(self.dir / "scratch" / c.name), stdin=bool(c.spec.get("stdin")),
                               tty=bool(c.spec.get("tty")), hostname=self.name, private_tmp=True)

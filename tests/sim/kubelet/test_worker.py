@@ -78,6 +78,27 @@ async def test_configmap_secret_and_projected_volumes_are_read_at_their_mount_pa
     assert not os.path.exists("/etc/app") and not os.path.exists("/var/run/creds")
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [{}, {"hostAliases": [{"ip": "10.1.2.3", "hostnames": ["db", "db.example"]}]}],
+    ids=["pod-hostname", "host-aliases"],
+)
+async def test_the_pod_resolves_its_own_hostname_through_the_kubelet_managed_hosts_file(cluster, spec):
+    """As the kubelet writes it (managedHostsFileContent): a server that names itself by its
+    hostname (JupyterHub's proxy check, ``socket.gethostname()``) finds its pod's address."""
+    name = f"hosts-{len(spec)}"
+    script = f"{PY} -c \"import socket; print(socket.gethostbyname(socket.gethostname()))\"; cat /etc/hosts"
+    _create(cluster, pod_manifest(name, container(command=["sh", "-c", script]), restartPolicy="Never", **spec))
+    pod = await _phase(cluster, name, "Succeeded")
+    lines = cluster.logs("default", name).splitlines()
+    assert lines[0] == pod["status"]["podIP"], lines
+    assert lines[1] == "# Kubernetes-managed hosts file." and f"{pod['status']['podIP']}\t{name}" in lines
+    if spec:
+        assert "10.1.2.3\tdb\tdb.example" in lines
+    # the machine's own file is unchanged
+    assert "Kubernetes-managed" not in open("/etc/hosts").read()
+
+
 async def test_missing_configmap_is_failed_mount_until_it_appears(cluster):
     cluster.kubelet.mount_timeout = 1.0  # podAttachAndMountTimeout, 2 min 3 s on a real node
     volumes = [{"name": "config", "configMap": {"name": "late"}}]
