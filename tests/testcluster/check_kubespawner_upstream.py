@@ -1,8 +1,8 @@
 """KubeSpawner's own test suite, at the installed version's tag, on the test cluster
-(tests/testcluster/kubespawner_upstream.py; needs a clone of the suite, so not collected by default:
-run it by name): every test passes, except those named in ``CANNOT_RUN`` (their fixture cannot run
-under the installed JupyterHub) and in ``CLUSTER_GAP`` (what the node agent does not do yet), each with the reason, which docs/test-cluster.md repeats. A named test that
-passes again must be taken off its list."""
+(tests/testcluster/kubespawner_upstream.py; it needs a clone of the suite, so it is run by name, not
+collected): every test passes except those in ``CANNOT_RUN`` (their fixture cannot run under the
+installed JupyterHub) and ``CLUSTER_GAP`` (what the node agent does not do yet), with the reasons
+docs/test-cluster.md repeats. A named test that passes again must be taken off its list."""
 
 from __future__ import annotations
 
