@@ -29,10 +29,11 @@ hubprobe.install(c, stall_stacks=env.get("HUBBENCH_STALL_STACKS") == "1")
 if mode == "gpu":
     load_subconfig(env["HUBBENCH_SNIPPET"])  # noqa: F821 - provided by traitlets
     # gpuspawner's own share of each view, timed inside the hub (not the framework's, nor the proxy's)
+    from gpuspawner.hub import spawn_page
     from gpuspawner.hub.handlers import GPUCapacityHandler
     from gpuspawner.hub.spawner import GPUSpawner
 
-    hubprobe.time_method(GPUSpawner, "_render_gpu_options_form", "spawn_form")
+    hubprobe.time_method(spawn_page, "render_page", "spawn_form")  # GPUSpawner's options_form
     hubprobe.time_method(GPUCapacityHandler, "get", "api_gpus")
     hubprobe.time_method(GPUSpawner, "load_user_options", "load_user_options")
 else:

@@ -313,6 +313,6 @@ def install(c: Any, stall_stacks: bool = False) -> None:
     c.JupyterHub.extra_handlers.append((r"/bench/probe", ProbeHandler))
 
 
-def time_method(cls: type, name: str, label: str) -> None:
-    """Record the duration of every call of ``cls.name`` (the product's own share of a request)."""
+def time_method(cls: Any, name: str, label: str) -> None:
+    """Record the duration of every call of ``cls.name`` (a class or module: the product's own share of a request)."""
     setattr(cls, name, PROBE.timed(label, getattr(cls, name)))

@@ -139,7 +139,7 @@ def run(hub: DemoHub, users: int = 64) -> Report:
     for user, code, message in answers:
         if code in (201, 202):
             continue
-        if code == 400 and (f"pool {pool['id']!r} cannot give any GPU now" in message
+        if code == 400 and (f"{pool['display_name']} cannot give any GPU now" in message
                             or "choose between 1 and" in message):
             report.refused += 1
         else:

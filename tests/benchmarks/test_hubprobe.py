@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import hubprobe  # noqa: E402
 
-from gpuspawner.hub.spawner import GPUSpawner  # noqa: E402
+from gpuspawner.hub import spawn_page  # noqa: E402
 
 
 async def _not_the_product(*args):
@@ -22,8 +22,8 @@ async def _not_the_product(*args):
 
 
 @pytest.mark.parametrize(("make", "kind"), [
-    (lambda: GPUSpawner._render_gpu_options_form(None), "gpuspawner"),
-    (lambda: hubprobe.PROBE.timed("spawn_form", GPUSpawner._render_gpu_options_form)(None), "gpuspawner"),
+    (lambda: spawn_page.render_page(None), "gpuspawner"),
+    (lambda: hubprobe.PROBE.timed("spawn_form", spawn_page.render_page)(None), "gpuspawner"),
     (lambda: hubprobe.PROBE.timed("other", _not_the_product)(None), "other"),
     (lambda: _not_the_product(), "other"),
 ], ids=["product-coroutine", "timed-product-coroutine", "timed-other-coroutine", "other-coroutine"])

@@ -135,7 +135,9 @@ def test_capacity_api_exact_shape(hub):
     assert isinstance(data["age_seconds"], float)
     assert len(data["pools"]) >= 4
     for pool in data["pools"]:
-        assert set(pool) == POOL_FIELDS, pool
+        # the exact keys, then the idle rule: the demo gives its hub the culler's rules (gpu_cull_rules)
+        assert set(pool) == POOL_FIELDS | {"idle_rule"}, pool
+        assert list(pool)[-1] == "idle_rule" and pool["idle_rule"].startswith("This server is stopped after "), pool
         assert 0 <= pool["free"] <= pool["total"]
         assert pool["max_free_per_node"] <= pool["free"] or pool["nodes"] == 0
     resources = {p["resource"] for p in data["pools"]}

@@ -72,7 +72,7 @@ class UsageHub(CullHub):
 
         return datetime.now(timezone.utc) + timedelta(seconds=float(self.offset.read_text()))
 
-    def usage(self, user: str) -> dict:
+    def gpu_hours(self, user: str) -> dict:
         r = self.api("GET", f"/users/{user}/gpu-usage")
         assert r.status_code == 200, r.text
         return r.json()
@@ -129,7 +129,9 @@ def test_budget_refuses_keeps_usage_across_restarts_and_comes_back(hub):
     assert page.status_code == 200 and 'id="gpuspawner-gpu-hours"' in page.text
     shown = page.text[page.text.index('id="gpuspawner-gpu-hours"'):][:1500]
     assert "You have 0 of your 0.01 GPU-hours left in the last hour" in shown, shown
-    assert pool in page.text and "GPU-hours</td>" in page.text
+    # the pool as users read it (its spawn-page name), never its raw id
+    shown_name = next(p["display_name"] for p in hub.gpus()["pools"] if p["id"] == pool)
+    assert shown_name in shown and pool not in shown and "GPU-hours</td>" in page.text
     running = hub.gpu_hours("ada")
     assert running["budget"] == 0.01 and running["remaining"] == 0.0 and running["gpu_hours"] > 0.01
     [server] = running["servers"]  # still running: nothing stops it but the culler

@@ -54,7 +54,7 @@ def hub_kubeconfig(control_plane, local_kubectl, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def node_agent(control_plane, tmp_path_factory):
+def node_agent(control_plane, local_kubectl, tmp_path_factory):
     """One A100 node with 4 GPUs (device plugin, GFD labels, the GPU taint) and its DCGM exporter."""
     d = tmp_path_factory.mktemp("rbac-nodes")
     a100 = node(NODE, {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "4"}, dict(GFD_A100_40GB),
@@ -78,6 +78,8 @@ def node_agent(control_plane, tmp_path_factory):
             proc.kill()
             proc.wait(10)
         log.close()
+        # the session's control plane is shared: its node goes with it (else it turns NotReady there)
+        local_kubectl("delete", "node", NODE, "--wait=false", check=False)
 
 
 HUB_CONFIG = """
