@@ -27,6 +27,7 @@ KUEUE_ROLE_RULES = (
 )
 # how long the reason Kueue stopped a server is remembered after its Workload is gone
 EVICTION_MEMORY = 3600.0
+STOP_TIMEOUT = 5.0  # seconds stop() waits for its cancelled tasks
 
 ApiFactory = Callable[[], Awaitable[Any]]
 
@@ -90,10 +91,15 @@ class KueueView:
         self._task = self._watch_task = None
         for task in tasks:
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        if tasks:
+            # a watch whose connection does not close on cancel must not hold up the hub's shutdown
+            _, stuck = await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
+            for task in stuck:
+                log.warning("Kueue view of %s: a task did not stop within %g s after cancel", self.namespace,
+                            STOP_TIMEOUT)
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.info("Kueue view of %s: a task ended with %r", self.namespace, task.exception())
 
     def poke(self) -> None:
         """Refresh now (a spawn created its pod, or stopped)."""

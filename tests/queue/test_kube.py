@@ -126,3 +126,29 @@ async def test_a_watch_event_keeps_why_kueue_stopped_a_server_the_list_never_saw
     assert view.state_of("uid-carol", "gpu-a100") is None
     assert view.stop_reason("uid-carol").message.startswith("Preempted in gpu-a100")
     view.observe("ADDED", {"metadata": {"name": "no-label"}})  # not a plain pod's Workload: ignored
+
+
+async def test_stop_returns_even_when_a_cancelled_task_does_not_end(monkeypatch):
+    # a watch whose connection ignores the cancel must not hold up the hub's shutdown
+    import asyncio
+
+    from gpuspawner.queue import kube
+
+    monkeypatch.setattr(kube, "STOP_TIMEOUT", 0.2)
+    release = asyncio.Event()
+
+    async def stubborn():
+        while not release.is_set():
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                pass  # swallowed, as a stuck connection close would
+
+    view = KueueView("ns", lambda: None)
+    task = view._watch_task = asyncio.ensure_future(stubborn())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(view.stop(), 5)  # without the bound, this waits for ever
+    assert view._watch_task is None and not task.done()
+    release.set()
+    task.cancel()
+    await task
