@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuspawner.kube.times import format_duration, parse_duration
 
-__all__ = ["AppliedRule", "CullRules", "Limits", "RulesError", "describe", "load_rules", "rule_for",
+__all__ = ["AppliedRule", "CullRules", "Limits", "RulesError", "RulesFile", "describe", "load_rules", "rule_for",
            "rules_from_mapping"]
 
 DEFAULT_IDLE_TIMEOUT = 3600.0
@@ -151,3 +151,31 @@ def load_rules(path: str | Path) -> CullRules:
         raise RulesError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: "
                          f"{str(e).splitlines()[0]}") from None
     return rules_from_mapping(doc, str(p))
+
+
+class RulesFile:
+    """A rules file, read again only when its modification time (or size) changes: a reader may ask
+    for its rules on every page view, and a file left as it is is never parsed twice."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int] | None = None
+        self._result: CullRules | RulesError | None = None
+
+    def read(self) -> CullRules:
+        """The file's rules; ``RulesError`` (saying what to fix) while it cannot be read or used."""
+        try:
+            st = self.path.stat()
+        except OSError as e:
+            self._stamp = None
+            raise RulesError(f"{self.path}: cannot read it: {e.strerror or e}") from None
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp or self._result is None:
+            try:
+                self._result = load_rules(self.path)
+            except RulesError as e:
+                self._result = e
+            self._stamp = stamp
+        if isinstance(self._result, RulesError):
+            raise RulesError(str(self._result)) from None
+        return self._result

@@ -46,6 +46,17 @@ class GPUCapacityHandler(APIHandler):
         GPUCapacityHandler._settings_memo = (self.config, spawner_class, settings)
         return settings
 
+    _requests_memo: tuple[object, dict] | None = None
+
+    def profile_requests(self, settings: GPUSpawnerSettings) -> dict:
+        """Per GPU profile, what its pods ask of a node besides GPUs (once per hub config)."""
+        memo = GPUCapacityHandler._requests_memo
+        if memo is None or memo[0] is not settings:
+            requests = server_requests.requests_of(settings.gpu_profile_specs(),
+                                                   server_requests.config_defaults(self.config))
+            memo = GPUCapacityHandler._requests_memo = (settings, requests)
+        return memo[1]
+
     _images_memo: tuple[object, object, FittingImages] | None = None
 
     def fitting_images(self, settings: GPUSpawnerSettings) -> FittingImages:
@@ -83,7 +94,7 @@ class GPUCapacityHandler(APIHandler):
             )
         settings = self.capacity_settings()
         specs = settings.gpu_profile_specs()
-        requests = server_requests.requests_of(specs, server_requests.config_defaults(self.config))
+        requests = self.profile_requests(settings)
         snapshot = self.capacity_snapshot(settings, requests)
         presented = present_pools(snapshot.pools, settings.pool_rules())
         names = {pool.id: name for pool, name in presented}

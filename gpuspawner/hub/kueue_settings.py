@@ -6,6 +6,8 @@ import asyncio
 from traitlets import Float, List, TraitError, validate
 from traitlets.config import Configurable
 
+from gpuspawner.hub import parsed_config as frozen
+from gpuspawner.hub.parsed_config import freeze, parsed, remember, thaw
 from gpuspawner.queue.kube import KueueView
 from gpuspawner.queue.rules import QueueRule, parse_rules
 
@@ -13,7 +15,7 @@ from gpuspawner.queue.rules import QueueRule, parse_rules
 class KueueSettings(Configurable):
     """Which pools queue through Kueue, and how long a server may wait in a queue."""
 
-    gpu_kueue_queues = List(
+    gpu_kueue_queues = frozen.List(
         config=True,
         help="""
         GPU pools whose servers queue through Kueue (docs/kueue.md): a list of rules, the first that
@@ -43,11 +45,13 @@ class KueueSettings(Configurable):
 
     @validate("gpu_kueue_queues")
     def _validate_kueue_queues(self, proposal):
+        value = freeze(proposal.value, "gpu_kueue_queues")
         try:
-            parse_rules(proposal.value, "c.GPUSpawner.gpu_kueue_queues")
+            rules = parse_rules(thaw(value), "c.GPUSpawner.gpu_kueue_queues")
         except ValueError as e:
             raise TraitError(str(e)) from None
-        return proposal.value
+        remember(self, "gpu_kueue_queues", (value,), rules)
+        return value
 
     @validate("gpu_kueue_queue_wait_limit")
     def _validate_queue_wait_limit(self, proposal):
@@ -58,7 +62,8 @@ class KueueSettings(Configurable):
         return value
 
     def queue_rules(self) -> tuple[QueueRule, ...]:
-        return parse_rules(self.gpu_kueue_queues)
+        """``gpu_kueue_queues``, parsed when assigned."""
+        return parsed(self, "gpu_kueue_queues", ("gpu_kueue_queues",), lambda value: parse_rules(thaw(value)))
 
     def kueue_view(self, namespace: str | None = None) -> KueueView | None:
         """The shared view of Kueue in ``namespace`` (default: the first one a spawner started),

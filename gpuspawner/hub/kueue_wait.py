@@ -6,7 +6,7 @@ import asyncio
 import html
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuspawner.hub.errors import spawn_error
@@ -43,37 +43,37 @@ class QueuedSpawn:
 def extend_start_timeout(spawner: Any) -> None:
     """Before a start: when this server may be queued, JupyterHub's start timeout is the admin's
     ``start_timeout`` plus the queue-wait limit; :func:`check_pod` ends a wait that passes either part."""
-    spawner._queue_base_timeout = spawner.start_timeout
-    spawner._gpu_queued = None
+    base = spawner.start_timeout
+    spawner._spawn = replace(spawner._spawn, queue_base_timeout=base, queued=None)
     spawner.gpu_stop_message = None
     options = spawner.user_options if isinstance(spawner.user_options, Mapping) else {}
     profile = options.get("profile") if isinstance(options.get("profile"), str) else None
     if may_queue(spawner.queue_rules(), profile):
-        spawner.start_timeout = spawner._queue_base_timeout + spawner.gpu_kueue_queue_wait_limit
+        spawner.start_timeout = base + spawner.gpu_kueue_queue_wait_limit
 
 
 def restore_start_timeout(spawner: Any) -> None:
-    base = getattr(spawner, "_queue_base_timeout", None)
+    base = spawner._spawn.queue_base_timeout
     if base is not None:
         spawner.start_timeout = base
-        spawner._queue_base_timeout = None
+        spawner._spawn = replace(spawner._spawn, queue_base_timeout=None)
 
 
 def apply_selection(spawner: Any, profile: str, pool_id: str, resource: str) -> None:
     """The chosen pool queues: label the pod for Kueue, and let Kueue rather than gpuspawner's
     reservation hold its place."""
     rule = queue_for(spawner.queue_rules(), profile, pool_id)
-    spawner._gpu_queued = None
+    spawner._spawn = replace(spawner._spawn, queued=None)
     if rule is None:
         return
     spawner.extra_labels = {**spawner.extra_labels, **pod_labels(rule)}
     spawner.release_gpus()
     spawner.log.info("%s is queued in Kueue LocalQueue %s%s", spawner._log_name, rule.queue,
                      f" (priority {rule.priority_class})" if rule.priority_class else "")
-    spawner._gpu_queued = QueuedSpawn(
-        rule=rule, resource=resource, base_timeout=spawner._queue_base_timeout or spawner.start_timeout,
+    spawner._spawn = replace(spawner._spawn, queued=QueuedSpawn(
+        rule=rule, resource=resource, base_timeout=spawner._spawn.queue_base_timeout or spawner.start_timeout,
         wait_limit=spawner.gpu_kueue_queue_wait_limit,
-    )
+    ))
     spawner.kueue_view().poke()
 
 
@@ -85,12 +85,11 @@ def _gated(pod: Mapping[str, Any]) -> bool:
 def check_pod(spawner: Any, pod: Any) -> None:
     """One poll of the start's wait (``is_pod_running``): the queue's state of the pod; raise when the
     spawn can never start this way or a wait ran past its limit."""
-    base = getattr(spawner, "_queue_base_timeout", None)
-    queued: QueuedSpawn | None = getattr(spawner, "_gpu_queued", None)
+    record = spawner._spawn
+    base, queued, began = record.queue_base_timeout, record.queued, record.began
     now = _clock()
     if queued is None:
         # not queued after all: the admin's own start_timeout, counted as KubeSpawner would
-        began = getattr(getattr(spawner, "_spawn", None), "began", None)
         if base is not None and began is not None and spawner.start_timeout > base and now - began > base:
             raise TimeoutError(f"pod {spawner.namespace}/{spawner.pod_name} did not start in {base} seconds!")
         return
@@ -134,7 +133,7 @@ def _failure(spawner: Any, state: QueueState) -> Exception:
 
 def current_message(spawner: Any) -> str | None:
     """The queue's words for this spawn now (None: not queued), from the shared view: no API call."""
-    queued: QueuedSpawn | None = getattr(spawner, "_gpu_queued", None)
+    queued: QueuedSpawn | None = spawner._spawn.queued
     if queued is None:
         return None
     if queued.pod_uid is None:
@@ -190,7 +189,7 @@ async def with_queue_messages(spawner: Any, events: AsyncIterator[dict], interva
 
 def note_stopped(spawner: Any) -> None:
     """The server's pod is gone: if Kueue stopped it (preempted, evicted), keep why for the spawn page."""
-    queued: QueuedSpawn | None = getattr(spawner, "_gpu_queued", None)
+    queued: QueuedSpawn | None = spawner._spawn.queued
     if queued is None or queued.pod_uid is None:
         return
     state = spawner.kueue_view().stop_reason(queued.pod_uid)

@@ -94,7 +94,8 @@ def apply(spawner: Any, plan: SpawnPlan) -> SpawnRecord:
         spawner.log.info("%s is kept off the nodes of pool %s with driver %s: it does not fit image %s",
                          log_name, pool.id, ", ".join(plan.excluded_drivers), selection.cuda.image.name)
     if plan.claim_template is not None:
-        spawner._gpu_dra_template = dra_templates.hold(plan.claim_template, spawner._gpu_dra_template)
+        spawner._spawn = replace(spawner._spawn,
+                                 dra_template=dra_templates.hold(plan.claim_template, spawner._spawn.dra_template))
         spawner.modify_pod_hook = dra_templates.claim_hook(spawner.modify_pod_hook, plan.claim_template)
     if plan.untolerated:
         spawner.log.warning(
@@ -131,6 +132,6 @@ def apply(spawner: Any, plan: SpawnPlan) -> SpawnRecord:
     kueue_wait.apply_selection(spawner, selection.profile, pool.id, pool.resource)  # may release the reservation
     spawner.log.info(
         "%s gets %d x %s in pool %s%s", log_name, gpus, pool.resource, pool.id,
-        " (after a scale-up)" if selection.pool.needs_scale_up(gpus) and spawner._gpu_queued is None else "",
+        " (after a scale-up)" if selection.pool.needs_scale_up(gpus) and spawner._spawn.queued is None else "",
     )
     return spawner._spawn

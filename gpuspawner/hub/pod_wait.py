@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuspawner.hub import capacity_access, gpu_metrics, kueue_wait, poolimages
@@ -21,7 +21,7 @@ from gpuspawner.spawn.pending_verdicts import (
 from gpuspawner.spawn.probe_container import probe_failure
 from gpuspawner.spawn.progress import SpawnContext, rewrite_progress_event
 
-__all__ = ["GPUSpawnInfo", "SpawnRecord", "spawn_context", "check_running", "check_pod", "progress", "revive",
+__all__ = ["GPUSpawnInfo", "SpawnRecord", "renewed", "notes_known", "spawn_context", "check_running", "check_pod", "progress", "revive",
            "failure_reason", "count_failure"]
 
 _clock = time.monotonic  # how long a start ran (a seam for tests)
@@ -42,17 +42,50 @@ class GPUSpawnInfo:
 
 @dataclass(frozen=True)
 class SpawnRecord:
-    """One spawn of a spawner, from its plan to its end (replaced, never changed in place)."""
+    """One spawn of a spawner, from its start to its stop (replaced, never changed in place;
+    :func:`renewed` is where its fields are reset)."""
 
+    # -- this start (reset by start())
+    notes: asyncio.Future | None = None  # done once this spawn's warnings are known (progress waits)
+    starting: bool = False  # while KubeSpawner's _start waits for the pod
+    began: float | None = None  # when _start began (the clock above)
+    # refused before any Kubernetes object existed: the stop JupyterHub then calls has nothing to
+    # delete (no API call, no log line); form_choices: what the refused request chose, for the page
+    refused: bool = False
+    form_choices: Mapping[str, str] = field(default_factory=dict)
+    queue_base_timeout: float | None = None  # the admin's start_timeout while a queue's wait stretches it
+    # -- this start's plan (reset by each load_user_options)
     info: GPUSpawnInfo | None = None  # set for a GPU spawn
     warnings: tuple[str, ...] = ()  # the CUDA warning, first in the progress
     probe_image: str | None = None
     watch_probe: bool = False  # a failed probe ends the wait
     reservation: tuple[Any, str] | None = None  # (cache, owner) of the GPUs reserved for the pod
-    starting: bool = False  # while KubeSpawner's _start waits for the pod
-    began: float | None = None  # when _start began (the clock above)
     wait_seen: bool = False  # the GPU wait metric has this spawn
     short: tuple[float, Any] | None = None  # (first seen, recheck token) while the scheduler finds no room
+    queued: Any = None  # its place in a Kueue queue (kueue_wait.QueuedSpawn)
+    # -- the server, until its stop (kept across starts)
+    pod_requested: bool = False  # a pod create request was sent, until a stop has had it deleted
+    dra_template: str | None = None  # "<namespace>/<name>" of its DRA claim template (in its state)
+
+
+_PLAN_FIELDS = ("info", "warnings", "probe_image", "watch_probe", "reservation", "wait_seen", "short", "queued")
+
+
+def renewed(record: SpawnRecord, *, start: bool, notes: asyncio.Future | None = None) -> SpawnRecord:
+    """The record a new start (``start``: with its ``notes`` future) or a new plan of this start
+    begins with: the one place a spawn's fields are reset. A start keeps what the server holds
+    until its stop (a requested pod, a claim template); a plan also keeps what its start set."""
+    if start:
+        return SpawnRecord(notes=notes, pod_requested=record.pod_requested, dra_template=record.dra_template)
+    fresh = SpawnRecord()
+    return replace(record, **{name: getattr(fresh, name) for name in _PLAN_FIELDS})
+
+
+def notes_known(spawner: Any) -> None:
+    """This spawn's warnings are known: :func:`progress`, which waits for them, goes on."""
+    notes = spawner._spawn.notes
+    if notes is not None and not notes.done():
+        notes.set_result(None)
 
 
 def spawn_context(spawner: Any, pod: Any = None) -> SpawnContext | None:

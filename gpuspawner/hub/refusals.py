@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tornado.log import app_log, gen_log
@@ -31,9 +32,8 @@ def refuse(spawner: Any, status: int, message: str, *, reason: str, in_start: bo
     spawner.log.info("Refused %s of %s (%s): %s", what, spawner._log_name, reason, message)
     if in_start:  # not for a query refused before JupyterHub stored anything
         spawner.gpu_held = 0
-        spawner._refused = True
-        # the spawn page comes back with what the user chose (not stored as the next spawn's)
-        spawner._form_choices = form_choices(spawner.user_options)
+        # nothing to stop; the spawn page comes back with what the user chose (not stored as the next spawn's)
+        spawner._spawn = replace(spawner._spawn, refused=True, form_choices=form_choices(spawner.user_options))
         _forget_options(spawner)
     error = refusal(status, message, reason=reason)
     # the handlers' log, jupyterhub/user.py's (tornado's app_log) and tornado's own (gen_log)

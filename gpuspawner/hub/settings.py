@@ -11,8 +11,10 @@ from typing import Any
 from traitlets import Bool, Dict, Float, List, TraitError, Unicode, Union, validate
 from traitlets.config import Config
 
-from gpuspawner.cull.idle_timeouts import CullRules, RulesError, describe, load_rules, rule_for, rules_from_mapping
+from gpuspawner.cull.idle_timeouts import CullRules, RulesError, RulesFile, describe, rule_for, rules_from_mapping
 from gpuspawner.hub import gpu_metrics, hub_log
+from gpuspawner.hub import parsed_config as frozen
+from gpuspawner.hub.parsed_config import freeze, parsed, remember, thaw
 from gpuspawner.hub.homesettings import GPUHomeSettings
 from gpuspawner.hub.prepull import GPUPrepullSettings
 from gpuspawner.hub.gpu_hours_settings import GPUHourSettings
@@ -44,10 +46,10 @@ def _serve_capacity_metrics(cache: Any) -> None:
     _metrics_cache = weakref.ref(cache)
 
 
-def _names_or_default(help: str) -> List:
+def _names_or_default(help: str) -> frozen.List:
     """A list-of-names knob whose None (its default) keeps gpuspawner's own
     list (``capacity.config.CapacityConfig``'s field defaults)."""
-    return List(Unicode(), default_value=None, allow_none=True, config=True, help=help)
+    return frozen.List(Unicode(), default_value=None, allow_none=True, config=True, help=help)
 
 
 def fingerprint(*values: Any) -> str:
@@ -64,6 +66,46 @@ def fingerprint(*values: Any) -> str:
 _CAPACITY_FIELDS = {"gpu_node_group_labels": "node_group_labels", "gpu_dra_drivers": "dra_drivers"}
 # KubeSpawner's settings of its API client -> the capacity cache's client's keyword arguments
 _KUBE_API = {"k8s_api_host": "host", "k8s_api_ssl_ca_cert": "ssl_ca_cert", "k8s_api_verify_ssl": "verify_ssl"}
+
+
+# the traits a CapacityConfig is read from
+_CAPACITY_TRAITS = ("gpu_declared_pools", "gpu_reservation_ttl", "gpu_capacity_stall_timeout", "gpu_resources",
+                    "gpu_resource_prefixes", "gpu_node_group_labels", "gpu_dra_drivers", "gpu_tolerated_taint_keys")
+
+
+def _profile_specs(raw: Any) -> tuple[GPUProfileSpec, ...]:
+    """``gpu_profiles`` read into specs; a mistake (or a slug used twice) raises ``ValueError``."""
+    specs = tuple(GPUProfileSpec.from_config(d, where=f"gpu_profiles[{i}]") for i, d in enumerate(raw))
+    seen: set[str] = set()
+    for i, spec in enumerate(specs):
+        if spec.slug in seen:
+            raise ValueError(f"gpu_profiles[{i}]: slug {spec.slug!r} is used twice; slugs must be unique")
+        seen.add(spec.slug)
+    return specs
+
+
+def _pool_rules(value: Any) -> tuple[PoolRule, ...]:
+    return tuple(PoolRule.from_config(r, where=f"gpu_pool_rules[{i}]") for i, r in enumerate(thaw(value)))
+
+
+def _declared_pools(value: Any) -> tuple[DeclaredPool, ...]:
+    """``gpu_declared_pools`` read into pools; a mistake raises ``TraitError`` naming the item."""
+    out = []
+    for i, d in enumerate(thaw(value)):
+        try:
+            out.append(DeclaredPool.from_config(d))
+        except (ValueError, TypeError) as e:
+            raise TraitError(f"gpu_declared_pools[{i}]: {e}") from None
+    return tuple(out)
+
+
+def _cull_source(value: Any) -> CullRules | RulesFile | None:
+    """``gpu_cull_rules`` read: the rules of a dict, or a rules file read once (``RulesError`` if bad)."""
+    if isinstance(value, str):
+        source = RulesFile(value)
+        source.read()
+        return source
+    return rules_from_mapping(thaw(value), "gpu_cull_rules") if value is not None else None
 
 
 #: the class's former name: ``c.GPUCapacitySettings.<knob>`` in a config keeps working
@@ -86,7 +128,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         i = names.index("GPUSpawnerSettings")
         return names[:i] + [LEGACY_SECTION] + names[i:]
 
-    gpu_tolerated_taint_keys = List(
+    gpu_tolerated_taint_keys = frozen.List(
         Unicode(),
         default_value=list(DEFAULT_TOLERATED_TAINT_KEYS),
         config=True,
@@ -109,7 +151,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
             check_tolerated_keys(proposal.value)
         except ValueError as e:
             raise TraitError(f"gpu_tolerated_taint_keys: {e}") from None
-        return proposal.value
+        return freeze(proposal.value, "gpu_tolerated_taint_keys")
 
     gpu_resources = _names_or_default(
         """
@@ -150,7 +192,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
             c.GPUSpawner.gpu_dra_drivers = ["gpu.nvidia.com", "gpu.example.com"]
         """
     )
-    gpu_declared_pools = List(
+    gpu_declared_pools = frozen.List(
         Dict(),
         config=True,
         help="""
@@ -271,7 +313,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
             c.GPUSpawner.gpu_allow_multiple_shares = True
         """,
     )
-    gpu_pool_rules = List(
+    gpu_pool_rules = frozen.List(
         Dict(),
         config=True,
         help="""
@@ -297,7 +339,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         """,
     )
 
-    gpu_profiles = List(
+    gpu_profiles = frozen.List(
         Dict(),
         config=True,
         help="""
@@ -322,20 +364,15 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
     )
     @validate("gpu_profiles")
     def _validate_gpu_profiles(self, proposal):
-        slugs = set()
-        for i, d in enumerate(proposal.value):
-            try:
-                spec = GPUProfileSpec.from_config(d, where=f"gpu_profiles[{i}]")
-            except ValueError as e:
-                raise TraitError(str(e)) from None
-            if spec.slug in slugs:
-                raise TraitError(f"gpu_profiles[{i}]: slug {spec.slug!r} is used twice; slugs must be unique")
-            slugs.add(spec.slug)
+        value = freeze(proposal.value, "gpu_profiles")
+        raw = thaw(value)
         try:
-            AccessRules.from_config(proposal.value)
+            specs = _profile_specs(raw)
+            AccessRules.from_config(raw)
         except ValueError as e:
             raise TraitError(str(e)) from None
-        return proposal.value
+        remember(self, "gpu_profiles", (value,), specs)  # parsed here, once: never per view
+        return value
 
     @validate("gpu_image_pull_seconds", "gpu_start_timeout_max")
     def _validate_wait_seconds(self, proposal):
@@ -355,13 +392,14 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
 
     @validate("gpu_pool_rules")
     def _validate_pool_rules(self, proposal):
+        value = freeze(proposal.value, "gpu_pool_rules")
         try:
-            for i, rule in enumerate(proposal.value):
-                PoolRule.from_config(rule, where=f"gpu_pool_rules[{i}]")
-            AccessRules.from_config((), proposal.value)
+            rules = _pool_rules(value)
+            AccessRules.from_config((), thaw(value))
         except ValueError as e:
             raise TraitError(str(e)) from None
-        return proposal.value
+        remember(self, "gpu_pool_rules", (value,), rules)
+        return value
 
     @validate("gpu_resources", "gpu_resource_prefixes", "gpu_node_group_labels", "gpu_dra_drivers")
     def _validate_names(self, proposal):
@@ -371,7 +409,7 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
                 check_names(_CAPACITY_FIELDS.get(name, name), value)
             except ValueError as e:
                 raise TraitError(f"{name}: {e}") from None
-        return value
+        return freeze(value, name)
 
     @validate("gpu_reservation_ttl", "gpu_capacity_stall_timeout")
     def _validate_ttl(self, proposal):
@@ -383,14 +421,11 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
 
     @validate("gpu_declared_pools")
     def _validate_declared(self, proposal):
-        for i, d in enumerate(proposal.value):
-            try:
-                DeclaredPool.from_config(d)
-            except (ValueError, TypeError) as e:
-                raise TraitError(f"gpu_declared_pools[{i}]: {e}") from None
-        return proposal.value
+        value = freeze(proposal.value, "gpu_declared_pools")
+        remember(self, "gpu_declared_pools", (value,), _declared_pools(value))
+        return value
 
-    gpu_cull_rules = Union(
+    gpu_cull_rules = frozen.Union(
         [Dict(), Unicode()],
         default_value=None,
         allow_none=True,
@@ -400,8 +435,9 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         spawn form tells users the rule for the profile and pool they pick, and
         ``GET /hub/api/gpus`` gives each pool's as ``idle_rule``. Either the rules
         themselves (a dict, as in a rules file) or the path of the rules file the
-        culler reads (``gpuspawner cull --config FILE``; read again at each
-        render, so the page follows edits). None (the default): nothing is shown.
+        culler reads (``gpuspawner cull --config FILE``; read again when its
+        modification time changes, so the page follows edits). None (the default):
+        nothing is shown.
 
             c.GPUSpawner.gpu_cull_rules = {
                 "idle_timeout": "1h",
@@ -416,25 +452,23 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
 
     @validate("gpu_cull_rules")
     def _validate_cull_rules(self, proposal):
-        value = proposal.value
+        value = freeze(proposal.value, "gpu_cull_rules")
         try:
-            if isinstance(value, str):
-                load_rules(value)
-            elif value is not None:
-                rules_from_mapping(value, "gpu_cull_rules")
+            remember(self, "gpu_cull_rules", (value,), _cull_source(value))
         except RulesError as e:
             raise TraitError(f"c.GPUSpawner.gpu_cull_rules: {e}") from None
         return value
 
     def cull_rules(self) -> CullRules | None:
-        """The culler's rules (None: not configured, or the file became unreadable: logged)."""
-        value = self.gpu_cull_rules
-        if value is None:
-            return None
+        """The culler's rules (None: not configured, or the file became unreadable: logged once per
+        change of the file). A rules file is read again only when its modification time changes."""
         try:
-            return load_rules(value) if isinstance(value, str) else rules_from_mapping(value, "gpu_cull_rules")
+            source = parsed(self, "gpu_cull_rules", ("gpu_cull_rules",), _cull_source)
+            return source.read() if isinstance(source, RulesFile) else source
         except RulesError as e:
-            log.error("c.GPUSpawner.gpu_cull_rules: %s; the spawn form shows no idle rule", e)
+            if self.__dict__.get("_gpu_cull_rules_error") != str(e):
+                self.__dict__["_gpu_cull_rules_error"] = str(e)
+                log.error("c.GPUSpawner.gpu_cull_rules: %s; the spawn form shows no idle rule", e)
             return None
 
     def idle_rule(self, profile: str | None, pool: str | None, rules: CullRules | None = None) -> str | None:
@@ -471,46 +505,39 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         return {_KUBE_API[k]: v for k, v in given.items() if v is not None and v != ""}
 
     def pool_rules(self) -> tuple[PoolRule, ...]:
-        return tuple(PoolRule.from_config(r) for r in self.gpu_pool_rules)
-
-    _specs_memo: tuple[Any, str, tuple[GPUProfileSpec, ...]] | None = None
+        """``gpu_pool_rules``, parsed when assigned."""
+        return parsed(self, "gpu_pool_rules", ("gpu_pool_rules",), _pool_rules)
 
     def gpu_profile_specs(self) -> tuple[GPUProfileSpec, ...]:
-        """The GPU profiles, read once per configuration (every view and spawn asks for them)."""
-        text = fingerprint(self.gpu_profiles)
-        memo = self._specs_memo
-        if memo is not None and memo[0] is self.gpu_profiles and memo[1] == text:
-            return memo[2]
-        specs = tuple(GPUProfileSpec.from_config(d) for d in self.gpu_profiles)
-        self._specs_memo = (self.gpu_profiles, text, specs)
-        return specs
+        """The GPU profiles, parsed when ``gpu_profiles`` was assigned (every view and spawn asks for them)."""
+        return parsed(self, "gpu_profiles", ("gpu_profiles",), lambda value: _profile_specs(thaw(value)))
 
     def access_rules(self) -> AccessRules:
-        """The ``allowed_groups`` of ``gpu_profiles`` and ``gpu_pool_rules``."""
-        return AccessRules.from_config(self.gpu_profiles, self.gpu_pool_rules)
+        """The ``allowed_groups`` of ``gpu_profiles`` and ``gpu_pool_rules`` (read once per assignment of either)."""
+        return parsed(self, "access_rules", ("gpu_profiles", "gpu_pool_rules"),
+                      lambda profiles, rules: AccessRules.from_config(thaw(profiles), thaw(rules)))
 
     def capacity_config(self) -> CapacityConfig:
-        """The ``CapacityConfig`` these settings describe (built once)."""
-        cached = self.__dict__.get("_gpu_capacity_config")
-        if cached is not None:
-            return cached
+        """The ``CapacityConfig`` these settings describe (built once per assignment of its settings)."""
+        return parsed(self, "capacity_config", _CAPACITY_TRAITS, self._build_capacity_config)
+
+    def _build_capacity_config(self, *values: Any) -> CapacityConfig:
+        given = dict(zip(_CAPACITY_TRAITS, values))
         kwargs: dict[str, Any] = {
-            "declared_pools": tuple(DeclaredPool.from_config(d) for d in self.gpu_declared_pools),
-            "reservation_ttl": self.gpu_reservation_ttl,
-            "stall_timeout": self.gpu_capacity_stall_timeout,
+            "declared_pools": parsed(self, "gpu_declared_pools", ("gpu_declared_pools",), _declared_pools),
+            "reservation_ttl": given["gpu_reservation_ttl"],
+            "stall_timeout": given["gpu_capacity_stall_timeout"],
         }
-        for field, value in (
-            ("gpu_resources", self.gpu_resources),
-            ("gpu_resource_prefixes", self.gpu_resource_prefixes),
-            ("node_group_labels", self.gpu_node_group_labels),
-            ("dra_drivers", self.gpu_dra_drivers),
-            ("tolerated_taint_keys", self.gpu_tolerated_taint_keys),
+        for name, field in (
+            ("gpu_resources", "gpu_resources"),
+            ("gpu_resource_prefixes", "gpu_resource_prefixes"),
+            ("gpu_node_group_labels", "node_group_labels"),
+            ("gpu_dra_drivers", "dra_drivers"),
+            ("gpu_tolerated_taint_keys", "tolerated_taint_keys"),
         ):
-            if value is not None:
-                kwargs[field] = tuple(value)
-        config = CapacityConfig(**kwargs)
-        self.__dict__["_gpu_capacity_config"] = config
-        return config
+            if given[name] is not None:
+                kwargs[field] = tuple(given[name])
+        return CapacityConfig(**kwargs)
 
     def shared_capacity_cache(self):
         """The process's shared ``CapacityCache`` (started on first use).

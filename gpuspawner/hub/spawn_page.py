@@ -162,7 +162,7 @@ async def render_page(spawner: Any) -> str:
         # rules themselves come from the parsed configuration, part of the offers' key
         who.groups,
         who.admin,
-        fingerprint(static, spawner.user_options or {}, spawner._form_choices, _quota_key(spawner, static),
+        fingerprint(static, spawner.user_options or {}, spawner._spawn.form_choices, _quota_key(spawner, static),
                     repr(cull_rules), spawner.profile_form_template,
                     spawner.additional_profile_form_template_paths, sorted(admin_option_keys(spawner)),
                     poolimages.counts_version(spawner)),
@@ -230,10 +230,10 @@ def render_form(spawner: Any, profile_list: Any, gpu_offers: Any = None, initial
         except OptionError as e:
             spawner.log.info("Not pre-selecting saved user options on the spawn form: %s", e)
             user_options = {}
-    if not user_options and spawner._form_choices:
+    if not user_options and spawner._spawn.form_choices:
         # a refused request's choices: shown again as chosen, whatever made them refused (the
         # form marks a pool that cannot be had; nothing of them is trusted beyond comparison)
-        user_options = dict(spawner._form_choices)
+        user_options = dict(spawner._spawn.form_choices)
     try:
         quota = user_quota.quota_view(spawner, profile_list)
     except Exception as e:  # no user (a bare spawner in a script): no quota line

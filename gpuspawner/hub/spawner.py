@@ -29,18 +29,9 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
     # still counts running servers.
     gpu_held: int | None = None
     gpu_stop_message: str | None = None  # why Kueue stopped this server last (hub/kueue_wait.py note_stopped)
-    _spawn: SpawnRecord = SpawnRecord()  # this spawn, from its plan to its end (hub/pod_wait.py)
-    _cuda_notes: asyncio.Future | None = None  # done once this spawn's warnings are known (progress waits)
-    _form_choices: dict[str, str] = {}  # the choices of the last refused request, for the spawn page
-    # set when this start was refused before any Kubernetes object existed: the stop JupyterHub
-    # then calls has nothing to delete (no API call, no log line)
-    _refused = False
-    _pod_requested = False  # a pod create request was sent, until a stop has had it deleted
-    _gpu_dra_template: str | None = None  # "<namespace>/<name>" of this server's claim template
+    _spawn: SpawnRecord = SpawnRecord()  # this spawn, from its start to its stop (hub/pod_wait.py)
     _gpu_ledger_checked = False  # its first poll has made sure a running GPU server has its holding
     _admin_start_timeout: float | None = None
-    _gpu_queued: kueue_wait.QueuedSpawn | None = None  # this spawn's place in a Kueue queue
-    _queue_base_timeout: float | None = None
 
     @default("options_form")
     def _options_form_default(self):
@@ -79,7 +70,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         try:
             self.release_gpus()
             plan_apply.restore_traits(self)
-            self._spawn = SpawnRecord(starting=self._spawn.starting, began=self._spawn.began)
+            self._spawn = pod_wait.renewed(self._spawn, start=False)
             self.gpu_held = None  # unknown until this request passes its quota check
             request = await plan_apply.gather(self)
             # from here to `self.gpu_held = ...` nothing awaits: two spawns of a user cannot both pass
@@ -105,8 +96,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
                 raise refusals.refuse_plan(self, plan, request.profile_list, request.view.offers) from None
             plan_apply.apply(self, plan)
         finally:
-            if self._cuda_notes is not None and not self._cuda_notes.done():
-                self._cuda_notes.set_result(None)
+            pod_wait.notes_known(self)
 
     def release_gpus(self) -> None:
         """Give back GPUs reserved for this server's pod (a no-op if none)."""
@@ -121,9 +111,8 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
             self.log.error("Could not release GPUs reserved for %s: %s", owner, e)
 
     def start(self):
-        # a fresh future per spawn: progress() waits on it for this spawn's CUDA warnings
-        self._cuda_notes = asyncio.get_running_loop().create_future()
-        self._refused = False
+        # a fresh record per spawn, with a future progress() waits on for this spawn's CUDA warnings
+        self._spawn = pod_wait.renewed(self._spawn, start=True, notes=asyncio.get_running_loop().create_future())
         # each spawn starts from the admin's start_timeout: a queue's wait or a scale-up raised it for one spawn only
         if self._admin_start_timeout is None:
             self._admin_start_timeout = self.start_timeout
@@ -143,7 +132,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         return await super()._start_watching_events(replace=replace or pod_wait.revive(self.log, self.event_reflector))
 
     async def _start(self):
-        self._spawn = SpawnRecord(starting=True, began=pod_wait._clock())
+        self._spawn = replace(self._spawn, starting=True, began=pod_wait._clock())
         try:
             url = await super()._start()
         except asyncio.CancelledError:
@@ -167,8 +156,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         finally:
             kueue_wait.restore_start_timeout(self)
             self._spawn = replace(self._spawn, starting=False, watch_probe=False)
-            if self._cuda_notes is not None and not self._cuda_notes.done():
-                self._cuda_notes.set_result(None)
+            pod_wait.notes_known(self)
 
     def _reflected_pod(self):
         """This server's pod as KubeSpawner's pod reflector shows it (no API call), or None."""
@@ -182,11 +170,11 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
 
     async def progress(self):
         """This spawn's CUDA warning first, then KubeSpawner's events in GPU words (``pod_wait.progress``)."""
-        async for event in pod_wait.progress(self, self._cuda_notes, super().progress()):
+        async for event in pod_wait.progress(self, self._spawn.notes, super().progress()):
             yield event
 
     async def _make_create_pod_request(self, pod, request_timeout):
-        self._pod_requested = True
+        self._spawn = replace(self._spawn, pod_requested=True)
         return await super()._make_create_pod_request(pod, request_timeout)
 
     async def poll(self):
@@ -194,11 +182,11 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         Kubernetes call to say so. A pod this spawner asked for that the pod reflector has not seen
         is asked of the API server: while it exists the server counts as running, so JupyterHub
         calls ``stop`` and the pod is deleted."""
-        if self._refused:
+        if self._spawn.refused:
             return 0
         reaper.ensure_running(self)
         status = await super().poll()
-        if self._pod_requested:
+        if self._spawn.pod_requested:
             status = await unseen_pod.poll_status(self, status)
         if status is not None:
             kueue_wait.note_stopped(self)  # Kueue preempted or evicted it: the spawn page says why
@@ -212,18 +200,18 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
 
     async def stop(self, now=False):
         self.release_gpus()
-        if self._refused:
+        if self._spawn.refused:
             # refused in load_user_options, before KubeSpawner created anything
-            self._refused = False
+            self._spawn = replace(self._spawn, refused=False)
             return None
         reaper.ensure_running(self)
         ended = gpu_hours.pod_end_now(self._reflected_pod())  # a pod that ended before the stop
         result = await super().stop(now=now)
-        self._pod_requested = False
+        template = self._spawn.dra_template
+        self._spawn = replace(self._spawn, pod_requested=False, dra_template=None)
         gpu_hours.record_stop(self, ended)  # the GPU-hour ledger: closed once the pod is gone
-        if self._gpu_dra_template is not None:
-            dra_templates.release(self._gpu_dra_template)
-            self._gpu_dra_template = None
+        if template is not None:
+            dra_templates.release(template)
             await dra_templates.remove_unused_templates(self)
         return result
 
@@ -231,9 +219,9 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         state = super().get_state()
         if self.gpu_held is not None:
             state["gpu_held"] = self.gpu_held
-        if self._gpu_dra_template is not None:
+        if self._spawn.dra_template is not None:
             # so that a hub restarted while the server runs still cleans up claim templates at its stop
-            state["gpu_dra_template"] = self._gpu_dra_template
+            state["gpu_dra_template"] = self._spawn.dra_template
         kueue_wait.save_stop(self, state)  # why Kueue stopped it, shown until the next start
         return state
 
@@ -242,7 +230,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         held = state.get("gpu_held")
         self.gpu_held = held if isinstance(held, int) and not isinstance(held, bool) else None
         template = state.get("gpu_dra_template")
-        self._gpu_dra_template = template if isinstance(template, str) else None
+        self._spawn = replace(self._spawn, dra_template=template if isinstance(template, str) else None)
         kueue_wait.load_stop(self, state)
 
     def clear_state(self):

@@ -12,6 +12,8 @@ from traitlets.config import Configurable
 from gpuspawner.cuda import POLICIES, decide
 from gpuspawner.cuda.custom import resolve_check
 from gpuspawner.hub import server_requests
+from gpuspawner.hub import parsed_config as frozen
+from gpuspawner.hub.parsed_config import freeze, parsed, remember, thaw
 from gpuspawner.hub.settings import fingerprint
 from gpuspawner.hub.templates import template_dirs
 from gpuspawner.spawn.access import AccessRules
@@ -197,7 +199,7 @@ class GPUSpawnTraits(Configurable):
             c.GPUSpawner.gpu_quota = 2
         """,
     )
-    gpu_quota_by_group = Dict(
+    gpu_quota_by_group = frozen.Dict(
         config=True,
         help="""
         Per-group GPU quotas that replace ``gpu_quota`` for members of a
@@ -246,14 +248,23 @@ class GPUSpawnTraits(Configurable):
     @validate("gpu_quota", "gpu_quota_by_group", "gpu_quota_admin")
     def _validate_quota(self, proposal):
         arg = {"gpu_quota": "default", "gpu_quota_by_group": "by_group", "gpu_quota_admin": "admin"}
+        value = freeze(proposal.value, proposal.trait.name)
         try:
-            QuotaPolicy.from_config(**{arg[proposal.trait.name]: proposal.value})
+            QuotaPolicy.from_config(**{arg[proposal.trait.name]: thaw(value)})
         except ValueError as e:
             raise TraitError(str(e)) from None
-        return proposal.value
+        # the policy with the other two as they are now (each was checked when it was assigned)
+        values = tuple(value if name == proposal.trait.name else getattr(self, name) for name in arg)
+        try:
+            remember(self, "gpu_quota", values, QuotaPolicy.from_config(values[0], thaw(values[1]), values[2]))
+        except ValueError:
+            pass  # read when first asked for (gpu_quota_policy), as a default value is
+        return value
 
     def gpu_quota_policy(self) -> QuotaPolicy:
-        return QuotaPolicy.from_config(self.gpu_quota, self.gpu_quota_by_group, self.gpu_quota_admin)
+        """``gpu_quota``, ``gpu_quota_by_group`` and ``gpu_quota_admin``, read once per assignment of any."""
+        return parsed(self, "gpu_quota", ("gpu_quota", "gpu_quota_by_group", "gpu_quota_admin"),
+                      lambda default, by_group, admin: QuotaPolicy.from_config(default, thaw(by_group), admin))
 
     # the Prometheus registry spawn outcomes are counted in; None: the one
     # /hub/metrics serves (a seam for tests, which pass their own)

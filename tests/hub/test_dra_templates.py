@@ -218,7 +218,7 @@ async def test_stop_deletes_templates_nothing_uses(dra_spawner, api, pods_gone):
     await pod_for(a, {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
     await pod_for(b, {"profile": "gpu", "gpu_pool": MIG.id, "gpus": 1})
     assert len(api.templates) == 2
-    a_template = a._gpu_dra_template.split("/", 1)[1]
+    a_template = a._spawn.dra_template.split("/", 1)[1]
     await a.stop()  # b's spawn still uses its template: only a's goes
     assert api.deleted == [a_template]
     await b.stop()
@@ -229,7 +229,7 @@ async def test_a_restarted_hub_still_cleans_up_at_stop(dra_spawner, api, pods_go
     a = dra_spawner()
     await pod_for(a, {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
     state = a.get_state()
-    assert state["gpu_dra_template"] == a._gpu_dra_template
+    assert state["gpu_dra_template"] == a._spawn.dra_template
     monkeypatch.setattr(dra_glue, "_in_use", type(dra_glue._in_use)())  # the new hub process knows no spawn
     restored = dra_spawner()
     restored.load_state(state)

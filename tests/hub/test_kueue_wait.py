@@ -134,7 +134,7 @@ async def test_the_wait_in_line_does_not_count_against_start_timeout(kueue, monk
     await s.start()
     assert seen == [3900, 3900]  # JupyterHub's wait: start_timeout plus the queue's limit
     assert s.start_timeout == 300  # the admin's value again after the start
-    assert s._gpu_queued.state.message == "Admitted: quota reserved in flavor a100"
+    assert s._spawn.queued.state.message == "Admitted: quota reserved in flavor a100"
 
 
 @pytest.mark.parametrize(
@@ -246,7 +246,7 @@ async def test_a_server_kueue_preempted_is_explained_on_the_spawn_page(kueue):
     s = queued_spawner()
     s.user_options = {"profile": "gpu", "gpu_pool": kueue.pool.id, "gpus": 1}
     await s.load_user_options()
-    s._gpu_queued.pod_uid = "uid-x"
+    s._spawn.queued.pod_uid = "uid-x"
     kueue.view.stopped["uid-x"] = kb.evicted("Preempted", "Preempted to accommodate", "InClusterQueue")
     queue_glue.note_stopped(s)
     notice = queue_glue.stop_notice(s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from dataclasses import replace
 
 import kubespawner.spawner
 import pytest
@@ -106,7 +107,7 @@ async def test_progress_shows_the_warning_before_kubespawners_events(no_kube_cli
     monkeypatch.setattr(kubespawner.spawner.KubeSpawner, "progress", events)
     s = cuda_spawner()
     s.user_options = {"profile": "gpu", "gpu_pool": MVC_POOL.id}
-    s._cuda_notes = asyncio.get_running_loop().create_future()
+    s._spawn = replace(s._spawn, notes=asyncio.get_running_loop().create_future())
     gen = s.progress()
     first = asyncio.ensure_future(gen.__anext__())
     await asyncio.sleep(0.05)

@@ -131,7 +131,7 @@ async def test_a_mixed_query_is_refused_naming_what_jupyterhub_dropped(no_kube_c
     assert e.value.status_code == 400
     assert e.value.jupyterhub_message.startswith(
         "the query mixes `opt-` names with plain ones (`gpu_pool`, `gpus`), and JupyterHub reads only the `opt-` ones")
-    assert not s._refused  # nothing was started: a later stop is a real one
+    assert not s._spawn.refused  # nothing was started: a later stop is a real one
 
 
 async def test_query_options_with_a_steering_name_are_refused_before_they_are_saved(no_kube_client, cache):
@@ -141,7 +141,7 @@ async def test_query_options_with_a_steering_name_are_refused_before_they_are_sa
     with pytest.raises(Refusal) as e:
         await s.options_from_query(query)
     assert e.value.status_code == 400 and "may not set `node_selector`" in e.value.jupyterhub_message
-    assert not s._refused  # nothing was started: a later stop is a real one
+    assert not s._spawn.refused  # nothing was started: a later stop is a real one
 
 
 # --- options checked before JupyterHub saves them (hub.guard calls check_options_to_save) --------------------
@@ -171,7 +171,7 @@ async def test_options_are_checked_before_they_are_saved_by_the_rules_no_capacit
     with pytest.raises(Refusal) as e:
         await s.check_options_to_save(options, spawn=False)
     assert e.value.status_code == 400 and refused in e.value.jupyterhub_message
-    assert not s._refused  # nothing was started
+    assert not s._spawn.refused  # nothing was started
     assert [r.getMessage()[:22] for r in caplog.records if "alice" in r.getMessage()] == ["Refused options of ali"]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -125,7 +126,7 @@ def hub_spawner(name: str, view: KueueView):
     spawner = make_spawner(name, namespace=NS, gpu_kueue_queues=[{"match": "a100:*", "queue": QUEUE,
                                                                    "priority_class": "low"}])
     spawner.kueue_view = lambda: view
-    spawner._queue_base_timeout = spawner.start_timeout
+    spawner._spawn = replace(spawner._spawn, queue_base_timeout=spawner.start_timeout)
     apply_selection(spawner, "gpu", "a100:nvidia-a100-sxm4-80gb:nvidia.com/gpu", "nvidia.com/gpu")
     assert spawner.extra_labels == pod_labels(RULES[0])
     return spawner
@@ -165,7 +166,7 @@ async def test_queue_fill_wait_admit_preempt_and_never(no_kube_client, kueue, vi
     await until(lambda: view.state_of(uids["carol"], QUEUE).kind == "admitted", what="carol's Workload admitted")
     check_pod(carol, pod(kueue, "carol"))
     assert current_message(carol) == "Admitted: quota reserved in flavor a100"
-    assert carol._gpu_queued.admitted_at is not None  # start_timeout counts from here
+    assert carol._spawn.queued.admitted_at is not None  # start_timeout counts from here
     # and alice's Workload went with her pod
     await until(lambda: view.state_of(uids["alice"], QUEUE) is None, what="alice's Workload gone")
     assert "alice" not in kubectl(kueue, "get", "workloads", "-n", NS, "-o", "name")
