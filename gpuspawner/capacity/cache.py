@@ -531,7 +531,7 @@ class CapacityCache:
         self._sources = (self._plugin, self._dra)  # the informers feed each source the kinds it reads
         self._dra.ledger.on_member = self.node_images.dra_member  # a DRA pool's nodes, as they join and leave
         # a pod's CPU, memory and pod slot move the fit of its node in the DRA pools too
-        self._ledger.on_requested = self._dra.ledger.requests_changed
+        self._ledger.on_requested = self._dra.ledger.refit
         self._tasks: list[asyncio.Task] = []
         self._settled = asyncio.Event()
         self._snapshot: CapacitySnapshot | None = None
@@ -721,10 +721,10 @@ class CapacityCache:
     def track_requests(self, requests: Iterable[tuple[int, ...]]) -> bool:
         """Count from now on, per pool, where servers asking these of a node (CPU millicores, memory
         and ephemeral storage bytes, pods) fit (``Ledger.track``, and the DRA ledger's
-        ``count_fit`` with what the pods on each node request); a change drops the counts a page
+        ``track`` with what the pods on each node request); a change drops the counts a page
         holds, so the next view shows them."""
         changed = self._ledger.track(requests)
-        changed = self._dra.ledger.count_fit(self._ledger.tracked, self._ledger.requested_on) or changed
+        changed = self._dra.ledger.track(self._ledger.tracked, self._ledger.requested_on) or changed
         if changed:
             self._held = None
         return changed
@@ -760,7 +760,7 @@ class CapacityCache:
         if not isinstance(owner, str) or "/" not in owner:
             raise ValueError(f"reservation owner must be '<namespace>/<pod name>', got {owner!r}")
         expires = self._clock() + self.config.reservation_ttl
-        if self._dra.ledger.has_pool(pool_id):
+        if self._dra.accounts.has_pool(pool_id):
             self._dra.ledger.reserve(owner, pool_id, count, expires)
         else:
             self._ledger.reserve(owner, pool_id, count, expires, request)
@@ -813,8 +813,8 @@ class CapacityCache:
             "relists": sum(i.relists for i in self._informers.values()),
             "watch_restarts": sum(i.watch_restarts for i in self._informers.values()),
             "consecutive_failures": max(i.failures for i in self._informers.values()),
-            "gpu_nodes": self._ledger.node_count,
-            "gpu_pods": self._ledger.pod_count,
+            "gpu_nodes": self._plugin.accounts.node_count,
+            "gpu_pods": self._plugin.accounts.pod_count,
             "reservations": len(self._ledger.reservations()),
             "generation": self._ledger.generation,
             "informers": informers,

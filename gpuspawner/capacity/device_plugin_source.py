@@ -1,4 +1,4 @@
-"""The device-plugin source of the capacity cache: Nodes and Pods counted into the ``Ledger``.
+"""The device-plugin source of the capacity cache: Nodes and Pods counted into the ``Ledger`` (``PluginAccounts``).
 Design notes: docs/capacity.md.
 """
 
@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import node_record
-from gpuspawner.capacity.ledger import Ledger
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.nodeimages import NodeImages, note_node
+from gpuspawner.capacity.plugin_accounts import PluginAccounts
 from gpuspawner.capacity.pod_requests import base_record, pod_key, pod_record
 
 __all__ = ["PLUGIN_KINDS", "DevicePluginSource"]
@@ -31,7 +31,8 @@ class DevicePluginSource:
 
     def __init__(self, config: CapacityConfig, *, any_node_images: Callable[[], bool] = lambda: False) -> None:
         self.config = config
-        self.ledger = Ledger(config.declared_pools)
+        self.accounts = PluginAccounts(config.declared_pools)
+        self.ledger = self.accounts.ledger
         # which nodes hold which images, per pool; ``any_node_images()``: keep every node's, not
         # only GPU nodes' (while DRA pools, whose nodes come from ResourceSlices, may take any node)
         self.images = NodeImages()
@@ -48,9 +49,9 @@ class DevicePluginSource:
             if rec is None:  # no GPUs (or unreadable): the node leaves the pools it was in
                 name = (obj.get("metadata") or {}).get("name")
                 if isinstance(name, str) and name:
-                    self.ledger.remove_node(name)
+                    self.accounts.remove_node(name)
                 return None
-            self.ledger.upsert_node(rec)
+            self.accounts.upsert_node(rec)
             return rec.name
         prec = pod_record(obj, self.config.is_gpu_resource)
         if prec is None:
@@ -60,26 +61,26 @@ class DevicePluginSource:
             # a pod without GPUs still holds CPU, memory and a pod slot on its node
             base = base_record(obj)
             if base is None:
-                self.ledger.remove_pod(key)
+                self.accounts.remove_pod(key)
                 return None  # a re-list keeps the pods it saw
-            self.ledger.upsert_base_pod(key, base)
+            self.accounts.upsert_base_pod(key, base)
             return key
-        self.ledger.upsert_pod(prec)
+        self.accounts.upsert_pod(prec)
         return prec.key
 
     def remove(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "nodes":
             name = (obj.get("metadata") or {}).get("name")
             if name:
-                self.ledger.remove_node(name)
+                self.accounts.remove_node(name)
                 self.images.remove(name)
         else:
             key = pod_key(obj)
             if key is not None:
-                self.ledger.remove_pod(key)
+                self.accounts.remove_pod(key)
 
     def retain(self, kind: str, keep: set[str]) -> int:
         if kind == "nodes":
             self.images.retain(keep)
-            return self.ledger.retain_nodes(keep)
-        return self.ledger.retain_pods(keep)
+            return self.accounts.retain_nodes(keep)
+        return self.accounts.retain_pods(keep)

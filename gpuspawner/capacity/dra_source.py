@@ -1,4 +1,4 @@
-"""The DRA source of the capacity cache: discovery, three more informers, the DRA ledger.
+"""The DRA source of the capacity cache: discovery, three more informers, the DRA accounts of its ``Ledger``.
 Design notes: docs/dra.md.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_objects import claim_record, class_record, dra_node, slice_record
-from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.capacity.dra_accounts import DraAccounts
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.pod_requests import pod_key
 from gpuspawner.kube.api_errors import DRA_GROUP, dra_missing_rules_message
@@ -52,7 +52,8 @@ class DraSource:
         request_timeout: float = 60.0,
     ) -> None:
         self.config = config
-        self.ledger = DraLedger()
+        self.accounts = DraAccounts()
+        self.ledger = self.accounts.ledger
         self.api_state = NOT_CHECKED
         self.discovery_error: str | None = None
         self.informers: dict[str, Any] = {}
@@ -162,10 +163,10 @@ class DraSource:
             "synced": self.synced,
             "error": self.error(),
             "drivers": list(self.config.dra_drivers),
-            "resource_slices": self.ledger.slice_count,
-            "resource_claims": self.ledger.claim_count,
-            "device_classes": self.ledger.class_count,
-            "incomplete_pools": [f"{d}/{p}" for d, p in self.ledger.incomplete_pools()],
+            "resource_slices": self.accounts.slice_count,
+            "resource_claims": self.accounts.claim_count,
+            "device_classes": self.accounts.class_count,
+            "incomplete_pools": [f"{d}/{p}" for d, p in self.accounts.incomplete_pools()],
             "reservations": len(self.ledger.reservations()),
             "generation": self.ledger.generation,
             "informers": {k: i.health() for k, i in self.informers.items()},
@@ -185,24 +186,24 @@ class DraSource:
             rec = dra_node(obj, self.config.node_group_labels, self.config.is_gpu_resource,
                            self.config.tolerated_taint_keys)
             if rec is not None:
-                self.ledger.upsert_node(rec)
+                self.accounts.upsert_node(rec)
             return rec.name if rec is not None else None
         if kind == "resourceslices":
             rec = slice_record(obj, self.config.dra_drivers)
             if rec is None:  # another driver's slice (or unreadable): not counted
                 if meta.get("name"):
-                    self.ledger.remove_slice(meta["name"])
+                    self.accounts.remove_slice(meta["name"])
                 return None
-            self.ledger.upsert_slice(rec)
+            self.accounts.upsert_slice(rec)
             return rec.name
         if kind == "resourceclaims":
             claim = claim_record(obj)
             if claim is not None:
-                self.ledger.upsert_claim(claim)
+                self.accounts.upsert_claim(claim)
             return claim.key if claim is not None else None
         cls = class_record(obj)
         if cls is not None:
-            self.ledger.upsert_class(cls)
+            self.accounts.upsert_class(cls)
         return cls.name if cls is not None else None
 
     def remove(self, kind: str, obj: dict) -> None:
@@ -216,22 +217,22 @@ class DraSource:
         if not name:
             return
         if kind == "nodes":
-            self.ledger.remove_node(name)
+            self.accounts.remove_node(name)
         elif kind == "resourceslices":
-            self.ledger.remove_slice(name)
+            self.accounts.remove_slice(name)
         elif kind == "resourceclaims":
-            self.ledger.remove_claim(f"{meta.get('namespace') or 'default'}/{name}")
+            self.accounts.remove_claim(f"{meta.get('namespace') or 'default'}/{name}")
         else:
-            self.ledger.remove_class(name)
+            self.accounts.remove_class(name)
 
     def retain(self, kind: str, keep: set[str]) -> int:
         if kind == "pods":
             return 0  # nothing kept per pod: a reservation ends when its pod does
         return {
-            "nodes": self.ledger.retain_nodes,
-            "resourceslices": self.ledger.retain_slices,
-            "resourceclaims": self.ledger.retain_claims,
-            "deviceclasses": self.ledger.retain_classes,
+            "nodes": self.accounts.retain_nodes,
+            "resourceslices": self.accounts.retain_slices,
+            "resourceclaims": self.accounts.retain_claims,
+            "deviceclasses": self.accounts.retain_classes,
         }[kind](keep)
 
     def pod_changed(self, key: str, obj: dict) -> None:

@@ -1,21 +1,20 @@
-"""The pool-building steps both ledgers share: a pool's contributing nodes and their sums.
+"""The pool-building steps of the ledger: a pool's contributing nodes and their sums, its taints.
 Design notes: docs/capacity.md.
 """
 
 from __future__ import annotations
 
-import abc
 import bisect
 from collections import Counter
-from typing import Iterable, Protocol
+from typing import Iterable
 
 from gpuspawner.capacity.labels import version_key
-from gpuspawner.capacity.model import NodeView, Taint
+from gpuspawner.capacity.model import DriverGroup, FitCount, NodeView, Taint, driver_key, group_order
 
 __all__ = [
     "TRANSIENT_TAINT_PREFIXES",
     "NodeTally",
-    "Reserving",
+    "PoolNodes",
     "bump",
     "check_count",
     "lowest",
@@ -78,43 +77,6 @@ def check_count(count: object) -> None:
     """Refuse a reservation of anything but a positive integer count of GPUs."""
     if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
         raise ValueError(f"reservation count must be a positive integer, got {count!r}")
-
-
-class _Expiring(Protocol):
-    expires_at: float
-
-
-class Reserving(abc.ABC):
-    """Releasing the GPUs reserved for a spawn (the scheduler's "assume"), by its owner or once
-    its time is up, the same way in both ledgers.  A ledger keeps its reservations by owner in
-    ``_resv`` and its ``generation``, and gives one reservation's GPUs back in
-    :meth:`_drop_reservation`."""
-
-    _resv: dict[str, _Expiring]
-    generation: int
-
-    @abc.abstractmethod
-    def _drop_reservation(self, owner: str) -> None:
-        """Forget ``owner``'s reservation and count its GPUs as free again."""
-
-    def release(self, owner: str) -> bool:
-        """Give back what ``owner`` holds; False when it holds nothing."""
-        if owner not in self._resv:
-            return False
-        self._drop_reservation(owner)
-        self.generation += 1
-        return True
-
-    def expire(self, now: float) -> int:
-        """Release reservations whose time is up; returns how many."""
-        if not self._resv:
-            return 0
-        due = [o for o, r in self._resv.items() if r.expires_at <= now]
-        for o in due:
-            self._drop_reservation(o)
-        if due:
-            self.generation += 1
-        return len(due)
 
 
 class NodeTally:
@@ -191,3 +153,88 @@ class NodeTally:
     def cuda_version(self) -> str | None:
         """The lowest CUDA version among the nodes."""
         return lowest(self.cudas)
+
+
+class PoolNodes(NodeTally):
+    """A pool's :class:`NodeTally`, its nodes also summed per driver group
+    (:class:`DriverGroup`), so the groups a view needs are rebuilt from a handful of
+    tallies, never from the nodes."""
+
+    __slots__ = ("groups", "nreq")
+
+    def __init__(self, nreq: int = 0) -> None:
+        super().__init__()
+        self.groups: dict[tuple, GroupTally] = {}
+        self.nreq = nreq
+
+    def add(self, view: NodeView) -> None:
+        super().add(view)
+        key = driver_key(view)
+        tally = self.groups.get(key)
+        if tally is None:
+            tally = self.groups[key] = GroupTally(self.nreq)
+        tally.count(view, 1)
+
+    def remove(self, name: str) -> NodeView:
+        view = super().remove(name)
+        key = driver_key(view)
+        tally = self.groups[key]
+        tally.count(view, -1)
+        if not tally.nodes:
+            del self.groups[key]
+        return view
+
+    def driver_groups(self) -> tuple[DriverGroup, ...]:
+        """The pool's driver groups, sorted as :func:`gpuspawner.capacity.model.driver_groups` sorts them."""
+        return tuple(
+            DriverGroup(*key, t.nodes, t.total, t.free, max(t.frees), max(t.allocs), t.fit_counts())
+            for key, t in sorted(self.groups.items(), key=lambda kv: group_order(kv[0]))
+        )
+
+    def most_free_fitting(self, i: int) -> str | None:
+        """The node with the most free GPUs among those server request ``i`` fits on now (ties:
+        the first by name), or None. Walks the nodes: called once per spawn, never per view."""
+        if i < 0:
+            return None
+        best: NodeView | None = None
+        for view in self.views:
+            if view.fits >> i & 1 and (best is None or view.free > best.free):
+                best = view
+        return best.name if best is not None else None
+
+
+class GroupTally:
+    """The running sums of one driver group: node count, GPUs, histograms for the maxima, and per
+    tracked server request the nodes it fits on now, their free GPUs (with a histogram) and the
+    nodes big enough for it at all."""
+
+    __slots__ = ("nodes", "total", "free", "frees", "allocs", "fit_nodes", "fit_free", "fit_frees", "holding")
+
+    def __init__(self, nreq: int = 0) -> None:
+        self.nodes = self.total = self.free = 0
+        self.frees: Counter = Counter()
+        self.allocs: Counter = Counter()
+        self.fit_nodes = [0] * nreq
+        self.fit_free = [0] * nreq
+        self.fit_frees = [Counter() for _ in range(nreq)]
+        self.holding = [0] * nreq
+
+    def count(self, view: NodeView, sign: int) -> None:
+        self.nodes += sign
+        self.total += sign * view.allocatable
+        self.free += sign * view.free
+        bump(self.frees, view.free, sign)
+        bump(self.allocs, view.allocatable, sign)
+        for i in range(len(self.fit_nodes)):
+            if view.fits >> i & 1:
+                self.fit_nodes[i] += sign
+                self.fit_free[i] += sign * view.free
+                bump(self.fit_frees[i], view.free, sign)
+            if view.holds >> i & 1:
+                self.holding[i] += sign
+
+    def fit_counts(self) -> tuple[FitCount, ...]:
+        return tuple(
+            FitCount(self.fit_nodes[i], self.fit_free[i], max(self.fit_frees[i], default=0), self.holding[i])
+            for i in range(len(self.fit_nodes))
+        )

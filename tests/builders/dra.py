@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuspawner.capacity import dra_objects as capacity_dra
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.capacity.dra_accounts import DraAccounts
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.nodeimages import NodeImages
 from gpuspawner.sim.dra import nvidia
@@ -179,12 +179,12 @@ def resource_claim(name: str, namespace: str = "jhub", *, devices: list[tuple[st
 
 def counted_dra_pools(counts: NodeImages, nodes: dict[str, tuple[int, dict[str, int]]],
                       group: str = "dra-a100", **dev: Any) -> tuple[PoolView, ...]:
-    """The pools of a real ``DraLedger`` on ``nodes`` (name -> (full GPUs, the images it holds,
+    """The pools of real ``DraAccounts`` on ``nodes`` (name -> (full GPUs, the images it holds,
     ref -> bytes)) in node group ``group``, its nodes joining ``counts`` as the capacity cache wires
     them (``on_member``), each node's images noted as the cache notes a node without device-plugin GPUs."""
     cfg = CapacityConfig()
-    ledger = DraLedger()
-    ledger.on_member = counts.dra_member
+    ledger = DraAccounts()
+    ledger.ledger.on_member = counts.dra_member
     ledger.upsert_class(capacity_dra.class_record(device_class("gpu.nvidia.com", device_type="gpu")))
     for name, (gpus, images) in nodes.items():
         counts.update_other(name, images)
@@ -193,13 +193,13 @@ def counted_dra_pools(counts: NodeImages, nodes: dict[str, tuple[int, dict[str, 
         ledger.upsert_slice(capacity_dra.slice_record(
             resource_slice(f"{name}-gpus", name, [gpu_device(f"gpu-{i}", **dev) for i in range(gpus)]),
             cfg.dra_drivers))
-    return ledger.pools()
+    return ledger.ledger.pools()
 def dra_a100_pools() -> dict:
     """DRA pools of one A100 node group as the capacity cache reports them, by DeviceClass: two nodes
     of whole GPUs (drivers 550 and 535) and one of MIG slices, all with the usual GPU taint."""
     class_record, dra_node, slice_record = capacity_dra.class_record, capacity_dra.dra_node, capacity_dra.slice_record
     cfg = CapacityConfig()
-    ledger = DraLedger()
+    ledger = DraAccounts()
     for c in (device_class("gpu.nvidia.com", device_type="gpu"), device_class("mig.nvidia.com", device_type="mig")):
         ledger.upsert_class(class_record(c))
     for name, devices in (("d1", [gpu_device(f"gpu-{i}") for i in range(4)]),
@@ -209,4 +209,4 @@ def dra_a100_pools() -> dict:
             {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]), cfg.node_group_labels,
             cfg.is_gpu_resource))
         ledger.upsert_slice(slice_record(resource_slice(f"{name}-s", name, devices), cfg.dra_drivers))
-    return {p.dra.device_class: p for p in ledger.pools()}
+    return {p.dra.device_class: p for p in ledger.ledger.pools()}

@@ -6,9 +6,9 @@ import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_objects import class_record, dra_node, slice_record
-from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.capacity.dra_accounts import DraAccounts
 from gpuspawner.capacity.labels import node_record
-from gpuspawner.capacity.ledger import Ledger
+from gpuspawner.capacity.plugin_accounts import PluginAccounts
 from gpuspawner.capacity.model import FitCount
 from gpuspawner.capacity.pod_requests import base_record
 from gpuspawner.spawn.tolerations import refused_by_taint
@@ -42,9 +42,9 @@ def taint(key, effect="NoSchedule", value=None):
     ids=["untainted", "gpu-taint", "team-taint", "team-noexecute", "prefer-no-schedule", "admin-allows"],
 )
 def test_a_node_no_server_tolerates_gives_no_gpus(taints, config, counted):
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(node_record(gpu_node("g1", 4, taints=taints), config))
-    pools = led.pools()
+    pools = led.ledger.pools()
     assert (pools[0].free if pools else 0) == (4 if counted else 0)
     dra = dra_node(node("d1", taints=taints), config.node_group_labels, config.is_gpu_resource,
                    config.tolerated_taint_keys)
@@ -53,9 +53,9 @@ def test_a_node_no_server_tolerates_gives_no_gpus(taints, config, counted):
 
 def dra_ledger(cpu="16", memory="64Gi", pods="110"):
     """A DRA node with 2 A100s, wired to a device-plugin ledger as the capacity cache wires them."""
-    led, dra = Ledger(), DraLedger()
-    led.on_requested = dra.requests_changed
-    dra.count_fit([SERVER], led.requested_on)
+    led, dra = PluginAccounts(), DraAccounts()
+    led.ledger.on_requested = dra.ledger.refit
+    dra.ledger.track([SERVER], led.ledger.requested_on)
     dra.upsert_class(class_record(device_class(NVIDIA, device_type="gpu")))
     dra.upsert_node(dra_node(node("d1", {"cpu": cpu, "memory": memory, "pods": pods}), CFG.node_group_labels,
                              CFG.is_gpu_resource))
@@ -87,22 +87,22 @@ def test_a_dra_pool_counts_only_nodes_where_the_pod_fits(node_size, pods, expect
     led, dra = dra_ledger(**node_size)
     for p in pods:
         busy(led, *p)
-    (pool,) = dra.pools()
+    (pool,) = dra.ledger.pools()
     assert pool.fit_for(SERVER) == expected
 
 
 def test_a_dra_pool_follows_the_pods_on_its_nodes():
     led, dra = dra_ledger()
     busy(led, "etl", "12")
-    before = dra.generation
-    assert dra.pools()[0].fit_for(SERVER).free == 0
+    before = dra.ledger.generation
+    assert dra.ledger.pools()[0].fit_for(SERVER).free == 0
     led.remove_pod("others/etl")
-    assert dra.generation > before
-    assert dra.pools()[0].fit_for(SERVER).free == 2
+    assert dra.ledger.generation > before
+    assert dra.ledger.pools()[0].fit_for(SERVER).free == 2
     # a pod that moves no fit changes no pool (the page's memos hold)
-    gen = dra.generation
+    gen = dra.ledger.generation
     busy(led, "tiny", "100m")
-    assert dra.generation == gen
+    assert dra.ledger.generation == gen
 
 
 def test_a_pool_refused_by_a_taint_still_shows_it_so_the_page_can_say_why():
@@ -111,13 +111,13 @@ def test_a_pool_refused_by_a_taint_still_shows_it_so_the_page_can_say_why():
     keys = ("nvidia.com/gpu",)
     config = CapacityConfig(tolerated_taint_keys=keys)
     sku = [taint("sku", value="gpu")]
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(node_record(gpu_node("t4-1", 1, taints=sku), config))
-    dra = DraLedger()
+    dra = DraAccounts()
     dra.upsert_class(class_record(device_class(NVIDIA, device_type="gpu")))
     dra.upsert_node(dra_node(node("d1", taints=sku), config.node_group_labels, config.is_gpu_resource, keys))
     dra.upsert_slice(slice_record(resource_slice("d1-gpus", "d1", [gpu_device("gpu-0")]), config.dra_drivers))
-    for (pool,) in (led.pools(), dra.pools()):
+    for (pool,) in (led.ledger.pools(), dra.ledger.pools()):
         assert (pool.nodes, pool.total, pool.free) == (0, 0, 0)
         assert "carry the taint sku=gpu:NoSchedule" in refused_by_taint(pool, keys)
         assert refused_by_taint(pool, keys + ("sku",)) is None

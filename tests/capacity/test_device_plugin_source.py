@@ -45,9 +45,9 @@ def test_a_gpu_pod_takes_gpus_of_its_node_and_gives_them_back_when_removed():
 def test_a_pod_without_gpus_is_kept_for_what_it_asks_of_its_node():
     cpu_pod = pod("web", 0, "gpu-0", containers=[container("web", requests={"cpu": "2"})])
     src = source_with(("nodes", gpu_node("gpu-0", 4)), ("pods", cpu_pod))
-    assert (src.ledger.pod_count, src.ledger.base_pod_count) == (0, 1)
+    assert (src.accounts.pod_count, src.accounts.base_pod_count) == (0, 1)
     src.remove("pods", cpu_pod)
-    assert src.ledger.base_pod_count == 0
+    assert src.accounts.base_pod_count == 0
 
 
 @pytest.mark.parametrize("gone", [
@@ -58,7 +58,7 @@ def test_a_node_that_loses_its_gpus_or_goes_leaves_its_pool(gone):
     src = source_with(("nodes", gpu_node("gpu-0", 4)), ("nodes", gpu_node("gpu-1", 4)))
     how, obj = gone
     getattr(src, how)("nodes", obj)
-    assert src.ledger.node_names() == {"gpu-1"}
+    assert src.accounts.node_names() == {"gpu-1"}
     assert free_and_total(src) == [(4, 4)]
 
 
@@ -69,7 +69,7 @@ def test_a_node_that_loses_its_gpus_or_goes_leaves_its_pool(gone):
 def test_retain_drops_what_a_relist_no_longer_saw(kind, keep, dropped, left):
     src = source_with(("nodes", gpu_node("gpu-0", 4)), ("nodes", gpu_node("gpu-1", 4)))
     assert src.retain(kind, keep) == dropped
-    assert src.ledger.node_names() == left
+    assert src.accounts.node_names() == left
 
 
 def test_retain_drops_vanished_gpu_pods():

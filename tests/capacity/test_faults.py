@@ -14,7 +14,7 @@ import pytest
 from gpuspawner.capacity import health
 from gpuspawner.capacity.cache import CapacityCache, _HttpError
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.ledger import Ledger
+from gpuspawner.capacity.plugin_accounts import PluginAccounts
 from gpuspawner.spawn.profiles import capacity_problem
 from scripts.faults import watch_fuzz
 from scripts.faults.recount import counted, differences, from_api, recount
@@ -416,7 +416,7 @@ async def test_random_watch_events_through_the_simulated_api_server_match_a_reco
 async def test_the_fuzz_catches_a_ledger_that_forgets(monkeypatch):
     """The check can fail: a ledger that forgets one deletion of a bound GPU pod in five is caught
     at a checkpoint (with the re-lists that would repair it made rare)."""
-    real = Ledger.remove_pod
+    real = PluginAccounts.remove_pod
     calls = [0]
 
     def forgetful(self, key):
@@ -427,7 +427,7 @@ async def test_the_fuzz_catches_a_ledger_that_forgets(monkeypatch):
                 return False
         return real(self, key)
 
-    monkeypatch.setattr(Ledger, "remove_pod", forgetful)
+    monkeypatch.setattr(PluginAccounts, "remove_pod", forgetful)
     mix = watch_fuzz.Mix(drop_watch=0.5, gone=0, restart=0)
     report = await watch_fuzz.run_memory(5_000, seed=1, checkpoint=100, mix=mix)
     assert calls[0] >= 5

@@ -5,7 +5,7 @@ import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import node_record
-from gpuspawner.capacity.ledger import Ledger
+from gpuspawner.capacity.plugin_accounts import PluginAccounts
 from gpuspawner.capacity.model import FitCount
 from gpuspawner.capacity.node_resources import node_base, request_words, shortfall_words
 from gpuspawner.capacity.pod_requests import base_record, pod_base, pod_record
@@ -25,10 +25,10 @@ def t4_node(name, cpu="3860m", memory="24Gi", gpus=1):
 
 
 def ledger(*nodes, track=(SERVER, SMALL)):
-    led = Ledger()
+    led = PluginAccounts()
     for n in nodes:
         led.upsert_node(n)
-    led.track(track)
+    led.ledger.track(track)
     return led
 
 
@@ -37,7 +37,7 @@ def cpu_pod(name, node_name, cpu, memory="1Gi"):
 
 
 def fit(led, request):
-    (pool,) = led.pools()
+    (pool,) = led.ledger.pools()
     return pool.fit_for(request)
 
 
@@ -84,7 +84,7 @@ def test_a_pod_leaving_gives_its_room_back_and_an_untracked_request_is_not_count
 
 def test_the_largest_node_and_the_reason_in_words():
     led = ledger(t4_node("t1"), t4_node("t2"))
-    (pool,) = led.pools()
+    (pool,) = led.ledger.pools()
     assert pool.largest == (3860, 24 * GiB, 1 << 62, 110)
     assert shortfall_words(SERVER, pool.largest, "T4 nodes") == (
         "T4 nodes have 3.9 CPUs and 24 GiB of memory; this server needs 8 and 32 GiB")
@@ -94,10 +94,10 @@ def test_the_largest_node_and_the_reason_in_words():
 
 def test_a_reservation_holds_the_servers_room_on_a_node_it_fits_on():
     led = ledger(t4_node("t1", cpu="4", memory="64Gi"), t4_node("t2", cpu="12", memory="64Gi"))
-    r = led.reserve("jhub/jupyter-ana", led.pools()[0].id, 1, expires_at=60.0, request=SERVER)
+    r = led.ledger.reserve("jhub/jupyter-ana", led.ledger.pools()[0].id, 1, expires_at=60.0, request=SERVER)
     assert r.node == "t2"
     assert fit(led, SERVER) == FitCount(0, 0, 0, 1)  # t2's GPU and room are now held for ana
-    led.release("jhub/jupyter-ana")
+    led.ledger.release("jhub/jupyter-ana")
     assert fit(led, SERVER) == FitCount(1, 1, 1, 1)
 
 

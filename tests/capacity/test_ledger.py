@@ -4,7 +4,7 @@ import pytest
 
 from gpuspawner.capacity.config import CapacityConfig, DeclaredPool
 from gpuspawner.capacity.labels import node_record
-from gpuspawner.capacity.ledger import Ledger
+from gpuspawner.capacity.plugin_accounts import PluginAccounts
 from gpuspawner.capacity.model import DriverGroup, ScaleUp, Taint, driver_groups, pool_id
 from gpuspawner.capacity.pod_requests import pod_record
 
@@ -27,12 +27,12 @@ def gpod(name, gpus, node_name=None, **kw):
 
 
 def summary(ledger, pid=A100):
-    p = ledger.pools_by_id()[pid]
+    p = ledger.ledger.pools_by_id()[pid]
     return (p.nodes, p.total, p.free, p.max_free_per_node)
 
 
 def test_pool_totals_and_free_follow_pods():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1"))
     led.upsert_node(a100("n2"))
     assert summary(led) == (2, 16, 16, 8)
@@ -44,7 +44,7 @@ def test_pool_totals_and_free_follow_pods():
 
 
 def test_free_never_below_zero():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1", gpus=2))
     led.upsert_pod(gpod("a", 2, "n1"))
     led.upsert_pod(gpod("b", 2, "n1"))  # e.g. allocatable shrank under running pods
@@ -57,25 +57,25 @@ def test_free_never_below_zero():
     ids=["not-ready", "cordoned"],
 )
 def test_non_contributing_nodes_keep_the_pool_known_but_empty(kw):
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1", **kw))
-    p = led.pools_by_id()[A100]
+    p = led.ledger.pools_by_id()[A100]
     assert (p.nodes, p.total, p.free, p.max_free_per_node, p.node_views) == (0, 0, 0, 0, ())
     led.upsert_node(a100("n1"))  # becomes Ready / uncordoned
     assert summary(led) == (1, 8, 8, 8)
     led.remove_node("n1")
-    assert A100 not in led.pools_by_id()
+    assert A100 not in led.ledger.pools_by_id()
 
 
 def test_pod_seen_before_its_node_is_counted_when_the_node_arrives():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_pod(gpod("a", 3, "n1"))
     led.upsert_node(a100("n1"))
     assert summary(led) == (1, 8, 5, 5)
 
 
 def test_pending_pod_counts_nothing_until_bound():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1"))
     led.upsert_pod(gpod("a", 3))
     assert summary(led) == (1, 8, 8, 8)
@@ -84,17 +84,17 @@ def test_pending_pod_counts_nothing_until_bound():
 
 
 def test_lowest_driver_and_cuda_are_compared_numerically():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1", driver="535.54.03", cuda="12.2"))
     led.upsert_node(a100("n2", driver="535.183.01", cuda="12.10"))
     led.upsert_node(a100("n3", driver="470.82.01", cuda="11.4", ready=False))  # not contributing
-    p = led.pools_by_id()[A100]
+    p = led.ledger.pools_by_id()[A100]
     assert (p.driver_version, p.cuda_version) == ("535.54.03", "12.2")
     assert [(v.name, v.driver_version) for v in p.node_views] == [("n1", "535.54.03"), ("n2", "535.183.01")]
 
 
 def test_pool_attributes():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(
         a100("n1", taints=[
             {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
@@ -102,7 +102,7 @@ def test_pool_attributes():
         ])
     )
     led.upsert_node(a100("n2", taints=[{"key": "team", "value": "ml", "effect": "NoSchedule"}]))
-    p = led.pools_by_id()[A100]
+    p = led.ledger.pools_by_id()[A100]
     assert (p.resource, p.product, p.memory_mib, p.node_group_label, p.node_group) == (
         "nvidia.com/gpu", "NVIDIA-A100-SXM4-80GB", 81920, GKE, "a100")
     assert p.defining_labels == ((GKE, "a100"), ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB"))
@@ -112,22 +112,22 @@ def test_pool_attributes():
 
 
 def test_generation_bumps_only_on_change_and_pools_are_cached():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1"))
-    first = led.pools()
-    g = led.generation
+    first = led.ledger.pools()
+    g = led.ledger.generation
     assert led.upsert_node(a100("n1")) is False  # same record again (e.g. a heartbeat update)
-    assert led.generation == g and led.pools() is first
+    assert led.ledger.generation == g and led.ledger.pools() is first
     led.upsert_pod(gpod("a", 1, "n1"))
-    assert led.generation > g and led.pools() is not first
+    assert led.ledger.generation > g and led.ledger.pools() is not first
 
 
 def test_reservation_counts_at_once_on_the_node_with_most_free():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1"))
     led.upsert_node(a100("n2"))
     led.upsert_pod(gpod("x", 6, "n1"))
-    r = led.reserve("jhub/spawn", A100, 4, expires_at=100.0)
+    r = led.ledger.reserve("jhub/spawn", A100, 4, expires_at=100.0)
     assert r.node == "n2"
     assert summary(led) == (2, 16, 6, 4)
     # the pod appears unbound: still reserved
@@ -135,60 +135,60 @@ def test_reservation_counts_at_once_on_the_node_with_most_free():
     assert summary(led) == (2, 16, 6, 4)
     # bound: it counts as used, the reservation is gone (no double count)
     led.upsert_pod(gpod("spawn", 4, "n2"))
-    assert led.reservations() == {}
+    assert led.ledger.reservations() == {}
     assert summary(led) == (2, 16, 6, 4)
 
 
 def test_reservation_goes_to_the_first_node_by_name_among_the_freest_contributing_ones():
-    led = Ledger()
+    led = PluginAccounts()
     for name, kw in (("n4", {}), ("n2", {}), ("n3", {"unschedulable": True}), ("n1", {"ready": False})):
         led.upsert_node(a100(name, **kw))  # n1 and n3 do not contribute
     led.upsert_pod(gpod("x", 1, "n4"))
-    assert led.reserve("jhub/a", A100, 1, expires_at=100.0).node == "n2"
-    assert led.reserve("jhub/b", A100, 1, expires_at=100.0).node == "n2"  # 7 free on n2 and n4: the first by name
-    assert led.reserve("jhub/c", A100, 1, expires_at=100.0).node == "n4"  # 6 on n2, 7 on n4
+    assert led.ledger.reserve("jhub/a", A100, 1, expires_at=100.0).node == "n2"
+    assert led.ledger.reserve("jhub/b", A100, 1, expires_at=100.0).node == "n2"  # 7 free on n2 and n4: the first by name
+    assert led.ledger.reserve("jhub/c", A100, 1, expires_at=100.0).node == "n4"  # 6 on n2, 7 on n4
     led.upsert_node(a100("n4", unschedulable=True))  # cordoned: its reservation's GPUs are no longer offered
-    assert led.reserve("jhub/d", A100, 1, expires_at=100.0).node == "n2"
-    assert led.reserve("jhub/none", "nowhere:x:nvidia.com/gpu", 1, expires_at=100.0).node is None
+    assert led.ledger.reserve("jhub/d", A100, 1, expires_at=100.0).node == "n2"
+    assert led.ledger.reserve("jhub/none", "nowhere:x:nvidia.com/gpu", 1, expires_at=100.0).node is None
 
 
 @pytest.mark.parametrize("how", ["release", "expire", "pod-deleted"])
 def test_reservation_is_released(how):
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1"))
-    led.reserve("jhub/s", A100, 8, expires_at=100.0)
+    led.ledger.reserve("jhub/s", A100, 8, expires_at=100.0)
     assert summary(led) == (1, 8, 0, 0)
     if how == "release":
-        assert led.release("jhub/s")
+        assert led.ledger.release("jhub/s")
     elif how == "expire":
-        assert led.expire(99.9) == 0
-        assert led.expire(100.0) == 1
+        assert led.ledger.expire(99.9) == 0
+        assert led.ledger.expire(100.0) == 1
     else:
         led.upsert_pod(gpod("s", 8))
         led.remove_pod("jhub/s")
     assert summary(led) == (1, 8, 8, 8)
-    assert led.reservations() == {}
+    assert led.ledger.reservations() == {}
 
 
 def test_reserving_for_a_pod_already_bound_holds_nothing():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1"))
     led.upsert_pod(gpod("s", 2, "n1"))
-    assert led.reserve("jhub/s", A100, 2, expires_at=1.0) is None
+    assert led.ledger.reserve("jhub/s", A100, 2, expires_at=1.0) is None
     assert summary(led) == (1, 8, 6, 6)
 
 
 def test_concurrent_spawns_are_not_all_offered_the_last_gpu():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1", gpus=1))
-    assert led.pools_by_id()[A100].free == 1
-    led.reserve("jhub/u1", A100, 1, expires_at=10.0)
-    assert led.pools_by_id()[A100].free == 0
+    assert led.ledger.pools_by_id()[A100].free == 1
+    led.ledger.reserve("jhub/u1", A100, 1, expires_at=10.0)
+    assert led.ledger.pools_by_id()[A100].free == 0
 
 
 def test_reserve_rejects_a_bad_count():
     with pytest.raises(ValueError, match="positive integer"):
-        Ledger().reserve("a/b", A100, 0, 1.0)
+        PluginAccounts().ledger.reserve("a/b", A100, 0, 1.0)
 
 
 
@@ -201,26 +201,26 @@ def h100(name):
 
 def test_declared_pool_scales_from_zero_and_merges_with_its_nodes():
     d = DeclaredPool.from_config(DECLARED_H100)
-    led = Ledger([d])
-    p = led.pools_by_id()[d.id]
+    led = PluginAccounts([d])
+    p = led.ledger.pools_by_id()[d.id]
     assert (p.nodes, p.total, p.free, p.scale_up) == (0, 0, 0, ScaleUp(2, 8, 6.0))
     assert p.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
     assert p.defining_labels == ((GKE, "h100-spot"), ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"))
     led.upsert_node(h100("h1"))
-    p = led.pools_by_id()[d.id]
+    p = led.ledger.pools_by_id()[d.id]
     assert (p.nodes, p.total, p.free, p.driver_version) == (1, 8, 8, "580.95.05")
     assert p.scale_up == ScaleUp(2, 8, 6.0)  # 1 < max_nodes
     led.upsert_node(h100("h2"))
-    assert led.pools_by_id()[d.id].scale_up is None
+    assert led.ledger.pools_by_id()[d.id].scale_up is None
     led.remove_node("h1")
     led.remove_node("h2")
-    assert led.pools_by_id()[d.id].scale_up is not None  # declared pools never disappear
+    assert led.ledger.pools_by_id()[d.id].scale_up is not None  # declared pools never disappear
 
 
 def test_incremental_equals_full_recount_under_random_events():
     """The incremental sums must match a recount from scratch after any event order."""
     rnd = random.Random(7)
-    led = Ledger()
+    led = PluginAccounts()
     names = [f"n{i}" for i in range(6)]
     pods: dict[str, tuple[int, str | None]] = {}
     nodes: dict[str, dict] = {}
@@ -251,7 +251,7 @@ def test_incremental_equals_full_recount_under_random_events():
                 used[node_name] = used.get(node_name, 0) + n
         contributing = {k: v for k, v in sorted(nodes.items()) if v["ready"] and not v["unschedulable"]}
         frees = [max(0, v["gpus"] - used.get(k, 0)) for k, v in contributing.items()]
-        view = led.pools_by_id().get(A100)
+        view = led.ledger.pools_by_id().get(A100)
         if not nodes:
             assert view is None, step
             continue
@@ -276,42 +276,42 @@ def test_incremental_equals_full_recount_under_random_events():
 
 
 def group_summary(ledger, pid=A100):
-    return [(g.driver_version, g.nodes, g.total, g.free, g.max_free_per_node) for g in ledger.pools_by_id()[pid].driver_groups]
+    return [(g.driver_version, g.nodes, g.total, g.free, g.max_free_per_node) for g in ledger.ledger.pools_by_id()[pid].driver_groups]
 
 
 def test_nodes_are_summed_per_driver_group():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1", driver="535.183.01", cuda="12.2"))
     led.upsert_node(a100("n2", driver="570.172.08"))
     led.upsert_node(a100("n3", driver="570.172.08", gpus=4))
     led.upsert_pod(gpod("a", 3, "n2"))
     assert group_summary(led) == [("535.183.01", 1, 8, 8, 8), ("570.172.08", 2, 12, 9, 5)]
-    (old, new) = led.pools_by_id()[A100].driver_groups
+    (old, new) = led.ledger.pools_by_id()[A100].driver_groups
     assert new.labels == (("nvidia.com/cuda.driver-version.full", "570.172.08"),)
     assert (new.compute_capability, new.max_allocatable) == ("8.0", 8)
 
 
 def test_a_driver_label_change_moves_the_node_to_another_group():
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1", driver="535.183.01", cuda="12.2"))
     led.upsert_node(a100("n2", driver="535.183.01", cuda="12.2"))
-    before = led.pools_by_id()[A100].driver_groups
+    before = led.ledger.pools_by_id()[A100].driver_groups
     led.upsert_pod(gpod("a", 1, "n1"))  # counts change, the groups' keys do not
-    assert [g.key for g in led.pools_by_id()[A100].driver_groups] == [g.key for g in before]
+    assert [g.key for g in led.ledger.pools_by_id()[A100].driver_groups] == [g.key for g in before]
     led.upsert_node(a100("n2", driver="570.172.08"))  # GFD relabels n2 after a driver upgrade
     assert group_summary(led) == [("535.183.01", 1, 8, 7, 7), ("570.172.08", 1, 8, 8, 8)]
     led.upsert_node(a100("n1", driver="570.172.08", unschedulable=True))  # upgraded, still cordoned
     assert group_summary(led) == [("570.172.08", 1, 8, 8, 8)]
     led.remove_node("n2")
-    assert led.pools_by_id()[A100].driver_groups == ()
+    assert led.ledger.pools_by_id()[A100].driver_groups == ()
 
 
 def test_hand_made_pool_views_count_their_groups_from_their_nodes():
     import dataclasses
 
-    led = Ledger()
+    led = PluginAccounts()
     led.upsert_node(a100("n1"))
-    view = led.pools_by_id()[A100]
+    view = led.ledger.pools_by_id()[A100]
     assert view.driver_groups == (DriverGroup("570.172.08", "12.8", "8.0",
                                               (("nvidia.com/cuda.driver-version.full", "570.172.08"),), 1, 8, 8, 8, 8),)
     assert dataclasses.replace(view, node_views=()).driver_groups == ()

@@ -115,12 +115,12 @@ def test_strategies_are_the_exact_api_words():
 
 
 def test_a_time_sliced_pool_counts_shares_and_says_so_in_the_api():
-    from gpuspawner.capacity.ledger import Ledger
+    from gpuspawner.capacity.plugin_accounts import PluginAccounts
 
-    ledger = Ledger()
+    ledger = PluginAccounts()
     ledger.upsert_node(node_record(node("t4-0", {"nvidia.com/gpu": "4"}, T4_TIME_SLICED), CapacityConfig()))
     ledger.upsert_node(node_record(node("a100-0", {"nvidia.com/gpu": "8"}, GFD_A100), CapacityConfig()))
-    by_product = {p.product: p for p in ledger.pools()}
+    by_product = {p.product: p for p in ledger.ledger.pools()}
     t4, a100 = by_product["Tesla-T4-SHARED"], by_product["NVIDIA-A100-SXM4-80GB"]
     assert (t4.sharing, t4.replicas, t4.total, t4.physical) == (TIME_SLICING, 4, 4, 1)
     body = t4.to_json()

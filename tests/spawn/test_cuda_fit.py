@@ -127,7 +127,7 @@ def test_the_check_runs_once_per_driver_group_whatever_the_number_of_nodes():
 
 
 def test_memo_judges_a_driver_again_only_when_it_changes():
-    from gpuspawner.capacity.ledger import Ledger
+    from gpuspawner.capacity.plugin_accounts import PluginAccounts
     from tests.builders import GFD_A100, node
     from gpuspawner.capacity.config import CapacityConfig
     from gpuspawner.capacity.labels import node_record
@@ -137,17 +137,17 @@ def test_memo_judges_a_driver_again_only_when_it_changes():
                   "nvidia.com/cuda.runtime-version.full": cuda}
         return node_record(node(name, {"nvidia.com/gpu": "8"}, labels), CapacityConfig())
 
-    led, memo = Ledger(), VerdictMemo()
+    led, memo = PluginAccounts(), VerdictMemo()
     for i in range(50):
         led.upsert_node(a100(f"n{i}", "470.82.01", "11.4"))
-    (view,) = led.pools()
+    (view,) = led.ledger.pools()
     assert pool_fit(IMG, view, "minor", decide, memo).refused and memo.misses == 1
     led.upsert_node(a100("n7", "470.82.01", "11.4"))  # same labels: nothing to judge
     led.remove_node("n8")
-    (view,) = led.pools()
+    (view,) = led.ledger.pools()
     assert pool_fit(IMG, view, "minor", decide, memo).refused and memo.misses == 1
     led.upsert_node(a100("n9", "550.54.15", "12.4"))  # GFD relabels n9 after a driver upgrade
-    (view,) = led.pools()
+    (view,) = led.ledger.pools()
     fit = pool_fit(IMG, view, "minor", decide, memo)
     assert (fit.level, memo.misses, excluded_drivers(fit)) == ("ok", 2, ("470.82.01",))
     assert fit.note.startswith("48 of 49 nodes of this pool do not fit (driver 470.82.01)")

@@ -11,7 +11,7 @@ import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_objects import class_record, dra_node, slice_record
-from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.capacity.dra_accounts import DraAccounts
 from gpuspawner.cuda import decide
 from gpuspawner.cuda.image import image_cuda
 from gpuspawner.spawn import dra_claim
@@ -36,13 +36,13 @@ DRA_VERSIONS = dra_versions()
 
 def pool_of(*nodes: tuple[str, list[dict]]):
     """The one DRA pool of ``nodes`` ((name, devices) in group dra-a100), through the real ledger."""
-    ledger = DraLedger()
+    ledger = DraAccounts()
     for c in (device_class("gpu.nvidia.com", device_type="gpu"), device_class("mig.nvidia.com", device_type="mig")):
         ledger.upsert_class(class_record(c))
     for name, devices in nodes:
         ledger.upsert_node(dra_node(group_node(name, "dra-a100"), CFG.node_group_labels, CFG.is_gpu_resource))
         ledger.upsert_slice(slice_record(resource_slice(f"{name}-s", name, devices), CFG.dra_drivers))
-    (pool,) = ledger.pools()
+    (pool,) = ledger.ledger.pools()
     return pool
 
 

@@ -198,16 +198,16 @@ def test_a_pool_is_pinned_by_labels_to_its_nodes_and_no_other():
     simulated scheduler's NodeAffinity filter (kube-scheduler's rules) evaluates them."""
     from gpuspawner.capacity.config import CapacityConfig
     from gpuspawner.capacity.labels import node_record
-    from gpuspawner.capacity.ledger import Ledger
+    from gpuspawner.capacity.plugin_accounts import PluginAccounts
     from gpuspawner.sim.plugins import node_affinity_matches
 
     from tests.builders import node
 
     objs = [node(name, gpus, labels) for name, gpus, labels in PIN_NODES]
-    ledger = Ledger()
+    ledger = PluginAccounts()
     for obj in objs:
         ledger.upsert_node(node_record(obj, CapacityConfig()))
-    pools = ledger.pools()
+    pools = ledger.ledger.pools()
     assert len(pools) == 10  # a pool id names the group's value, not its label: the four "a100" groups are one
     for p in pools:
         o = build_overrides(p, 1, allowed_taint_keys=())
@@ -226,14 +226,14 @@ def test_a_pool_is_pinned_by_labels_to_its_nodes_and_no_other():
 def test_an_unlabelled_pool_of_thousands_of_nodes_is_pinned_by_a_few_expressions():
     from gpuspawner.capacity.config import CapacityConfig
     from gpuspawner.capacity.labels import node_record
-    from gpuspawner.capacity.ledger import Ledger
+    from gpuspawner.capacity.plugin_accounts import PluginAccounts
 
     from tests.builders import node
 
-    ledger = Ledger()
+    ledger = PluginAccounts()
     for i in range(3000):
         ledger.upsert_node(node_record(node(f"gpu-{i}", {"nvidia.com/gpu": "8"}, {}), CapacityConfig()))
-    (p,) = ledger.pools()
+    (p,) = ledger.ledger.pools()
     (term,) = build_overrides(p, 1, allowed_taint_keys=()).node_affinity_required
     assert {e["operator"] for e in term["matchExpressions"]} == {"DoesNotExist"}
     assert PRODUCT in {e["key"] for e in term["matchExpressions"]} and len(term["matchExpressions"]) <= 8

@@ -285,8 +285,8 @@ def _generation(cache: CapacityCache) -> tuple[int, int]:
 
 
 def _counts(cache: CapacityCache) -> tuple[int, int, int]:
-    led = cache._ledger
-    return led.pod_count, led.base_pod_count, cache._dra.ledger.claim_count
+    counted = cache._plugin.accounts
+    return counted.pod_count, counted.base_pod_count, cache._dra.accounts.claim_count
 
 
 async def run_cluster(h: Harness, seed: int, cases: int, index: int) -> list[Outcome]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_objects import choose_class, class_record, dra_node, slice_record
-from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.capacity.dra_accounts import DraAccounts
 from gpuspawner.doctor.dra_state import DRA_GROUP, DraState
 from gpuspawner.doctor.findings import Finding, ObjectRef
 from gpuspawner.kube.api_errors import (
@@ -35,21 +35,21 @@ def _names(items: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _ledger(dra: DraState, nodes: Sequence[Mapping[str, Any]], config: CapacityConfig) -> DraLedger:
-    ledger = DraLedger()
+def _ledger(dra: DraState, nodes: Sequence[Mapping[str, Any]], config: CapacityConfig) -> DraAccounts:
+    accounts = DraAccounts()
     for obj in dra.classes or ():
         rec = class_record(obj)
         if rec is not None:
-            ledger.upsert_class(rec)
+            accounts.upsert_class(rec)
     for obj in nodes:
         rec = dra_node(obj, config.node_group_labels, config.is_gpu_resource)
         if rec is not None:
-            ledger.upsert_node(rec)
+            accounts.upsert_node(rec)
     for obj in dra.slices or ():
         rec = slice_record(obj, config.dra_drivers)
         if rec is not None:
-            ledger.upsert_slice(rec)
-    return ledger
+            accounts.upsert_slice(rec)
+    return accounts
 
 
 def dra_gpu_nodes(dra: DraState | None, config: CapacityConfig) -> set[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_objects import class_record, dra_node, slice_record
-from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.capacity.dra_accounts import DraAccounts
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.nodeimages import node_images, normalize_image
 from gpuspawner.doctor.checks.images import fits_some_node, fits_some_pool_node
@@ -38,25 +38,25 @@ def _pools(nodes: Sequence[Mapping[str, Any]], config: CapacityConfig) -> dict[s
 def _dra_pools(nodes: Sequence[Mapping[str, Any]], dra: DraState | None,
                config: CapacityConfig) -> dict[str, tuple[Any, list[Mapping[str, Any]]]]:
     """DRA pool id -> (its view, its Ready, schedulable nodes), counted as the capacity cache counts
-    them (``capacity.draledger``); nothing where DRA is not served or its lists were forbidden."""
+    them (``capacity.dra_accounts``); nothing where DRA is not served or its lists were forbidden."""
     if dra is None or not dra.served or dra.slices is None or dra.classes is None:
         return {}
-    ledger = DraLedger()
+    accounts = DraAccounts()
     for obj in dra.classes:
         rec = class_record(obj)
         if rec is not None:
-            ledger.upsert_class(rec)
+            accounts.upsert_class(rec)
     by_name: dict[str, Mapping[str, Any]] = {}
     for node in nodes:
         rec = dra_node(node, config.node_group_labels, config.is_gpu_resource)
         if rec is not None:
-            ledger.upsert_node(rec)
+            accounts.upsert_node(rec)
             by_name[rec.name] = node
     for obj in dra.slices:
         rec = slice_record(obj, config.dra_drivers)
         if rec is not None:
-            ledger.upsert_slice(rec)
-    return {pool.id: (pool, [by_name[v.name] for v in pool.node_views]) for pool in ledger.pools()}
+            accounts.upsert_slice(rec)
+    return {pool.id: (pool, [by_name[v.name] for v in pool.node_views]) for pool in accounts.ledger.pools()}
 
 
 def _cold(pool_id: str, members: list[Mapping[str, Any]], hub: HubFacts,

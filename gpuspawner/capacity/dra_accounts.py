@@ -1,13 +1,12 @@
-"""Incremental accounting of DRA GPUs: slices, claims, classes and nodes in; pools out.
+"""The DRA source of the ``Ledger``: slices, claims, classes and nodes in, what each node gives its pools out.
 Design notes: docs/dra.md.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Iterable
 
 from gpuspawner.capacity.dra_objects import (
     HOSTNAME_LABEL,
@@ -19,13 +18,12 @@ from gpuspawner.capacity.dra_objects import (
     SliceRecord,
     choose_class,
 )
-from gpuspawner.capacity.model import DraFacts, NodeView, PoolView, Taint, pool_id
+from gpuspawner.capacity.ledger import Ledger, Supply
+from gpuspawner.capacity.model import DraFacts, PoolView, Taint, pool_id
 from gpuspawner.capacity.sharing import MIG, NONE
-from gpuspawner.capacity.node_resources import fits as fits_in
-from gpuspawner.capacity.node_resources import room
-from gpuspawner.capacity.pool_totals import NodeTally, Reserving, bump, check_count, lowest, pool_taints, sorted_taints
+from gpuspawner.capacity.pool_totals import PoolNodes, bump, lowest, pool_taints, sorted_taints
 
-__all__ = ["DraLedger", "DraReservation", "product_label"]
+__all__ = ["DraAccounts", "product_label"]
 
 RPool = tuple[str, str]  # (driver, resource pool name)
 
@@ -35,15 +33,6 @@ def product_label(device: DraDevice) -> str | None:
     if device.profile:
         return f"{device.product or 'unknown'} MIG {device.profile}"
     return device.product
-
-
-@dataclass(frozen=True, slots=True)
-class DraReservation:
-    owner: str  # "<namespace>/<pod name>"
-    pool_id: str
-    node: str | None
-    count: int
-    expires_at: float
 
 
 @dataclass(slots=True)
@@ -65,13 +54,14 @@ class _Pool:
     node_taints: dict[str, tuple[Taint, ...]] = field(default_factory=dict)  # as counted when it joined
     taints: Counter = field(default_factory=Counter)  # over member nodes
     memory: Counter = field(default_factory=Counter)  # over devices
-    nodes: NodeTally = field(default_factory=NodeTally)  # contributing nodes
 
 
-class DraLedger(Reserving):
-    """The pure, incremental DRA accounting behind :class:`CapacityCache`."""
+class DraAccounts:
+    """DRA GPUs: the devices of complete slice generations, each once, in pools by node group,
+    product and DeviceClass; taken by allocated claims; counted into :attr:`ledger`."""
 
     def __init__(self) -> None:
+        self.ledger = Ledger(self)
         self._nodes: dict[str, DraNode] = {}
         self._slices: dict[str, SliceRecord] = {}
         self._rpool_slices: dict[RPool, set[str]] = {}
@@ -84,19 +74,6 @@ class DraLedger(Reserving):
         self._where: dict[DevKey, tuple[str, str]] = {}  # device -> (its DRA pool id, its node)
         self._incomplete: set[RPool] = set()
         self._pools: dict[str, _Pool] = {}
-        self._resv: dict[str, DraReservation] = {}
-        self._resv_on: Counter = Counter()  # (pool id, node) -> reserved devices
-        self._dirty: set[str] = set()
-        self._views: dict[str, PoolView] = {}
-        self._built = -1
-        self._out: tuple[PoolView, ...] = ()
-        self.generation = 0
-        # told (pool id, node, joined) whenever a node starts or stops contributing to a pool
-        self.on_member: Callable[[str, str, bool], None] | None = None
-        # the server requests whose fit is counted per node (Ledger.track), and what the pods on a
-        # node request of it (Ledger.requested_on: the pods informer feeds the device-plugin ledger)
-        self._reqs: tuple[tuple[int, ...], ...] = ()
-        self._requested_on: Callable[[str], tuple[int, ...]] | None = None
 
     # -- reading -------------------------------------------------------------
 
@@ -116,28 +93,9 @@ class DraLedger(Reserving):
         """Resource pools not used because a slice of their newest generation is missing."""
         return tuple(sorted(self._incomplete))
 
-    def reservations(self) -> dict[str, DraReservation]:
-        return dict(self._resv)
-
     def has_pool(self, pid: str) -> bool:
         pool = self._pools.get(pid)
         return pool is not None and bool(pool.devs)
-
-    def pools(self) -> tuple[PoolView, ...]:
-        """The DRA pools, sorted by id; rebuilt only for pools changed since the last call."""
-        if self._built == self.generation and not self._dirty:
-            return self._out
-        for pid in self._dirty:
-            pool = self._pools.get(pid)
-            if pool is None or not pool.devs:
-                self._pools.pop(pid, None)
-                self._views.pop(pid, None)
-            else:
-                self._views[pid] = _view(pid, pool, self._reqs, self._largest(pool))
-        self._dirty.clear()
-        self._out = tuple(self._views[k] for k in sorted(self._views))
-        self._built = self.generation
-        return self._out
 
     # -- inputs --------------------------------------------------------------
 
@@ -216,12 +174,10 @@ class DraLedger(Reserving):
             self._claims[rec.key] = rec
             self._take(old.devices if old else (), -1)
             self._take(rec.devices, 1)
-        if rec.allocated and rec.owner is not None and rec.owner in self._resv:
-            # the scheduler allocated the pod's claim: its devices now count as taken
-            self._drop_reservation(rec.owner)
-            changed = True
+        if rec.allocated and rec.owner is not None and self.ledger.bound(rec.owner):
+            changed = True  # the scheduler allocated the pod's claim: its devices now count as taken
         if changed:
-            self.generation += 1
+            self.ledger.generation += 1
         return changed
 
     def remove_claim(self, key: str) -> bool:
@@ -229,7 +185,7 @@ class DraLedger(Reserving):
         if old is None:
             return False
         self._take(old.devices, -1)
-        self.generation += 1
+        self.ledger.generation += 1
         return True
 
     def _take(self, devices: Iterable[DevKey], sign: int) -> None:
@@ -256,30 +212,19 @@ class DraLedger(Reserving):
     def retain_classes(self, keep: set[str]) -> int:
         return _retain(self._classes, keep, self.remove_class)
 
-    # -- reservations --------------------------------------------------------
+    # -- what the ledger asks ------------------------------------------------
 
-    def reserve(self, owner: str, pid: str, count: int, expires_at: float) -> DraReservation:
-        """Count ``count`` devices of DRA pool ``pid`` as taken for the pod ``owner`` now, on the
-        pool's contributing node with the most free devices (ties: node name)."""
-        check_count(count)
-        if owner in self._resv:
-            self._drop_reservation(owner)
+    def reservable(self, owner: str, pid: str) -> tuple[bool, str | None]:
+        """Always: a claim is allocated after its pod is created, and names a class, not a resource."""
+        return True, None
+
+    def pool_view(self, pid: str, nodes: PoolNodes, requests: tuple[tuple[int, ...], ...],
+                  largest: tuple[int, ...] | None) -> PoolView | None:
         pool = self._pools.get(pid)
-        node = pool.nodes.most_free() if pool is not None else None
-        r = DraReservation(owner, pid, node, count, expires_at)
-        self._resv[owner] = r
-        if node is not None:
-            self._resv_on[(pid, node)] += count
-            self._refresh(pid, node)
-        self.generation += 1
-        return r
-
-    def _drop_reservation(self, owner: str) -> None:
-        r = self._resv.pop(owner)
-        if r.node is not None:
-            bump(self._resv_on, (r.pool_id, r.node), -r.count)
-            if r.pool_id in self._pools:
-                self._refresh(r.pool_id, r.node)
+        if pool is None or not pool.devs:
+            self._pools.pop(pid, None)
+            return None
+        return _view(pid, pool, nodes, requests, largest)
 
     # -- placing devices -----------------------------------------------------
 
@@ -288,7 +233,7 @@ class DraLedger(Reserving):
         for rp in todo:
             self._resolve(rp)
         if todo:  # a node with no DRA devices changes no pool
-            self.generation += 1
+            self.ledger.generation += 1
 
     def _resolve(self, rp: RPool) -> None:
         """Replace what resource pool ``rp`` contributes with what its slices say now."""
@@ -373,93 +318,27 @@ class DraLedger(Reserving):
                 bump(pool.taints, t, -1)
         return pid, node
 
-    # -- CPU, memory and pod fit ---------------------------------------------------
-
-    def count_fit(self, requests: Iterable[tuple[int, ...]],
-                  requested_on: Callable[[str], tuple[int, ...]]) -> bool:
-        """Count, per pool, the nodes where each server request fits beside what their pods already
-        request (``requested_on``), as :meth:`Ledger.track` does for device-plugin pools; False
-        when nothing changed. A change recounts every node once."""
-        reqs = tuple(sorted({tuple(r) for r in requests}))
-        if reqs == self._reqs and requested_on == self._requested_on:
-            return False
-        self._reqs, self._requested_on = reqs, requested_on
-        for pid, pool in self._pools.items():
-            for node in list(pool.devs):
-                self._refresh(pid, node)
-        self.generation += 1
-        return True
-
-    def requests_changed(self, node: str) -> None:
-        """What the pods on ``node`` request changed: recount its fit in the pools it is in (a pool
-        changes only when a fit did, so most CPU pods' events change none)."""
-        if not self._reqs:
-            return
-        changed = False
-        for pid, pool in self._pools.items():
-            if node not in pool.devs:
-                continue
-            was_dirty = pid in self._dirty
-            before = _view_of(pool.nodes, node)
-            self._refresh(pid, node)
-            if _view_of(pool.nodes, node) != before:
-                changed = True
-            elif not was_dirty:
-                self._dirty.discard(pid)
-        if changed:
-            self.generation += 1
-
-    def _fit_bits(self, rec: DraNode) -> tuple[int, int]:
-        """Bit i of ``fits``: the i-th tracked request fits on the node now; of ``holds``: at all."""
-        if not self._reqs or not rec.base or self._requested_on is None:
-            return 0, 0
-        space = room(rec.base, self._requested_on(rec.name))
-        fits = holds = 0
-        for i, req in enumerate(self._reqs):
-            if fits_in(req, space):
-                fits |= 1 << i
-            if fits_in(req, rec.base):
-                holds |= 1 << i
-        return fits, holds
-
-    def _largest(self, pool: _Pool) -> tuple[int, ...] | None:
-        bases = [self._nodes[v.name].base for v in pool.nodes.views if v.name in self._nodes]
-        bases = [b for b in bases if b]
-        return tuple(max(b[i] for b in bases) for i in range(4)) if bases else None
-
     # -- per-node accounting ----------------------------------------------------
 
     def _refresh(self, pid: str, node: str) -> None:
-        """Recompute what ``node`` contributes to pool ``pid`` and move the pool's sums."""
+        """Tell the ledger what ``node`` gives pool ``pid`` now."""
         pool = self._pools.get(pid)
         if pool is None:
             return
-        self._dirty.add(pid)
-        was = node in pool.nodes
-        if was:
-            pool.nodes.remove(node)
         rec = self._nodes.get(node)
         devs = pool.devs.get(node)
-        if rec is None or not rec.contributes or not devs:
-            if was and self.on_member is not None:
-                self.on_member(pid, node, False)
-            return
-        free = sum(1 for k in devs if not self._taken.get(k)) - self._resv_on.get((pid, node), 0)
-        fits, holds = self._fit_bits(rec)
-        view = NodeView(
-            name=node,
-            allocatable=len(devs),
-            free=max(free, 0),
-            driver_version=lowest(d.driver_version for d in devs.values() if d.driver_version),
-            cuda_version=lowest(d.cuda_version for d in devs.values() if d.cuda_version),
-            compute_capability=lowest(d.compute_capability for d in devs.values() if d.compute_capability),
-            labels=((HOSTNAME_LABEL, rec.hostname),) if rec.hostname else (),
-            fits=fits,
-            holds=holds,
-        )
-        pool.nodes.add(view)
-        if not was and self.on_member is not None:
-            self.on_member(pid, node, True)
+        supply = None
+        if rec is not None and rec.contributes and devs:
+            supply = Supply(
+                allocatable=len(devs),
+                untaken=sum(1 for k in devs if not self._taken.get(k)),
+                driver_version=lowest(d.driver_version for d in devs.values() if d.driver_version),
+                cuda_version=lowest(d.cuda_version for d in devs.values() if d.cuda_version),
+                compute_capability=lowest(d.compute_capability for d in devs.values() if d.compute_capability),
+                labels=((HOSTNAME_LABEL, rec.hostname),) if rec.hostname else (),
+                base=rec.base,
+            )
+        self.ledger.put(pid, node, supply, touch=True)
 
 
 def _retain(table: dict, keep: set[str], remove) -> int:
@@ -469,12 +348,7 @@ def _retain(table: dict, keep: set[str], remove) -> int:
     return len(gone)
 
 
-def _view_of(nodes: NodeTally, name: str) -> NodeView | None:
-    i = bisect.bisect_left(nodes.names, name)
-    return nodes.views[i] if i < len(nodes.names) and nodes.names[i] == name else None
-
-
-def _view(pid: str, pool: _Pool, reqs: tuple[tuple[int, ...], ...] = (),
+def _view(pid: str, pool: _Pool, nodes: PoolNodes, reqs: tuple[tuple[int, ...], ...] = (),
           largest: tuple[int, ...] | None = None) -> PoolView:
     defining = ((pool.group_label, pool.group),) if pool.group_label and pool.group else ()
     return PoolView(
@@ -484,16 +358,16 @@ def _view(pid: str, pool: _Pool, reqs: tuple[tuple[int, ...], ...] = (),
         memory_mib=min(pool.memory) if pool.memory else None,
         node_group_label=pool.group_label,
         node_group=pool.group,
-        nodes=len(pool.nodes),
-        total=pool.nodes.total,
-        free=pool.nodes.free,
-        max_free_per_node=pool.nodes.max_free_per_node,
-        driver_version=pool.nodes.driver_version,
-        cuda_version=pool.nodes.cuda_version,
+        nodes=len(nodes),
+        total=nodes.total,
+        free=nodes.free,
+        max_free_per_node=nodes.max_free_per_node,
+        driver_version=nodes.driver_version,
+        cuda_version=nodes.cuda_version,
         scale_up=None,
         defining_labels=defining,
         taints=sorted_taints(pool.taints),
-        node_views=tuple(pool.nodes.views),
+        node_views=tuple(nodes.views),
         dra=pool.facts,
         # a claim takes a whole device (or MIG slice); a class's sharing config sets how the
         # processes of its pod share it, never several claims on one device

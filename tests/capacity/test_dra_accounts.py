@@ -6,7 +6,7 @@ import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_objects import claim_record, class_record, dra_node, slice_record
-from gpuspawner.capacity.dra_ledger import DraLedger
+from gpuspawner.capacity.dra_accounts import DraAccounts
 from gpuspawner.capacity.model import Taint
 from tests.builders.dra import NVIDIA, device_class, gpu_device, mig_device, resource_claim, resource_slice
 from tests.builders.dra import group_node as node
@@ -18,10 +18,10 @@ MIG = "dra-a100:nvidia-a100-sxm4-80gb-mig-1g.10gb:mig.nvidia.com"
 
 
 class Cluster:
-    """A DraLedger fed with API objects, as the cache's informers feed it."""
+    """DraAccounts (and their Ledger) fed with API objects, as the cache's informers feed it."""
 
     def __init__(self, *classes: dict):
-        self.ledger = DraLedger()
+        self.ledger = DraAccounts()
         for c in classes or (device_class("gpu.nvidia.com", device_type="gpu"),
                              device_class("mig.nvidia.com", device_type="mig")):
             self.ledger.upsert_class(class_record(c))
@@ -40,7 +40,7 @@ class Cluster:
         self.slice(f"{name}-gpu.nvidia.com", name, [gpu_device(f"gpu-{i}", **dev) for i in range(n)])
 
     def pool(self, pid):
-        return {p.id: p for p in self.ledger.pools()}.get(pid)
+        return {p.id: p for p in self.ledger.ledger.pools()}.get(pid)
 
 
 def counts(pool):
@@ -157,7 +157,7 @@ def test_slice_before_its_node_and_node_states():
     assert c.pool(A100) is None
     assert counts(c.pool("dra-h100:nvidia-a100-sxm4-80gb:gpu.nvidia.com")) == (1, 2, 2, 2)
     c.ledger.remove_node("g1")
-    assert c.ledger.pools() == ()
+    assert c.ledger.ledger.pools() == ()
 
 
 def test_pool_taints_leave_out_passing_ones():
@@ -182,34 +182,34 @@ def test_reservation_until_the_pods_claim_is_allocated():
     c = Cluster()
     c.gpus_node("g1", n=2)
     c.gpus_node("g2", n=4)
-    c.ledger.reserve("jhub/jupyter-ada", A100, 3, expires_at=100.0)
+    c.ledger.ledger.reserve("jhub/jupyter-ada", A100, 3, expires_at=100.0)
     assert {n.name: n.free for n in c.pool(A100).node_views} == {"g1": 2, "g2": 1}
     # the claim controller creates the pod's claim, the scheduler allocates it: now the claim counts
     c.claim("jupyter-ada-gpus-abcde", owner_pod="jupyter-ada")
-    assert c.ledger.reservations()
+    assert c.ledger.ledger.reservations()
     c.claim("jupyter-ada-gpus-abcde", owner_pod="jupyter-ada", devices=[("g2", f"gpu-{i}") for i in range(3)])
-    assert not c.ledger.reservations()
+    assert not c.ledger.ledger.reservations()
     assert {n.name: n.free for n in c.pool(A100).node_views} == {"g1": 2, "g2": 1}
 
 
 def test_reservations_released_and_expired():
     c = Cluster()
     c.gpus_node("g1", n=4)
-    c.ledger.reserve("jhub/a", A100, 1, expires_at=10.0)
-    c.ledger.reserve("jhub/b", A100, 2, expires_at=20.0)
+    c.ledger.ledger.reserve("jhub/a", A100, 1, expires_at=10.0)
+    c.ledger.ledger.reserve("jhub/b", A100, 2, expires_at=20.0)
     assert c.pool(A100).free == 1
-    assert c.ledger.expire(15.0) == 1 and c.pool(A100).free == 2
-    assert c.ledger.release("jhub/b") and c.pool(A100).free == 4
-    assert not c.ledger.release("jhub/b")
+    assert c.ledger.ledger.expire(15.0) == 1 and c.pool(A100).free == 2
+    assert c.ledger.ledger.release("jhub/b") and c.pool(A100).free == 4
+    assert not c.ledger.ledger.release("jhub/b")
     with pytest.raises(ValueError):
-        c.ledger.reserve("jhub/c", A100, 0, expires_at=1.0)
+        c.ledger.ledger.reserve("jhub/c", A100, 0, expires_at=1.0)
 
 
 def test_more_taken_than_there_is_never_goes_below_zero():
     c = Cluster()
     c.gpus_node("g1", n=2)
     c.claim("x", devices=[("g1", "gpu-0"), ("g1", "gpu-1")])
-    c.ledger.reserve("jhub/late", A100, 2, expires_at=10.0)
+    c.ledger.ledger.reserve("jhub/late", A100, 2, expires_at=10.0)
     assert c.pool(A100).free == 0
 
 
@@ -218,10 +218,10 @@ def test_views_rebuilt_only_for_changed_pools():
     c.gpus_node("g1")
     c.node("m1", group="dra-a100")
     c.slice("m1-s", "m1", [mig_device("gpu-0-mig-0")])
-    first = c.ledger.pools()
-    assert c.ledger.pools() is first  # nothing changed: the same tuple
+    first = c.ledger.ledger.pools()
+    assert c.ledger.ledger.pools() is first  # nothing changed: the same tuple
     c.claim("x", devices=[("g1", "gpu-0")])
-    second = {p.id: p for p in c.ledger.pools()}
+    second = {p.id: p for p in c.ledger.ledger.pools()}
     before = {p.id: p for p in first}
     assert second[MIG] is before[MIG] and second[A100] is not before[A100]
     assert not c.claim("x", devices=[("g1", "gpu-0")])  # the same claim again changes nothing
@@ -241,10 +241,10 @@ def test_retain_drops_what_a_relist_no_longer_shows():
 def test_nodes_without_dra_devices_change_no_generation():
     c = Cluster()
     c.gpus_node("g1")
-    before = c.ledger.generation
+    before = c.ledger.ledger.generation
     c.node("cpu-1")
     c.node("cpu-1", unschedulable=True)
-    assert c.ledger.generation == before
+    assert c.ledger.ledger.generation == before
 
 
 @pytest.mark.parametrize(
