@@ -64,7 +64,7 @@ from jupyterhub.objects import Hub  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 from gpuspawner.capacity.cache import CapacityCache  # noqa: E402
-from gpuspawner.capacity.ledger import Ledger  # noqa: E402
+from gpuspawner.capacity.plugin_accounts import PluginAccounts  # noqa: E402
 from gpuspawner.hub.spawner import GPUSpawner  # noqa: E402
 from hubprofiles import gpu_settings  # noqa: E402
 from realcluster import RealCluster  # noqa: E402
@@ -199,22 +199,22 @@ async def views(spawner: GPUSpawner, cache: CapacityCache, cluster: RealCluster,
 
 def naive_recount(cache: CapacityCache, n: int) -> float:
     """p50 seconds of rebuilding the ledger from every record (what an O(cluster) view would cost)."""
-    ledger = cache._ledger
-    nodes = [ledger._nodes[k] for k in ledger.node_names()]
-    pods = list(ledger._pods.values())
-    held = [(str(h), rec) for h, rec in ledger._base_pods.records()]  # pods without GPUs: their requests
+    accounts = cache._plugin.accounts
+    nodes = [accounts._nodes[k] for k in accounts.node_names()]
+    pods = list(accounts._pods.values())
+    held = [(str(h), rec) for h, rec in accounts._base_pods.records()]  # pods without GPUs: their requests
     times = []
     for _ in range(n):
         t = time.perf_counter()
-        led = Ledger(cache.config.declared_pools)
-        led.track(ledger._reqs)
+        led = PluginAccounts(cache.config.declared_pools)
+        led.ledger.track(cache._ledger.tracked)
         for rec in nodes:
             led.upsert_node(rec)
         for rec in pods:
             led.upsert_pod(rec)
         for key, rec in held:
             led.upsert_base_pod(key, rec)
-        led.pools()
+        led.ledger.pools()
         times.append(time.perf_counter() - t)
     return pct(times, 0.5)
 
