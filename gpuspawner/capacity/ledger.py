@@ -69,8 +69,8 @@ class Ledger:
         # told the node whenever what its pods request changes (another ledger's fit counts)
         self.on_requested: Callable[[str], None] | None = None
         self._supply: dict[str, dict[str, Supply]] = {}  # node -> pool -> what it gives
-        # (pool, node) -> what its view was counted from: (supply, free, fits, holds)
-        self._counted: dict[tuple[str, str], tuple[Supply, int, int, int]] = {}
+        # (pool, node) -> what its view shows: (free, fits, holds, then the supply's facts, base last)
+        self._counted: dict[tuple[str, str], tuple] = {}
         # pool -> its contributing nodes' views, sorted by node name, with their sums and driver
         # groups: a change replaces one entry, and a rebuild copies the list instead of rescanning
         self._nodes: dict[str, PoolNodes] = {}
@@ -299,7 +299,9 @@ class Ledger:
         key = None
         if supply is not None:
             free = supply.untaken - self._resv_on.get((pid, node), 0)
-            key = (supply, free if free > 0 else 0, *self._fits(node, supply.base))
+            # what the view shows (a full node taking one more pod shows the same)
+            key = (free if free > 0 else 0, *self._fits(node, supply.base), supply.allocatable, supply.driver_version,
+                   supply.cuda_version, supply.compute_capability, supply.labels, supply.base)
         old = self._counted.get((pid, node))
         if key == old:
             return False
@@ -308,8 +310,8 @@ class Ledger:
             nodes.remove(node)
             if not nodes.names:
                 del self._nodes[pid]
-            if old[0].base:
-                bump(self._bases[pid], old[0].base, -1)
+            if old[-1]:
+                bump(self._bases[pid], old[-1], -1)
                 if not self._bases[pid]:
                     del self._bases[pid]
             del self._counted[(pid, node)]
@@ -318,13 +320,13 @@ class Ledger:
             view = NodeView(
                 name=node,
                 allocatable=supply.allocatable,
-                free=key[1],
+                free=key[0],
                 driver_version=supply.driver_version,
                 cuda_version=supply.cuda_version,
                 compute_capability=supply.compute_capability,
                 labels=supply.labels,
-                fits=key[2],
-                holds=key[3],
+                fits=key[1],
+                holds=key[2],
             )
             nodes = self._nodes.get(pid)
             if nodes is None:
