@@ -315,3 +315,64 @@ def test_hand_made_pool_views_count_their_groups_from_their_nodes():
     assert view.driver_groups == (DriverGroup("570.172.08", "12.8", "8.0",
                                               (("nvidia.com/cuda.driver-version.full", "570.172.08"),), 1, 8, 8, 8, 8),)
     assert dataclasses.replace(view, node_views=()).driver_groups == ()
+
+
+# -- one mechanism, two sources: the same reservation rules whoever feeds the ledger ------------------
+
+def _plugin_pool():
+    """Device-plugin accounts with nodes of 2 and 4 free GPUs in pool A100."""
+    accounts = PluginAccounts()
+    accounts.upsert_node(a100("n1", gpus=4))
+    accounts.upsert_node(a100("n2", gpus=4))
+    accounts.upsert_pod(gpod("busy", 2, "n1"))
+    return accounts, A100
+
+
+def _dra_pool():
+    """DRA accounts with nodes of 2 and 4 free devices in one DRA pool."""
+    from gpuspawner.capacity.dra_accounts import DraAccounts
+    from gpuspawner.capacity.dra_objects import claim_record, class_record, dra_node, slice_record
+    from tests.builders.dra import device_class, gpu_device, group_node, resource_claim, resource_slice
+
+    accounts = DraAccounts()
+    accounts.upsert_class(class_record(device_class("gpu.nvidia.com", device_type="gpu")))
+    for name in ("n1", "n2"):
+        accounts.upsert_node(dra_node(group_node(name, group="dra-a100"), CFG.node_group_labels, CFG.is_gpu_resource))
+        accounts.upsert_slice(slice_record(resource_slice(f"{name}-s", name, [gpu_device(f"gpu-{i}") for i in range(4)]),
+                                           CFG.dra_drivers))
+    accounts.upsert_claim(claim_record(resource_claim("busy", devices=[("n1", "gpu-0"), ("n1", "gpu-1")])))
+    (pool,) = accounts.ledger.pools()
+    return accounts, pool.id
+
+
+SOURCES = [_plugin_pool, _dra_pool]
+SOURCE_IDS = ["device-plugin", "dra"]
+
+
+@pytest.mark.parametrize("make", SOURCES, ids=SOURCE_IDS)
+def test_both_sources_reserve_on_the_node_with_the_most_free_gpus_until_released(make):
+    accounts, pid = make()
+    ledger = accounts.ledger
+    assert [(v.name, v.free) for v in ledger.pools_by_id()[pid].node_views] == [("n1", 2), ("n2", 4)]
+    before = ledger.generation
+    r = ledger.reserve("jhub/jupyter-ada", pid, 3, expires_at=100.0)
+    assert (r.node, r.count) == ("n2", 3) and ledger.generation > before
+    assert [(v.name, v.free) for v in ledger.pools_by_id()[pid].node_views] == [("n1", 2), ("n2", 1)]
+    # the same owner again: its first reservation is replaced, not added to
+    ledger.reserve("jhub/jupyter-ada", pid, 1, expires_at=100.0)
+    assert ledger.pools_by_id()[pid].free == 5
+    assert ledger.release("jhub/jupyter-ada") and not ledger.release("jhub/jupyter-ada")
+    assert ledger.pools_by_id()[pid].free == 6
+
+
+@pytest.mark.parametrize("make", SOURCES, ids=SOURCE_IDS)
+def test_both_sources_let_reservations_expire_and_rebuild_only_after_a_change(make):
+    accounts, pid = make()
+    ledger = accounts.ledger
+    ledger.reserve("jhub/a", pid, 1, expires_at=10.0)
+    ledger.reserve("jhub/b", pid, 1, expires_at=20.0)
+    pools = ledger.pools()
+    assert ledger.pools() is pools  # nothing changed: the same tuple
+    assert ledger.expire(15.0) == 1 and set(ledger.reservations()) == {"jhub/b"}
+    assert ledger.pools() is not pools and ledger.pools_by_id()[pid].free == 5
+    assert ledger.expire(15.0) == 0
