@@ -21,9 +21,9 @@ ADMISSION_GATE = "kueue.x-k8s.io/admission"
 _clock = time.monotonic  # a seam for tests
 
 
-@dataclass
+@dataclass(frozen=True)
 class QueuedSpawn:
-    """One spawn's place in a Kueue LocalQueue."""
+    """One spawn's place in a Kueue LocalQueue (part of its ``SpawnRecord``: replaced, never changed in place)."""
 
     rule: QueueRule
     resource: str
@@ -94,18 +94,21 @@ def check_pod(spawner: Any, pod: Any) -> None:
             raise TimeoutError(f"pod {spawner.namespace}/{spawner.pod_name} did not start in {base} seconds!")
         return
     view = spawner.kueue_view()
+    seen = queued
     if isinstance(pod, Mapping):
         uid = objects.section(pod, "metadata").get("uid")
         if isinstance(uid, str):
-            queued.pod_uid = uid
+            queued = replace(queued, pod_uid=uid)
         if queued.pod_uid is not None:
             state = view.state_of(queued.pod_uid, queued.rule.queue, queued.resource)
             if state is not None:
-                queued.state = state
+                queued = replace(queued, state=state)
                 if state.fatal:
+                    _keep(spawner, seen, queued)
                     raise _failure(spawner, state)
         if queued.admitted_at is None and (not _gated(pod) or (queued.state and queued.state.kind == ADMITTED)):
-            queued.admitted_at = now
+            queued = replace(queued, admitted_at=now)
+        _keep(spawner, seen, queued)
     elif queued.pod_uid is not None:
         # the pod is gone while it waited: Kueue preempted or evicted it, or someone deleted it
         stopped = view.stop_reason(queued.pod_uid)
@@ -133,18 +136,26 @@ def _failure(spawner: Any, state: QueueState) -> Exception:
 
 def current_message(spawner: Any) -> str | None:
     """The queue's words for this spawn now (None: not queued), from the shared view: no API call."""
-    queued: QueuedSpawn | None = spawner._spawn.queued
+    seen = queued = spawner._spawn.queued
     if queued is None:
         return None
     if queued.pod_uid is None:
         pod = spawner._reflected_pod()
         uid = objects.section(pod, "metadata").get("uid") if isinstance(pod, Mapping) else None
-        queued.pod_uid = uid if isinstance(uid, str) else None
+        if isinstance(uid, str):
+            queued = replace(queued, pod_uid=uid)
     if queued.pod_uid is not None:
         state = spawner.kueue_view().state_of(queued.pod_uid, queued.rule.queue, queued.resource)
         if state is not None:
-            queued.state = state
+            queued = replace(queued, state=state)
+    _keep(spawner, seen, queued)
     return queued.message()
+
+
+def _keep(spawner: Any, seen: QueuedSpawn, queued: QueuedSpawn) -> None:
+    """Put what was learnt of the queue into the spawn's record, unless the record moved on meanwhile."""
+    if queued is not seen and spawner._spawn.queued is seen:
+        spawner._spawn = replace(spawner._spawn, queued=queued)
 
 
 async def with_queue_messages(spawner: Any, events: AsyncIterator[dict], interval: float = 1.0) -> AsyncIterator[dict]:

@@ -12,6 +12,8 @@ tests/testcluster).
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import re
 
@@ -246,7 +248,7 @@ async def test_a_server_kueue_preempted_is_explained_on_the_spawn_page(kueue):
     s = queued_spawner()
     s.user_options = {"profile": "gpu", "gpu_pool": kueue.pool.id, "gpus": 1}
     await s.load_user_options()
-    s._spawn.queued.pod_uid = "uid-x"
+    s._spawn = dataclasses.replace(s._spawn, queued=dataclasses.replace(s._spawn.queued, pod_uid="uid-x"))
     kueue.view.stopped["uid-x"] = kb.evicted("Preempted", "Preempted to accommodate", "InClusterQueue")
     queue_glue.note_stopped(s)
     notice = queue_glue.stop_notice(s)
