@@ -55,6 +55,8 @@ if culler:  # gpuspawner demo's GPU culler (gpuspawner/commands/demo_cull.py; --
 c.GPUSpawner.namespace = "jupyterhub"
 c.GPUSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
 c.GPUSpawner.cmd = ["jupyterhub-singleuser"]
+# servers open JupyterLab (the demo extra installs it beside jupyter_server)
+c.GPUSpawner.default_url = "/lab"
 # the simulated kubelet runs servers as the demo's own user, which may be root (a container, CI);
 # a real notebook image runs as an unprivileged user and needs no such flag
 c.GPUSpawner.args = ["--allow-root"]
