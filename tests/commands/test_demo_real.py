@@ -183,10 +183,10 @@ H100_SPOT = "gpu-h100-spot:nvidia-h100-80gb-hbm3:nvidia.com/gpu"
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """One demo on the real control plane for the tests below (the scale-up pool's delay shortened)."""
+    """One demo on the real control plane for the tests below (the scale-up pool's delay shortened; its
+    DCGM exporters run, and its own culler, whose 30 minutes no test waits for)."""
     kubeconfig = tmp_path_factory.mktemp("demo") / "demo.kubeconfig"
-    hub = DemoHub(simulated=False, extra_args=("--kubeconfig", str(kubeconfig), "--no-cull",
-                                               "--scale-up-seconds", "8")).start()
+    hub = DemoHub(simulated=False, extra_args=("--kubeconfig", str(kubeconfig), "--scale-up-seconds", "8")).start()
     hub.kubeconfig = kubeconfig
     try:
         yield hub
@@ -212,6 +212,45 @@ def test_demo_server_opens_jupyterlab_through_the_proxy(demo):
     r = demo.api("DELETE", "/users/lab/server")
     assert r.status_code in (202, 204), r.text
     demo.wait_stopped("lab")
+
+
+def test_the_culler_stops_an_idle_server_on_a_dra_pool_and_keeps_a_busy_one(demo, tmp_path):
+    """Servers whose GPU is a DRA ResourceClaim's device: the DRA node's DCGM exporter names the pod
+    holding it, so ``gpuspawner cull`` (scraping the exporters) stops the idle one and keeps the one
+    whose GPU works."""
+    pool = next(p for p in demo.gpus()["pools"]
+                if p["allocation"] == "dra" and p["sharing"] == "none" and p["fits_profiles"].get("gpu") is True)
+    for user in ("dra-idle", "dra-busy"):
+        demo.create_user(user)
+        r = demo.api("POST", f"/users/{user}/server", json={"profile": "gpu", "gpu_pool": pool["id"], "gpus": 1})
+        assert r.status_code in (201, 202), r.text
+    for user in ("dra-idle", "dra-busy"):
+        demo.wait_ready(user, timeout=180)
+    r = kubectl(demo.kubeconfig, tmp_path, "get", "pods", "-n", "jupyterhub", "-o", "json")
+    pods = {p["metadata"]["annotations"]["hub.jupyter.org/username"]: p for p in json.loads(r.stdout)["items"]}
+    assert all(pods[u]["spec"].get("resourceClaims") for u in ("dra-idle", "dra-busy")), "GPUs through DRA"
+    busy = pods["dra-busy"]["metadata"]["name"]
+    r = kubectl(demo.kubeconfig, tmp_path, "annotate", "pod", "-n", "jupyterhub", busy,
+                "gpuspawner.sim/gpu-activity=0.8")
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, JUPYTERHUB_API_URL=f"{demo.url}/hub/api", JUPYTERHUB_API_TOKEN=demo.token)
+    log = tmp_path / "culler.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuspawner", "cull", "--kubeconfig", str(demo.kubeconfig),
+                                 "--idle-timeout", "15s", "--scrape-every", "1s", "--metrics-step", "3s",
+                                 "--cull-every", "2s"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        demo.wait_stopped("dra-idle", timeout=120)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = log.read_text()
+    assert "cull dra-idle/" in text and "[idle]" in text.split("cull dra-idle/")[1].splitlines()[0], text
+    assert "[gpu_busy]" in text.split("keep dra-busy/")[-1].splitlines()[0], text
+    assert (demo.server("dra-busy") or {}).get("ready"), text
+    r = demo.api("DELETE", "/users/dra-busy/server")
+    assert r.status_code in (202, 204), r.text
+    demo.wait_stopped("dra-busy")
 
 
 def test_demo_scale_up_pool_gets_a_node_after_its_delay_and_the_spawn_there_runs(demo, tmp_path):
