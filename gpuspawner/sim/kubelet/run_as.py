@@ -1,6 +1,6 @@
 """Who a container's process runs as: the securityContext's runAsUser, runAsGroup, fsGroup and
 supplementalGroups over the image's user, and whether this machine can switch to it.
-Design notes: docs/simulated-cluster.md ("Users and groups").
+Design notes: docs/simulated-cluster.md.
 """
 
 from __future__ import annotations
