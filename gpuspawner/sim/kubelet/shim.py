@@ -227,8 +227,9 @@ def setup_mounts(cfg: dict) -> None:
         rootfs.bind(via.get(m["source"], m["source"]), m["target"], bool(m.get("readOnly")), m["source"])
     for fd in held.values():
         os.close(fd)
-    for p in (cfg.get("user") or {}).get("reach") or []:
-        rootfs.reach(p)
+    if cfg.get("user"):  # the image's directories and the kubelet's, reachable to the user
+        for p in [*(cfg["user"].get("reach") or []), *shared]:
+            rootfs.reach(p)
     cwd = cfg.get("cwd") or "/"
     try:
         rootfs.ensure(cwd, True)
