@@ -10,9 +10,9 @@ __all__ = ["DEMO_MODULES", "missing", "demo_extra_problem"]
 
 #: import name -> distribution, for each requirement of the ``demo`` extra:
 #: the simulated API server applies JSON patches, its scheduler evaluates DRA selectors in CEL,
-#: its kubelet starts jupyterhub-singleuser and its kernels
+#: its kubelet starts jupyterhub-singleuser and its kernels, and the demo's servers open JupyterLab
 DEMO_MODULES = {"jsonpatch": "jsonpatch", "celpy": "cel-python", "jupyter_server": "jupyter_server",
-                "ipykernel": "ipykernel"}
+                "ipykernel": "ipykernel", "jupyterlab": "jupyterlab"}
 
 
 def missing(modules: dict[str, str]) -> list[str]:

@@ -181,27 +181,94 @@ def test_demo_on_the_real_control_plane_loads_a_big_cluster_spawns_and_leaves_no
 H100_SPOT = "gpu-h100-spot:nvidia-h100-80gb-hbm3:nvidia.com/gpu"
 
 
-def test_demo_scale_up_pool_gets_a_node_after_its_delay_and_the_spawn_there_runs(tmp_path):
-    """The demo cluster's scale-from-zero pool: no node until a server waits for one, then the test
-    cluster's autoscaler registers one after the (shortened) delay and the server starts on it."""
-    kubeconfig = tmp_path / "demo.kubeconfig"
-    hub = DemoHub(simulated=False, extra_args=("--kubeconfig", str(kubeconfig), "--no-cull",
-                                               "--scale-up-seconds", "8")).start()
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One demo on the real control plane for the tests below (the scale-up pool's delay shortened; its
+    DCGM exporters run, and its own culler, whose 30 minutes no test waits for)."""
+    kubeconfig = tmp_path_factory.mktemp("demo") / "demo.kubeconfig"
+    hub = DemoHub(simulated=False, extra_args=("--kubeconfig", str(kubeconfig), "--scale-up-seconds", "8")).start()
+    hub.kubeconfig = kubeconfig
     try:
-        assert hub.pool(H100_SPOT)["nodes"] == 0
-        hub.create_user("sid")
-        asked = time.monotonic()
-        r = hub.api("POST", "/users/sid/server", json={"profile": "gpu", "gpu_pool": H100_SPOT, "gpus": 1})
-        assert r.status_code in (201, 202), r.text
-        wait_for(lambda: hub.pool(H100_SPOT)["nodes"] == 1, 120, "a node of the scale-up pool")
-        assert time.monotonic() - asked >= 8, "the node came before the pool's delay"
-        wait_for(lambda: (hub.server("sid") or {}).get("ready"), 240, "sid's server on the new node")
-        r = kubectl(kubeconfig, tmp_path, "get", "pods", "-n", "jupyterhub", "-o", "json")
-        (pod,) = json.loads(r.stdout)["items"]
-        assert pod["spec"]["nodeName"] == "gke-gpu-h100-spot-5d1e-0"
-        assert pod["status"]["phase"] == "Running"
+        yield hub
     finally:
         hub.stop()
+
+
+def test_demo_server_opens_jupyterlab_through_the_proxy(demo):
+    """A server started through the hub, run by the node agent: the user's URL leads, through the proxy
+    and the hub's OAuth, to JupyterLab at /user/<name>/lab, whose own API answers."""
+    demo.create_user("lab")
+    r = demo.api("POST", "/users/lab/server", json={"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    demo.wait_ready("lab", timeout=180)
+    browser = demo.login("lab")
+    r = browser.get(f"{demo.url}/user/lab/", timeout=60)
+    assert r.status_code == 200, r.text[:2000]
+    assert r.url == f"{demo.url}/user/lab/lab", "the server's default URL is JupyterLab's"
+    assert "<title>JupyterLab</title>" in r.text and '"appName": "JupyterLab"' in r.text, r.text[:2000]
+    r = browser.get(f"{demo.url}/user/lab/lab/api/settings", timeout=60)
+    assert r.status_code == 200 and "@jupyterlab/application-extension:shell" in {
+        s["id"] for s in r.json()["settings"]}, r.text[:2000]
+    r = demo.api("DELETE", "/users/lab/server")
+    assert r.status_code in (202, 204), r.text
+    demo.wait_stopped("lab")
+
+
+def test_the_culler_stops_an_idle_server_on_a_dra_pool_and_keeps_a_busy_one(demo, tmp_path):
+    """Servers whose GPU is a DRA ResourceClaim's device: the DRA node's DCGM exporter names the pod
+    holding it, so ``gpuspawner cull`` (scraping the exporters) stops the idle one and keeps the one
+    whose GPU works."""
+    pool = next(p for p in demo.gpus()["pools"]
+                if p["allocation"] == "dra" and p["sharing"] == "none" and p["fits_profiles"].get("gpu") is True)
+    for user in ("dra-idle", "dra-busy"):
+        demo.create_user(user)
+        r = demo.api("POST", f"/users/{user}/server", json={"profile": "gpu", "gpu_pool": pool["id"], "gpus": 1})
+        assert r.status_code in (201, 202), r.text
+    for user in ("dra-idle", "dra-busy"):
+        demo.wait_ready(user, timeout=180)
+    r = kubectl(demo.kubeconfig, tmp_path, "get", "pods", "-n", "jupyterhub", "-o", "json")
+    pods = {p["metadata"]["annotations"]["hub.jupyter.org/username"]: p for p in json.loads(r.stdout)["items"]}
+    assert all(pods[u]["spec"].get("resourceClaims") for u in ("dra-idle", "dra-busy")), "GPUs through DRA"
+    busy = pods["dra-busy"]["metadata"]["name"]
+    r = kubectl(demo.kubeconfig, tmp_path, "annotate", "pod", "-n", "jupyterhub", busy,
+                "gpuspawner.sim/gpu-activity=0.8")
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, JUPYTERHUB_API_URL=f"{demo.url}/hub/api", JUPYTERHUB_API_TOKEN=demo.token)
+    log = tmp_path / "culler.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuspawner", "cull", "--kubeconfig", str(demo.kubeconfig),
+                                 "--idle-timeout", "15s", "--scrape-every", "1s", "--metrics-step", "3s",
+                                 "--cull-every", "2s"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        demo.wait_stopped("dra-idle", timeout=120)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = log.read_text()
+    assert "cull dra-idle/" in text and "[idle]" in text.split("cull dra-idle/")[1].splitlines()[0], text
+    assert "[gpu_busy]" in text.split("keep dra-busy/")[-1].splitlines()[0], text
+    assert (demo.server("dra-busy") or {}).get("ready"), text
+    r = demo.api("DELETE", "/users/dra-busy/server")
+    assert r.status_code in (202, 204), r.text
+    demo.wait_stopped("dra-busy")
+
+
+def test_demo_scale_up_pool_gets_a_node_after_its_delay_and_the_spawn_there_runs(demo, tmp_path):
+    """The demo cluster's scale-from-zero pool: no node until a server waits for one, then the test
+    cluster's autoscaler registers one after the (shortened) delay and the server starts on it."""
+    hub, kubeconfig = demo, demo.kubeconfig
+    assert hub.pool(H100_SPOT)["nodes"] == 0
+    hub.create_user("sid")
+    asked = time.monotonic()
+    r = hub.api("POST", "/users/sid/server", json={"profile": "gpu", "gpu_pool": H100_SPOT, "gpus": 1})
+    assert r.status_code in (201, 202), r.text
+    wait_for(lambda: hub.pool(H100_SPOT)["nodes"] == 1, 120, "a node of the scale-up pool")
+    assert time.monotonic() - asked >= 8, "the node came before the pool's delay"
+    wait_for(lambda: (hub.server("sid") or {}).get("ready"), 240, "sid's server on the new node")
+    r = kubectl(kubeconfig, tmp_path, "get", "pods", "-n", "jupyterhub", "-o", "json")
+    (pod,) = [p for p in json.loads(r.stdout)["items"] if p["metadata"]["name"] == "jupyter-sid"]
+    assert pod["spec"]["nodeName"] == "gke-gpu-h100-spot-5d1e-0"
+    assert pod["status"]["phase"] == "Running"
 
 
 A100 = "gpu-a100-pool:nvidia-a100-sxm4-40gb:nvidia.com/gpu"

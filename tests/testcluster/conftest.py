@@ -7,10 +7,14 @@ instead; the tests of the test cluster itself (``local_kubectl``, ``control_plan
 their own. ``api`` is parametrized: ``sim`` is the project's simulated API server (scheduler and
 controllers, no nodes of its own); ``real`` is the session's control plane. Each test gets a name
 prefix of its own, and on the shared real cluster the nodes it registered are deleted afterwards.
+``agent_and_cache`` runs the node agent on the session's control plane with a capacity cache
+reading it (the pre-puller's and warm images' tests).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import os
 import subprocess
@@ -19,9 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from gpuspawner.capacity.cache import CapacityCache, _default_api
+from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.sim.cluster import SimCluster
 from testcluster import ControlPlane, ControlPlaneError, find_binary
+from testcluster.nodeagent import NodeAgent
 from testcluster.nodeagent.client import KNOWN, ApiError, Client
+from tests.builders.nodeagent import write_cluster
 
 KUBECONFIG_ENV = "GPUSPAWNER_TEST_KUBECONFIG"
 _serial = itertools.count()
@@ -118,3 +126,32 @@ async def api(request, tmp_path):
                 except ApiError:
                     pass
         await client.close()
+
+
+@pytest.fixture
+def agent_and_cache(real_cluster, tmp_path):
+    """``async with agent_and_cache(objects, namespace, **agent_options) as (cache, core)``: the node
+    agent running ``objects`` on the session's control plane, a started capacity cache synced with
+    it, a kubernetes_asyncio CoreV1Api and ``namespace`` created; afterwards the cache stops and the
+    namespace and the nodes of ``objects`` are deleted (their ResourceSlices go with them)."""
+    @contextlib.asynccontextmanager
+    async def run(objects: list[dict], namespace: str, **agent_options):
+        cluster = write_cluster(tmp_path / "cluster.yaml", objects)
+        async with NodeAgent(real_cluster, cluster, **agent_options):
+            api_factory = functools.partial(_default_api, config_file=str(real_cluster))
+            cache = CapacityCache(CapacityConfig(), api_factory=api_factory)
+            cache.start()
+            core = await api_factory()
+            try:
+                await core.create_namespace({"metadata": {"name": namespace}})
+                await cache.wait_synced(60)
+                yield cache, core
+            finally:
+                await cache.stop()
+                await core.delete_namespace(namespace)
+                for o in objects:
+                    if o.get("kind") == "Node":
+                        with contextlib.suppress(Exception):
+                            await core.delete_node(o["metadata"]["name"])
+                await core.api_client.close()
+    return run

@@ -102,36 +102,52 @@ def test_the_demo_cluster_group_matches_the_demo_hub_s_declared_pool():
     assert (g.max_nodes, g.template["status"]["allocatable"]["nvidia.com/gpu"]) == (2, "8")
 
 
-async def test_an_unschedulable_pod_gets_a_node_of_its_group_after_the_delay_and_runs_there(real_cluster, tmp_path):
+async def test_an_unschedulable_pod_gets_a_node_of_its_group_after_the_delay_runs_there_and_is_measured(
+        real_cluster, tmp_path):
     """On the real control plane: kube-scheduler finds no node, the agent's autoscaler registers one
-    of the group after its delay, the scheduler binds the pod to it and the agent runs it."""
-    import asyncio
+    of the group after its delay, the scheduler binds the pod to it and the agent runs it; the new GPU
+    node gets a DCGM exporter, as the file's GPU nodes do, whose series name the pod holding its GPU."""
     import time
 
     from testcluster.nodeagent import NodeAgent
     from testcluster.nodeagent.client import KNOWN, Client
     from tests.builders.kubelet import node_manifest
-    from tests.builders.nodeagent import env_server_pod, pod_where, running_with_ip, write_cluster
+    from tests.builders.nodeagent import env_server_pod, pod_where, running_with_ip, wait_for, write_cluster
+    from tests.testcluster.test_nodeagent_dcgm import metrics
 
     tag = f"as{int(time.time() * 1000) % 10**8}"
     template = {**TEMPLATE, "metadata": {"labels": {**TEMPLATE["metadata"]["labels"], "pool": tag}}}
     groups = [NodeGroup(f"{tag}-h100", template, max_nodes=1, delay_seconds=3)]
     cluster = write_cluster(tmp_path / "cluster.yaml", [node_manifest(f"{tag}-cpu")])
+    new_node = f"{tag}-h100-0"
     client = await Client(real_cluster).open()
     try:
-        async with NodeAgent(real_cluster, cluster, node_groups=groups):
+        async with NodeAgent(real_cluster, cluster, node_groups=groups, dcgm_exporter=True, dcgm_interval=0.5):
             pod = env_server_pod(f"{tag}-server", limits={"nvidia.com/gpu": "1"}, nodeSelector={"pool": tag},
                                  tolerations=TOLERATE_GPU)
             asked = time.monotonic()
             await client.create(KNOWN["Pod"], pod, namespace="default")
             running = await pod_where(client, pod["metadata"]["name"], running_with_ip, "running", timeout=90)
-            assert running["spec"]["nodeName"] == f"{tag}-h100-0"
+            assert running["spec"]["nodeName"] == new_node
             assert time.monotonic() - asked >= 3
-            await asyncio.sleep(2 * 2.5)  # two more rounds of the autoscaler: no second node for a running pod
-            assert groups[0].nodes == [f"{tag}-h100-0"]
+
+            async def exporter_ip():
+                _, pods = await client.list(KNOWN["Pod"], namespace="gpu-operator",
+                                            label_selector="app=nvidia-dcgm-exporter")
+                return next((x["status"]["podIP"] for x in pods
+                             if x["spec"].get("nodeName") == new_node and running_with_ip(x)), None)
+            ip = await wait_for(exporter_ip, f"a Ready DCGM exporter on {new_node}", timeout=60)
+
+            async def held():
+                text = await metrics(ip)
+                return text if f'pod="{pod["metadata"]["name"]}"' in text else None
+            text = await wait_for(held, f"{new_node}'s series naming the server", timeout=30)
+            lines = [ln for ln in text.splitlines() if ln.startswith("DCGM_FI_PROF_GR_ENGINE_ACTIVE{")]
+            assert len(lines) == 8  # the template's 8 GPUs
+            assert groups[0].nodes == [new_node]  # no second node for a running pod
             await client.delete(KNOWN["Pod"], pod["metadata"]["name"], namespace="default")
     finally:
-        for name in (f"{tag}-cpu", f"{tag}-h100-0"):
+        for name in (f"{tag}-cpu", new_node):
             try:
                 await client.delete(KNOWN["Node"], name)
             except Exception:  # noqa: BLE001 - already gone

@@ -4,23 +4,16 @@ scheduler on the node agent's nodes, only where each image can run, and they fol
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import time
-
 from kubernetes_asyncio.client import AppsV1Api
 
-from gpuspawner.capacity.cache import CapacityCache, _default_api
-from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.cuda import decide
 from gpuspawner.prepull.kube import KubeDaemonSets
 from gpuspawner.prepull.plan import POOL_ANNOTATION, PrepullSettings, plan
 from gpuspawner.prepull.reconcile import reconcile
 from gpuspawner.spawn.cuda_fit import pool_fit
 from gpuspawner.spawn.profiles import GPUProfileSpec, build_offers
-from testcluster.nodeagent import NodeAgent
 from tests.builders import GFD_A100_40GB, GFD_T4_470, GKE, node
-from tests.builders.nodeagent import write_cluster
+from tests.builders.nodeagent import wait_for
 
 NAMESPACE = "pp-jhub"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -44,77 +37,48 @@ def cluster_objects() -> list[dict]:
     return [*a100, t4, node("pp-cpu-0", {"pods": "110"})]
 
 
-async def until(what: str, check, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        await asyncio.sleep(0.5)
+async def test_one_daemonset_per_pool_with_only_the_images_that_run_there(agent_and_cache):
+    async with agent_and_cache(cluster_objects(), NAMESPACE) as (cache, core):
+        async def pools_seen():
+            ids = {p.node_group for p in cache.snapshot().pools}
+            return {"pp-a100", "pp-t4"} <= ids
 
+        await wait_for(pools_seen, "the capacity cache sees both pools", timeout=90)
+        daemonsets = KubeDaemonSets(core.api_client, NAMESPACE)
 
-async def test_one_daemonset_per_pool_with_only_the_images_that_run_there(real_cluster, tmp_path):
-    cluster = write_cluster(tmp_path / "cluster.yaml", cluster_objects())
-    async with NodeAgent(real_cluster, cluster):
-        api_factory = functools.partial(_default_api, config_file=str(real_cluster))
-        cache = CapacityCache(CapacityConfig(), api_factory=api_factory)
-        cache.start()
-        core = await api_factory()
-        try:
-            await core.create_namespace({"metadata": {"name": NAMESPACE}})
-            await cache.wait_synced(60)
+        def wanted(profile):
+            snapshot = cache.snapshot()
+            offers = build_offers([GPUProfileSpec.from_config(profile)], snapshot,
+                                  fit=lambda image, pool: pool_fit(image, pool, "strict", decide))
+            return plan(offers, snapshot.pools, SETTINGS)[0]
 
-            async def pools_seen():
-                ids = {p.node_group for p in cache.snapshot().pools}
-                return {"pp-a100", "pp-t4"} <= ids
+        changes = await reconcile(daemonsets, wanted(PROFILE))
+        assert len(changes.created) == 2
+        apps = AppsV1Api(core.api_client)
+        listed = (await apps.list_namespaced_daemon_set(NAMESPACE)).items
+        images = {d.metadata.annotations[POOL_ANNOTATION].split(":")[0]:
+                  [c.image for c in d.spec.template.spec.init_containers] for d in listed}
+        assert images == {"pp-a100": ["example.org/pt:cu114", "example.org/pt:cu124"],
+                          "pp-t4": ["example.org/pt:cu114"]}
 
-            await until("the capacity cache sees both pools", pools_seen)
-            daemonsets = KubeDaemonSets(core.api_client, NAMESPACE)
+        async def placed():
+            pods = (await core.list_namespaced_pod(NAMESPACE,
+                                                   label_selector="app.kubernetes.io/component=gpu-image-puller")).items
+            where = sorted(p.spec.node_name for p in pods if p.spec.node_name)
+            return where if len(where) == 3 else None
 
-            def wanted(profile):
-                snapshot = cache.snapshot()
-                offers = build_offers([GPUProfileSpec.from_config(profile)], snapshot,
-                                      fit=lambda image, pool: pool_fit(image, pool, "strict", decide))
-                return plan(offers, snapshot.pools, SETTINGS)[0]
+        # the real DaemonSet controller places one puller per node of each pool, none on the CPU node
+        assert await wait_for(placed, "the pullers are placed", timeout=90) == ["pp-a100-0", "pp-a100-1", "pp-t4-0"]
 
-            changes = await reconcile(daemonsets, wanted(PROFILE))
-            assert len(changes.created) == 2
-            apps = AppsV1Api(core.api_client)
-            listed = (await apps.list_namespaced_daemon_set(NAMESPACE)).items
-            images = {d.metadata.annotations[POOL_ANNOTATION].split(":")[0]:
-                      [c.image for c in d.spec.template.spec.init_containers] for d in listed}
-            assert images == {"pp-a100": ["example.org/pt:cu114", "example.org/pt:cu124"],
-                              "pp-t4": ["example.org/pt:cu114"]}
+        async def warm():
+            status = (await core.read_node("pp-a100-0")).status
+            names = {n for i in status.images or [] for n in i.names or []}
+            return {"example.org/pt:cu124", "example.org/pt:cu114"} <= names
 
-            async def placed():
-                pods = (await core.list_namespaced_pod(NAMESPACE,
-                                                       label_selector="app.kubernetes.io/component=gpu-image-puller")).items
-                where = sorted(p.spec.node_name for p in pods if p.spec.node_name)
-                return where if len(where) == 3 else None
+        await wait_for(warm, "the A100 node reports both images pulled", timeout=90)
 
-            # the real DaemonSet controller places one puller per node of each pool, none on the CPU node
-            assert await until("the pullers are placed", placed) == ["pp-a100-0", "pp-a100-1", "pp-t4-0"]
-
-            async def warm():
-                status = (await core.read_node("pp-a100-0")).status
-                names = {n for i in status.images or [] for n in i.names or []}
-                return {"example.org/pt:cu124", "example.org/pt:cu114"} <= names
-
-            await until("the A100 node reports both images pulled", warm)
-
-            # the profile leaves the T4s: their puller is removed, the A100s' is kept as it is
-            only_a100 = {**PROFILE, "pools": {"include": ["pp-a100:*"]}}
-            changes = await reconcile(daemonsets, wanted(only_a100))
-            assert (len(changes.replaced), len(changes.deleted), changes.created) == (0, 1, ())
-            assert not await reconcile(daemonsets, wanted(only_a100))  # nothing more to do
-        finally:
-            await cache.stop()
-            await core.delete_namespace(NAMESPACE)
-            for name in ("pp-a100-0", "pp-a100-1", "pp-t4-0", "pp-cpu-0"):
-                try:
-                    await core.delete_node(name)
-                except Exception:
-                    pass
-            await core.api_client.close()
+        # the profile leaves the T4s: their puller is removed, the A100s' is kept as it is
+        only_a100 = {**PROFILE, "pools": {"include": ["pp-a100:*"]}}
+        changes = await reconcile(daemonsets, wanted(only_a100))
+        assert (len(changes.replaced), len(changes.deleted), changes.created) == (0, 1, ())
+        assert not await reconcile(daemonsets, wanted(only_a100))  # nothing more to do

@@ -55,8 +55,11 @@ if culler:  # gpuspawner demo's GPU culler (gpuspawner/commands/demo_cull.py; --
 c.GPUSpawner.namespace = "jupyterhub"
 c.GPUSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
 c.GPUSpawner.cmd = ["jupyterhub-singleuser"]
-# the simulated kubelet runs servers as the demo's own user, which may be root (a container, CI);
-# a real notebook image runs as an unprivileged user and needs no such flag
+# servers open JupyterLab (the demo extra installs it beside jupyter_server)
+c.GPUSpawner.default_url = "/lab"
+# the test cluster runs a server as its image's user (jovyan) when the demo runs as root, else as
+# the demo's own user; where jovyan could not reach this Python it stays root (a container, CI):
+# the flag lets jupyterhub-singleuser start then too (a real image runs as jovyan and needs no flag)
 c.GPUSpawner.args = ["--allow-root"]
 c.GPUSpawner.start_timeout = 180
 c.GPUSpawner.http_timeout = 90

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .run_as import RunAs
+
 __all__ = ["SHIM", "ISOLATIONS", "isolation", "Mount", "ProcessSpec", "Process", "StartError", "start", "resize"]
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,7 @@ class ProcessSpec:
     tty: bool = False
     hostname: str = ""
     private_tmp: bool = False                         # an empty /tmp of its own (namespaced modes)
+    user: RunAs | None = None                         # the user and groups to run as (None: the agent's)
 
 
 class StartError(Exception):
@@ -214,6 +217,8 @@ def _config(spec: ProcessSpec, mode: str, isolation_mode: str, target: int | Non
            "mounts": [{"source": m.source, "target": m.target, "readOnly": m.read_only} for m in spec.mounts]}
     if mode == "exec":
         cfg["target"] = target
+    if spec.user is not None:  # the shim switches to it before execve (run_as.py)
+        cfg["user"] = spec.user.config()
     return cfg
 
 

@@ -140,11 +140,25 @@ class Rootfs:
             open(real, "a").close()
         return real
 
-    def _shadow(self, anc: str) -> None:
+    def reach(self, path: str) -> None:
+        """Every directory above ``path`` that others may not enter (a Python under ``/root``)
+        shadowed with the search bits added: the image's files are readable to the image's user,
+        as in a real image; what each entry holds keeps its own mode."""
+        parts = [p for p in os.path.realpath(path).split("/") if p]
+        for i in range(1, len(parts)):
+            d = "/" + "/".join(parts[:i])
+            real = self.path(d)
+            if os.path.isdir(real) and not os.stat(real).st_mode & 0o001:
+                self._shadow(d, 0o111)
+
+    def _shadow(self, anc: str, add_mode: int = 0) -> None:
         self._n += 1
         new = os.path.join(self.scratch, f"dir{self._n}")
         src = self.path(anc)
-        os.mkdir(new, stat.S_IMODE(os.stat(src).st_mode))
+        mode = stat.S_IMODE(os.stat(src).st_mode)
+        os.mkdir(new, mode)
+        if add_mode:
+            os.chmod(new, mode | add_mode)
         for name in os.listdir(src):
             s, d = os.path.join(src, name), os.path.join(new, name)
             try:
@@ -213,6 +227,9 @@ def setup_mounts(cfg: dict) -> None:
         rootfs.bind(via.get(m["source"], m["source"]), m["target"], bool(m.get("readOnly")), m["source"])
     for fd in held.values():
         os.close(fd)
+    if cfg.get("user"):  # the image's directories and the kubelet's, reachable to the user
+        for p in [*(cfg["user"].get("reach") or []), *shared]:
+            rootfs.reach(p)
     cwd = cfg.get("cwd") or "/"
     try:
         rootfs.ensure(cwd, True)
@@ -258,6 +275,14 @@ def exec_command(cfg: dict, status_fd: int) -> None:
         for sig in FORWARDED + (signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        user = cfg.get("user")
+        if user:  # the securityContext's (or the image's) user and groups, as runc sets them
+            try:
+                os.setgroups(user["groups"])
+                os.setgid(user["gid"])
+                os.setuid(user["uid"])
+            except OSError as e:
+                raise RuntimeError_("exec", f'setting user {user["uid"]}:{user["gid"]}: {e.strerror}') from None
         cwd = cfg.get("cwd") or "/"
         try:
             os.chdir(cwd)

@@ -21,7 +21,7 @@ from .. import pod_resources
 from ..controller import MERGE, now_rfc3339, pod_key
 from ..dra import kubelet_env
 from .env import ConfigError, container_env, expand
-from . import runtime
+from . import run_as, runtime
 from .volumes import PodVolumes, container_mounts, unmountable
 from .logs import STDERR, STDOUT, ContainerLog
 from .probes import LIVENESS, READINESS, STARTUP, ProbeConfig, ProbeWorker
@@ -86,6 +86,7 @@ class PodWorker:
         self._tasks: list[asyncio.Task] = []  # sidecar supervisors, volume refresh, probe kills
         self._transitions = Transitions(now_rfc3339)
         self._backoff_until: dict[str, float] = {}
+        self.users: dict[str, run_as.RunAs | None] = {}  # container -> the user its processes run as
 
     # -- status and events ------------------------------------------------------------
 
@@ -392,8 +393,14 @@ class PodWorker:
             env = self._env(c)
             argv = self._argv(c, env)
             mounts = container_mounts(c.spec, self.volumes.volumes, env) if runs else []
+            if runs:  # in a mount namespace, the shim makes the stand-in image reachable to the user
+                needs = [*run_as.image_dirs(), os.path.dirname(self.k.workdir)] \
+                    if self.k.isolation == "processes" else []
+                self.users[c.name] = run_as.for_process(run_as.resolve(self.pod, c.spec), needs)
         except (ConfigError, pod_resources.QuantityError, OSError) as e:
             return self._not_started(c, "CreateContainerConfigError", str(e))
+        except run_as.RunAsError as e:
+            return self._not_started(c, e.reason, str(e))
         if runs and argv is None:
             return self._not_started(c, "CreateContainerError",
                                      "failed to create containerd container: no command specified")
@@ -466,7 +473,16 @@ class PodWorker:
                 mounts.append(runtime.Mount(hosts, "/etc/hosts"))
         return runtime.ProcessSpec(argv, env, cwd, mounts, shared=[self.k.workdir, *runtime.image_paths()],
                               scratch=str(self.dir / "scratch" / c.name), stdin=bool(c.spec.get("stdin")),
-                              tty=bool(c.spec.get("tty")), hostname=self.name, private_tmp=True)
+                              tty=bool(c.spec.get("tty")), hostname=self.name, private_tmp=True,
+                              user=self._user(c))
+
+    def _user(self, c: Container) -> run_as.RunAs | None:
+        """The user and groups of the container's processes (None: the agent's own), its files made
+        reachable to it."""
+        user = self.users.get(c.name)
+        if user is not None:
+            run_as.prepare([self.k.workdir, self.k.pods_dir], str(self.dir), [str(c.term_file)])
+        return user
 
     async def _launch(self, c: Container, argv: list[str], env: dict[str, str], mounts: list[runtime.Mount]) -> bool:
         spec = self._process_spec(c, argv, env, mounts)
@@ -645,7 +661,7 @@ class PodWorker:
         if c.process is None:
             raise ExecError(f'container "{name}" has no process here (the simulated kubelet runs a stand-in): '
                             "there is nothing to exec into")
-        spec = runtime.ProcessSpec(argv, dict(c.env), c.cwd, stdin=stdin, tty=tty)
+        spec = runtime.ProcessSpec(argv, dict(c.env), c.cwd, stdin=stdin, tty=tty, user=self.users.get(name))
         p = await runtime.start(spec, mode="exec", isolation_mode=self.k.isolation, config_dir=str(self.dir),
                            on_stdout=on_stdout, on_stderr=on_stderr, target=c.process.init_pid)
         c.execs.add(p)
