@@ -20,7 +20,7 @@ import requests
 from testcluster.guard import descendants
 from tests.builders.kubelet import kubectl_env, node_manifest
 from tests.builders.nodeagent import write_cluster
-from tests.e2e.harness import DemoHub, free_port, wait_for
+from tests.e2e.harness import DemoCommand, DemoHub, free_port, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -135,8 +135,8 @@ def test_demo_on_the_real_control_plane_loads_a_big_cluster_spawns_and_leaves_no
     """The hub answers while 5,000 nodes register, talks to the API server with the written kubeconfig,
     starts a server that the node agent runs; ``kill -9`` of the demo ends every process it started."""
     kubeconfig = tmp_path / "demo.kubeconfig"
-    hub = DemoHub(cluster_file=str(big_cluster(tmp_path / "big.yaml")), simulated=False,
-                  extra_args=("--kubeconfig", str(kubeconfig), "--no-cull"))
+    hub = DemoCommand(cluster_file=str(big_cluster(tmp_path / "big.yaml")),
+                      extra_args=("--kubeconfig", str(kubeconfig), "--no-cull"))
     t0 = time.monotonic()
     hub.start()
     try:
@@ -185,8 +185,7 @@ def test_demo_scale_up_pool_gets_a_node_after_its_delay_and_the_spawn_there_runs
     """The demo cluster's scale-from-zero pool: no node until a server waits for one, then the test
     cluster's autoscaler registers one after the (shortened) delay and the server starts on it."""
     kubeconfig = tmp_path / "demo.kubeconfig"
-    hub = DemoHub(simulated=False, extra_args=("--kubeconfig", str(kubeconfig), "--no-cull",
-                                               "--scale-up-seconds", "8")).start()
+    hub = DemoCommand(extra_args=("--kubeconfig", str(kubeconfig), "--no-cull", "--scale-up-seconds", "8")).start()
     try:
         assert hub.pool(H100_SPOT)["nodes"] == 0
         hub.create_user("sid")
@@ -226,8 +225,8 @@ def test_demo_kueue_a_full_pool_queues_with_a_position_and_the_next_server_runs_
     """``gpuspawner demo --kueue``: Kueue itself (built from its module) on the demo's control plane; the
     A100 pool's quota of 4 GPUs holds two 2-GPU servers, a third (1 GPU) waits at position 1 and runs
     once the first stops."""
-    hub = DemoHub(simulated=False, extra_args=("--kueue", "--no-cull", "--kubeconfig", str(tmp_path / "kc")),
-                  ready_timeout=300).start()
+    hub = DemoCommand(extra_args=("--kueue", "--no-cull", "--kubeconfig", str(tmp_path / "kc")),
+                      ready_timeout=300).start()
     try:
         assert "Kueue is running" in hub.log()
         for user in ("ann", "bob", "cy"):
