@@ -224,3 +224,4 @@ def test_the_api_server_away_and_back(hub):
     assert report.problems == [], report.problems
     assert report.polls >= 2 and report.refusals == report.polls
     assert report.slowest_page_s < 1.0
+    assert report.recovery_s <= 30  # the informers come back within a backoff of the API server's return
