@@ -9,7 +9,8 @@
 * ``hostile_bodies.py``: generated hostile REST bodies through the real hub.
 
 Run from the repository root, e.g. ``python -m scripts.faults.watch_fuzz --events 1000000``.
-They talk to loopback only (the simulated cluster, ``gpuspawner demo``) and are bounded in time.
+They talk to loopback only (the demo's hub on Kubernetes' own control plane behind the fault proxy;
+``watch_fuzz --sim`` the simulated API server) and are bounded in time.
 What they share (the report, the demo hub they run under, the exit) is ``scenario.py``.
 The tests (``tests/capacity/test_faults.py``, ``tests/e2e/test_faults.py``,
 ``tests/e2e/test_stalled_watch.py``) run the same code

@@ -2,11 +2,10 @@
 
     python -m scripts.faults.api_outage                 # a 5-minute outage
     python -m scripts.faults.api_outage --outage 20     # a short one
-    python -m scripts.faults.api_outage --real          # the real API server behind the fault proxy
 
-While the simulated API server (with ``--real``: the real one, behind the fault proxy) is away, new connections to it are refused and every request on a
-connection the hub kept open is answered ``503 Service Unavailable`` (what a load balancer in front
-of a control plane that is down answers), through the server's fault injection (``/_sim/faults``).
+While the API server (Kubernetes' own, behind the fault proxy) is away, new connections to it are refused
+and every request on a connection the hub kept open is answered ``503 Service Unavailable`` (what a load
+balancer in front of a control plane that is down answers), through the fault proxy's control endpoint.
 The hub's watches are cut at the start.  Meanwhile the cluster changes (another team's GPU pod is
 deleted).  Checked, every few seconds and at the end:
 
@@ -136,8 +135,7 @@ def run(hub: DemoHub, outage: float = 300.0, poll: float = 5.0) -> Report:
     victim = _a_gpu_pod_of_another_team(hub)
     dra_before = _dra_pools(hub)
     report.dra_pools = len(dra_before)
-    # hub.k8s keeps its connection open: the simulated server's hooks stay reachable while it refuses
-    # new ones (the fault proxy's control endpoint is a port of its own)
+    # the fault proxy's control endpoint is a port of its own: it answers while the proxy refuses
     _faults(hub, "GET", "faults")
     began = time.monotonic()
     _go_away(hub, outage)
@@ -191,9 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--outage", type=float, default=300.0, help="seconds the API server is away (default 300)")
     parser.add_argument("--poll", type=float, default=5.0, help="seconds between two rounds of checks")
-    scenario.add_real_argument(parser)
     args = parser.parse_args(argv)
-    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.outage, args.poll), real=args.real))
+    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.outage, args.poll)))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
     python -m scripts.faults.concurrent_spawns              # 64 users
     python -m scripts.faults.concurrent_spawns --users 16
-    python -m scripts.faults.concurrent_spawns --real       # on the real control plane
 
 Runs ``gpuspawner demo`` with servers that print their ``NVIDIA_VISIBLE_DEVICES`` and serve HTTP
 (``SERVER_CONFIG``: no Jupyter server per pod, so 64 spawns fit on a small machine), picks the
@@ -175,9 +174,8 @@ def run(hub: DemoHub, users: int = 64) -> Report:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=64)
-    scenario.add_real_argument(parser)
     args = parser.parse_args(argv)
-    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.users), SERVER_CONFIG, real=args.real))
+    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.users), SERVER_CONFIG))
 
 
 if __name__ == "__main__":

@@ -2,10 +2,9 @@
 
 * :class:`Report`: the problems a scenario found (none when every check held) and the end of its
   one-line summary;
-* :func:`run_under_hub`: ``gpuspawner demo`` (the simulated cluster, a real JupyterHub and
-  configurable-http-proxy) started with the scenario's extra ``jupyterhub_config.py``, the
-  scenario run against it, the demo stopped whatever happened; with ``real=True`` the demo's hub
-  on the real control plane instead, its faults injected by the fault proxy (``--real``);
+* :func:`run_under_hub`: the demo's hub (a real JupyterHub and configurable-http-proxy on Kubernetes'
+  own control plane, its faults injected by the fault proxy in front of the API server) started with
+  the scenario's extra ``jupyterhub_config.py``, the scenario run against it, stopped whatever happened;
 * :func:`finish`: the summary on stdout, the problems on stderr, exit status 0 when all held,
   1 otherwise.
 """
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
 if TYPE_CHECKING:
     from tests.e2e.harness import DemoHub
 
-__all__ = ["Report", "add_real_argument", "finish", "run_under_hub"]
+__all__ = ["Report", "finish", "run_under_hub"]
 
 
 @dataclass
@@ -45,30 +44,20 @@ class Summarised(Protocol):
 R = TypeVar("R", bound=Report)
 
 
-def run_under_hub(run: "Callable[[DemoHub], R]", config: str | None = None, *, real: bool = False) -> R:
-    """``run`` against a started demo hub, with ``config`` as its extra jupyterhub_config.py: on the
-    simulated cluster, or with ``real`` on the real control plane behind the fault proxy."""
+def run_under_hub(run: "Callable[[DemoHub], R]", config: str | None = None) -> R:
+    """``run`` against a started demo hub, with ``config`` as its extra jupyterhub_config.py."""
     from tests.e2e.harness import DemoHub  # the in-memory scenarios need no hub
-    from tests.e2e.realhub import RealHub
 
     extra = None
     if config is not None:
         extra = Path(tempfile.mkdtemp(prefix="gpuspawner-faults-")) / "extra_config.py"
         extra.write_text(config)
-    hub = (RealHub if real else DemoHub)(extra_config=str(extra) if extra else None).start()
-    if real:
-        print("real control plane: " + ", ".join(f"{k} {v:.1f}" for k, v in hub.timings.items()), flush=True)
+    hub = DemoHub(extra_config=str(extra) if extra else None).start()
+    print("real control plane: " + ", ".join(f"{k} {v:.1f}" for k, v in hub.timings.items()), flush=True)
     try:
         return run(hub)
     finally:
         hub.stop()
-
-
-def add_real_argument(parser: argparse.ArgumentParser) -> None:
-    """``--real``: the hub on the real control plane (``gpuspawner-cluster``), faults by its fault proxy."""
-    parser.add_argument("--real", action="store_true",
-                        help="run on the real control plane (Kubernetes' own API server, scheduler and controllers, "
-                             "the node agent's nodes), the faults injected by the fault proxy in front of it")
 
 
 def finish(report: Summarised, shown: int | None = None) -> int:

@@ -1,20 +1,19 @@
 """Every watch of the Kubernetes API stalled while lists still answer, with spawns and cancels, under
 a real hub (``gpuspawner demo``).
 
-    python -m scripts.faults.stalled_watch                  # 8 spawns cancelled, a 20 s window
-    python -m scripts.faults.stalled_watch --spawns 16 --window 30
-    python -m scripts.faults.stalled_watch --real           # on the real control plane, a 75 s window
+    python -m scripts.faults.stalled_watch                  # 8 spawns cancelled, a 75 s window
+    python -m scripts.faults.stalled_watch --spawns 16 --window 90
 
-Through the simulated API server's fault injection (``/_sim/faults/stall``), or with ``--real`` the
-fault proxy in front of the real API server, every watch request hangs while lists and writes
-answer; the open watches are cut at the start.  The hub's capacity
+Through the fault proxy in front of Kubernetes' own API server, every watch request hangs while lists
+and writes answer; the open watches are cut at the start.  The hub's capacity
 window (``gpu_capacity_stall_timeout``) is shortened to ``--window`` seconds and its orphan sweep
 (``gpu_orphan_pod_interval``, ``gpu_orphan_pod_grace``) to seconds.  Checked:
 
 * GPU spawns sent at once are admitted (the figures are still within the window) and cancelled
   with ``DELETE /hub/api/users/<name>/server`` while pending: none leaves a pod behind, although
   KubeSpawner's pod watch never shows the pods;
-* ``GET /hub/api/gpus`` says ``"healthy": false`` within the window plus a few seconds, and stays
+* ``GET /hub/api/gpus`` says ``"healthy": false`` within the window plus a few seconds of the stall
+  (watched from the stall on, while the spawns are sent and cancelled), and stays
   so while the watches stall, re-lists notwithstanding; every GPU spawn meanwhile gets the 503 of
   an outage and creates no pod;
 * a server pod that no server of the hub owns (one created behind the hub's back, as a hub that
@@ -31,6 +30,7 @@ import argparse
 import concurrent.futures
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +48,10 @@ from tests.e2e.harness import DemoHub, wait_for  # noqa: E402
 NAMESPACE = "jupyterhub"
 SERVER_PODS = "component=singleuser-server"
 STRAY_USER = "nobody-owns-this"
-# kube-apiserver sends a quiet watch a bookmark about once a minute (its cacher's bookmark
-# frequency), so on the real control plane a window under that would see healthy watches as stalled
-REAL_WINDOW = 75.0
+# kube-apiserver sends a quiet watch a bookmark about once a minute (bookmarkFrequency in
+# k8s.io/apiserver/pkg/storage/cacher/cacher.go), so a window under that would see healthy watches
+# of a quiet cluster as stalled
+WINDOW = 75.0
 
 
 def config(window: float) -> str:
@@ -140,25 +141,25 @@ def _reaped(hub: DemoHub) -> int:
     return int(float(m.group(1))) if m else 0
 
 
-def run(hub: DemoHub, spawns: int = 8, window: float = 20.0) -> Report:
+def run(hub: DemoHub, spawns: int = 8, window: float = WINDOW, hold: float | None = None) -> Report:
+    """The scenario under ``hub``; once unhealthy, it must stay so for ``hold`` seconds (two windows)."""
     report = Report(spawns=spawns)
     names = [f"stall{i:02d}" for i in range(spawns)]
     r = hub.api("POST", "/users", json={"usernames": names + ["stall-late"]})
     assert r.status_code in (201, 409), r.text
     pool = concurrent_spawns.pick_pool(hub, 10**6)
-    if hub.faults_url.endswith("/_sim"):
-        # the simulated API server's bookmarks at kube-apiserver's pace relative to the window (about
-        # every 60 s, against the hub's 90 s), so a watch that answers delivers within the window
-        _faults(hub, "POST", "bookmarks", interval=window / 3)
     _faults(hub, "POST", "faults/close-watches")
     wait_for(lambda: hub.gpus()["healthy"], 60, "live figures")
     time.sleep(1.5)  # a watch cut within a second of its start counts as a failure
     _faults(hub, "POST", "faults/stall", seconds=3600, verb="watch")  # every watch hangs; lists answer
     _faults(hub, "POST", "faults/close-watches")
     stalled = time.monotonic()
+    watch = _FirstUnhealthy(hub, stalled)
+    watch.start()
     try:
-        _while_stalled(hub, names, pool, window, stalled, report)
+        _while_stalled(hub, names, pool, window, 2 * window if hold is None else hold, watch, report)
     finally:
+        watch.stop.set()
         _faults(hub, "DELETE", "faults")
         _faults(hub, "POST", "faults/close-watches")
     back = time.monotonic()
@@ -178,8 +179,29 @@ def run(hub: DemoHub, spawns: int = 8, window: float = 20.0) -> Report:
     return report
 
 
-def _while_stalled(hub: DemoHub, names: list[str], pool: dict, window: float, stalled: float,
-                   report: Report) -> None:
+class _FirstUnhealthy(threading.Thread):
+    """Polls ``GET /hub/api/gpus`` from the stall on: ``after_s``, when it first said unhealthy (seconds
+    after ``since``), whatever the scenario does meanwhile."""
+
+    def __init__(self, hub: DemoHub, since: float) -> None:
+        super().__init__(daemon=True)
+        self.hub, self.since = hub, since
+        self.after_s: float | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                if self.hub.gpus()["healthy"] is False:
+                    self.after_s = time.monotonic() - self.since
+                    return
+            except (requests.RequestException, ValueError, KeyError):
+                pass
+            self.stop.wait(0.5)
+
+
+def _while_stalled(hub: DemoHub, names: list[str], pool: dict, window: float, hold: float,
+                   watch: _FirstUnhealthy, report: Report) -> None:
     # within the window: spawns are admitted on the figures of a moment ago, and cancelled while pending
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(names)) as ex:
         answers = list(ex.map(lambda u: _spawn(hub, u, pool), names))
@@ -197,13 +219,14 @@ def _while_stalled(hub: DemoHub, names: list[str], pool: dict, window: float, st
     _stray_pod(hub)
     # past the window: unhealthy, and it stays so while re-lists answer; spawns get the outage's 503
     try:
-        wait_for(lambda: hub.gpus()["healthy"] is False, window + 15, "the stall to be noticed")
+        wait_for(lambda: watch.after_s is not None, max(1.0, watch.since + window + 15 - time.monotonic()),
+                 "the stall to be noticed")
     except AssertionError as e:
-        report.problems.append(f"{e} ({time.monotonic() - stalled:.0f} s after the stall)")
+        report.problems.append(f"{e} ({time.monotonic() - watch.since:.0f} s after the stall)")
         return
-    report.unhealthy_after_s = time.monotonic() - stalled
+    report.unhealthy_after_s = watch.after_s
     lists = _lists(hub)
-    end = time.monotonic() + 2 * window
+    end = time.monotonic() + hold
     while time.monotonic() < end:
         gpus = hub.gpus()
         if gpus["healthy"] is not False:
@@ -226,14 +249,12 @@ def _while_stalled(hub: DemoHub, names: list[str], pool: dict, window: float, st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spawns", type=int, default=8, help="GPU spawns admitted, then cancelled (default 8)")
-    parser.add_argument("--window", type=float, default=None,
-                        help="the hub's gpu_capacity_stall_timeout in seconds (default 20; with --real "
-                             f"{REAL_WINDOW:g}, past kube-apiserver's bookmark minute)")
-    scenario.add_real_argument(parser)
+    parser.add_argument("--window", type=float, default=WINDOW,
+                        help=f"the hub's gpu_capacity_stall_timeout in seconds (default {WINDOW:g}, past "
+                             "kube-apiserver's bookmark minute)")
     args = parser.parse_args(argv)
-    window = args.window or (REAL_WINDOW if args.real else 20.0)
-    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.spawns, window),
-                                                  config(window), real=args.real))
+    return scenario.finish(scenario.run_under_hub(lambda hub: run(hub, args.spawns, args.window),
+                                                  config(args.window)))
 
 
 if __name__ == "__main__":

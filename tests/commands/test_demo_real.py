@@ -20,7 +20,7 @@ import requests
 from testcluster.guard import descendants
 from tests.builders.kubelet import kubectl_env, node_manifest
 from tests.builders.nodeagent import write_cluster
-from tests.e2e.harness import DemoHub, free_port, wait_for
+from tests.e2e.harness import DemoCommand, DemoHub, free_port, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -135,8 +135,8 @@ def test_demo_on_the_real_control_plane_loads_a_big_cluster_spawns_and_leaves_no
     """The hub answers while 5,000 nodes register, talks to the API server with the written kubeconfig,
     starts a server that the node agent runs; ``kill -9`` of the demo ends every process it started."""
     kubeconfig = tmp_path / "demo.kubeconfig"
-    hub = DemoHub(cluster_file=str(big_cluster(tmp_path / "big.yaml")), simulated=False,
-                  extra_args=("--kubeconfig", str(kubeconfig), "--no-cull"))
+    hub = DemoCommand(cluster_file=str(big_cluster(tmp_path / "big.yaml")),
+                      extra_args=("--kubeconfig", str(kubeconfig), "--no-cull"))
     t0 = time.monotonic()
     hub.start()
     try:
@@ -186,7 +186,7 @@ def demo(tmp_path_factory):
     """One demo on the real control plane for the tests below (the scale-up pool's delay shortened; its
     DCGM exporters run, and its own culler, whose 30 minutes no test waits for)."""
     kubeconfig = tmp_path_factory.mktemp("demo") / "demo.kubeconfig"
-    hub = DemoHub(simulated=False, extra_args=("--kubeconfig", str(kubeconfig), "--scale-up-seconds", "8")).start()
+    hub = DemoCommand(extra_args=("--kubeconfig", str(kubeconfig), "--scale-up-seconds", "8")).start()
     hub.kubeconfig = kubeconfig
     try:
         yield hub
@@ -293,8 +293,8 @@ def test_demo_kueue_a_full_pool_queues_with_a_position_and_the_next_server_runs_
     """``gpuspawner demo --kueue``: Kueue itself (built from its module) on the demo's control plane; the
     A100 pool's quota of 4 GPUs holds two 2-GPU servers, a third (1 GPU) waits at position 1 and runs
     once the first stops."""
-    hub = DemoHub(simulated=False, extra_args=("--kueue", "--no-cull", "--kubeconfig", str(tmp_path / "kc")),
-                  ready_timeout=300).start()
+    hub = DemoCommand(extra_args=("--kueue", "--no-cull", "--kubeconfig", str(tmp_path / "kc")),
+                      ready_timeout=300).start()
     try:
         assert "Kueue is running" in hub.log()
         for user in ("ann", "bob", "cy"):

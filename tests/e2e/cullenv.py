@@ -155,6 +155,7 @@ class CullHub(DemoHub):
 
     def __init__(self):
         super().__init__()
+        self.k8s_url = f"http://127.0.0.1:{self.k8s_port}"  # gpuspawner sim --simulated serves plain HTTP
         self.culler_token = secrets.token_hex(16)
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-cull-e2e-"))
         self.kubeconfig = self.dir / "kubeconfig"

@@ -1,7 +1,7 @@
 """A hub config that builds a ``kubernetes_asyncio`` model object while it loads, as Zero to
 JupyterHub's does (a ``V1Container``), leaves a blank default client configuration (no host)
 behind: the capacity cache reads the cluster with its own configuration all the same, and GPU and
-CPU servers start (``gpuspawner demo``, simulated cluster, real JupyterHub)."""
+CPU servers start (the demo's hub on Kubernetes' own control plane, real JupyterHub)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""The CUDA driver check on the simulated cluster.
+"""The CUDA driver check on the test cluster.
 
-The simulated cluster (API server over HTTP on loopback, scheduler, kubelet)
-runs in the test's event loop; GPUSpawner reaches it through a kubeconfig
-and ``k8s_api_host``, as it reaches a real one. Three paths:
+Kubernetes' own control plane (API server over HTTPS on loopback, scheduler,
+controllers) and the node agent's nodes, which run pods as processes;
+GPUSpawner reaches it through the admin kubeconfig and ``k8s_api_host``, as it
+reaches any cluster. Three paths:
 
 * a pool mid driver upgrade: the pod is steered (by the failing driver's label)
   to the node whose driver fits;
@@ -40,8 +41,10 @@ from traitlets.config import Config
 
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.model import pool_id
-from gpuspawner.sim.cluster import SimCluster
 from gpuspawner.hub.spawner import GPUSpawner
+from testcluster.stack import TestCluster
+
+from .harness import admin_session
 
 pytestmark = [pytest.mark.integration]
 
@@ -126,23 +129,25 @@ def hub_config(url: str, **traits) -> Config:
 
 @pytest.fixture
 async def cluster(tmp_path, monkeypatch):
-    """The simulated cluster, reached through a kubeconfig; every global the
-    Kubernetes client and KubeSpawner keep is reset afterwards."""
+    """The test cluster with ``CLUSTER``'s nodes, reached through its admin kubeconfig; every global
+    the Kubernetes client and KubeSpawner keep is reset afterwards."""
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(CLUSTER))
-    # a short restart back-off: the simulated kubelet records lastState.terminated
-    # only from a container's second failure on (a real kubelet shows the first
-    # failure there while the container waits in CrashLoopBackOff)
-    sim = SimCluster(cluster_file=path, port=0, restart_backoff=(1.0, 10.0))
-    await sim.start()
-    kubeconfig = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
+    cluster = TestCluster(tmp_path / "testcluster", path)
+    try:
+        await cluster.start()
+        await cluster.agent_ready()
+    except BaseException:
+        await cluster.stop()
+        raise
+    kubeconfig = str(cluster.kubeconfig)
     monkeypatch.setenv("KUBECONFIG", kubeconfig)
     # kubernetes_asyncio reads $KUBECONFIG once, at import
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kubeconfig)
     saved = Configuration._default
     kube_clients.load_config.cache_clear()
     try:
-        yield sim
+        yield cluster
     finally:
         await KubeSpawner._stop_all_reflectors()
         await CapacityCache.reset_shared()
@@ -150,11 +155,25 @@ async def cluster(tmp_path, monkeypatch):
             kube_clients._client_cache.pop(task, None)
         kube_clients.load_config.cache_clear()
         Configuration.set_default(saved)
-        await sim.stop()
+        await cluster.stop()
 
 
-def user_pods(sim: SimCluster) -> list[dict]:
-    return sim.store.list("pods", namespace=NAMESPACE)["items"]
+async def user_pods(cluster: TestCluster) -> list[dict]:
+    """The pods of the hub's namespace, as the cluster's admin reads them."""
+    def read() -> list[dict]:
+        with admin_session(cluster.control_plane) as s:
+            r = s.get(f"{cluster.server}/api/v1/namespaces/{NAMESPACE}/pods", timeout=30)
+            r.raise_for_status()
+            return r.json()["items"]
+
+    return await asyncio.to_thread(read)
+
+
+async def until_no_user_pods(cluster: TestCluster, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while pods := await user_pods(cluster):
+        assert asyncio.get_running_loop().time() < deadline, f"pods still there after {timeout}s: {pods}"
+        await asyncio.sleep(0.5)
 
 
 class User:
@@ -162,7 +181,10 @@ class User:
 
 
 async def test_pool_mid_upgrade_steers_the_pod_to_the_fitting_node(cluster):
-    c = hub_config(cluster.url, extra_annotations={"gpuspawner.dev/sim-stand-in": "true"})
+    c = hub_config(cluster.server)
+    # no hub for jupyterhub-singleuser to talk to: the pod serves HTTP on its port, and that is all
+    c.GPUSpawner.cmd = ["sh", "-c", "exec python -m http.server --bind 0.0.0.0 8888"]
+    c.GPUSpawner.args = []
     spawner = GPUSpawner(config=c, user=User(), hub=Hub())
     spawner.server = Server(ip="0.0.0.0", port=8888, base_url="/user/ada/")
     spawner.user_options = {"profile": "gpu", "gpu_pool": MIXED, "gpus": 2}
@@ -172,7 +194,7 @@ async def test_pool_mid_upgrade_steers_the_pod_to_the_fitting_node(cluster):
     try:
         url = await asyncio.wait_for(spawner.start(), WAIT)
         assert url.startswith("http://127.")
-        (pod,) = user_pods(cluster)
+        (pod,) = await user_pods(cluster)
         assert pod["spec"]["nodeName"] == "mixed-new"
         terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         # steered by the failing driver's GFD label, not by node names
@@ -199,9 +221,9 @@ def probe_sees_no_driver(spawner, pod):
 
 @pytest.fixture
 async def hub(cluster, configured_mockhub_instance):
-    """A MockHub (pytest-jupyterhub's; not started: no proxy) with GPUSpawner on the simulated
-    cluster; yields (the sim, base URL of the hub API, a user's token)."""
-    c = hub_config(cluster.url, cuda_probe=True, modify_pod_hook=probe_sees_no_driver)
+    """A MockHub (pytest-jupyterhub's; not started: no proxy) with GPUSpawner on the test cluster;
+    yields (the cluster, base URL of the hub API, a user's token)."""
+    c = hub_config(cluster.server, cuda_probe=True, modify_pod_hook=probe_sees_no_driver)
     c.JupyterHub.spawner_class = GPUSpawner
     app = configured_mockhub_instance(c)
     await app.initialize([])
@@ -233,7 +255,7 @@ async def api(method: str, url: str, token: str, body: dict | None = None) -> tu
 
 
 async def test_pool_with_no_fitting_node_is_refused_before_any_pod(hub):
-    sim, base, token = hub
+    cluster, base, token = hub
     code, reply = await api("POST", f"{base}users/user/server", token,
                             {"profile": "gpu", "gpu_pool": LEGACY, "gpus": 1})
     assert code == 400
@@ -244,7 +266,7 @@ async def test_pool_with_no_fitting_node_is_refused_before_any_pod(hub):
                  "GPU pools whose drivers fit this image: NVIDIA "):
         assert part in message, (part, message)
     assert MIXED not in message and "rule:" not in message  # display names, no pool id or rule name
-    assert user_pods(sim) == []
+    assert await user_pods(cluster) == []
 
 
 async def probe_outcome(base: str, token: str) -> str:
@@ -269,7 +291,7 @@ async def probe_outcome(base: str, token: str) -> str:
 
 
 async def test_probe_failure_reaches_the_user_through_the_hub(hub):
-    sim, base, token = hub
+    cluster, base, token = hub
     message = await asyncio.wait_for(probe_outcome(base, token), WAIT * 2)
     # the probe's NVML finds no driver (NO_DRIVER_NVML): what a node without the
     # device plugin / container runtime set up looks like from inside the pod
@@ -278,4 +300,4 @@ async def test_probe_failure_reaches_the_user_through_the_hub(hub):
         container: is the NVIDIA device plugin / container runtime set up on node mixed-new?""").replace("\n", " ")
     assert expected in message, message
     # the failed server's pod is deleted by the hub's cleanup (KubeSpawner.stop)
-    await sim.wait_for(lambda: user_pods(sim) == [], timeout=WAIT, what="the failed pod to be deleted")
+    await until_no_user_pods(cluster, WAIT)

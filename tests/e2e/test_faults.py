@@ -1,5 +1,5 @@
-"""End to end under faults and hostile load: ``gpuspawner demo``
-(simulated cluster, real JupyterHub, real configurable-http-proxy), driven over HTTP only.
+"""End to end under faults and hostile load: the demo's hub (real JupyterHub and configurable-http-proxy)
+on Kubernetes' own control plane, reaching its API server through the fault proxy, driven over HTTP only.
 
 The scenarios are the scripts of ``scripts/faults/`` run with CI sizes: 1,000 hostile REST bodies
 (the script sends 10,000), 64 concurrent spawns, an API server outage of seconds (the script's is
@@ -140,17 +140,11 @@ def test_64_concurrent_spawns_get_at_most_the_free_gpus(hub):
 
 # --- a stalled watch, GPUs gone meanwhile: the spawn ends early -------------------------------------------------
 
-def _sim(hub: DemoHub, method: str, path: str, **body) -> dict:
-    r = requests.request(method, f"{hub.k8s_url}/_sim/{path}", json=body or None, timeout=10)
-    r.raise_for_status()
-    return r.json()
-
-
 def _set_gpus(hub: DemoHub, node: str, resource: str, count: str) -> None:
-    r = requests.patch(f"{hub.k8s_url}/api/v1/nodes/{node}/status",
-                       data=json.dumps({"status": {"allocatable": {resource: count},
-                                                   "capacity": {resource: count}}}),
-                       headers={"Content-Type": "application/merge-patch+json"}, timeout=10)
+    """What a node's device plugin reports, as its kubelet writes it: the Node's status, as the cluster admin."""
+    r = hub.k8s.patch(f"{hub.k8s_url}/api/v1/nodes/{node}/status",
+                      data=json.dumps({"status": {"allocatable": {resource: count}, "capacity": {resource: count}}}),
+                      headers={"Content-Type": "application/merge-patch+json"}, timeout=10)
     r.raise_for_status()
 
 
@@ -184,15 +178,15 @@ def test_a_spawn_admitted_on_a_stalled_watch_fails_early_when_the_pool_is_full(h
     shrink = {n: str(used[n] + 1) for n in nodes if int(allocatable[n]) - used[n] >= 2}
     if max(int(shrink.get(n, allocatable[n])) for n in nodes) < 2:
         pytest.fail(f"the demo's {pool['id']} has no busy node to keep: {allocatable}, used {used}")
-    lists_before = sum(c["count"] for c in _sim(hub, "GET", "counters")["counts"]
-                       if c["verb"] == "list" and c["resource"] == "nodes")
+    faults = hub.fault_proxy
+    lists_before = faults.counts("list", "nodes")
     # a watch cut within a second of its start counts as a failure (client-go's "very short watch")
     wait_for(lambda: hub.gpus()["healthy"], 30, "live figures")
     time.sleep(1.5)
     # node watches hang for 45 s: long enough for the spawn, short of the 90 s after which the hub
     # would call the figures stale and refuse it
-    _sim(hub, "POST", "faults/stall", seconds=45, verb="watch", resource="nodes")
-    _sim(hub, "POST", "faults/close-watches")
+    faults.stall(45, verb="watch", resource="nodes")
+    faults.close_watches()
     try:
         for n, count in shrink.items():  # the stalled node watch does not tell the hub
             _set_gpus(hub, n, resource, count)
@@ -212,13 +206,11 @@ def test_a_spawn_admitted_on_a_stalled_watch_fails_early_when_the_pool_is_full(h
         assert took < 60, f"the spawn took {took:.0f} s to fail (start_timeout is 180 s)"
         assert "has no node with 2 free GPUs on one node" in message and "it cannot add nodes" in message, message
         assert "the GPUs this server was counted on were taken after it was admitted" in message
-        lists_after = sum(c["count"] for c in _sim(hub, "GET", "counters")["counts"]
-                          if c["verb"] == "list" and c["resource"] == "nodes")
-        assert lists_after > lists_before  # the hub re-checked the cluster
+        assert faults.counts("list", "nodes") > lists_before  # the hub re-checked the cluster
         wait_for(lambda: not hub.server("stella"), 60, "the failed server to be gone")
     finally:
-        _sim(hub, "DELETE", "faults")
-        _sim(hub, "POST", "faults/close-watches")
+        faults.clear()
+        faults.close_watches()
         for n in shrink:
             _set_gpus(hub, n, resource, allocatable[n])
     # the watch that hangs still hangs until its 45 s are up; then it resumes with the changes
@@ -232,3 +224,4 @@ def test_the_api_server_away_and_back(hub):
     assert report.problems == [], report.problems
     assert report.polls >= 2 and report.refusals == report.polls
     assert report.slowest_page_s < 1.0
+    assert report.recovery_s <= 30  # the informers come back within a backoff of the API server's return

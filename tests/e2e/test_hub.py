@@ -1,4 +1,4 @@
-"""End to end: ``gpuspawner demo`` (simulated cluster + real JupyterHub + real
+"""End to end: the demo's hub (Kubernetes' own control plane and the node agent + real JupyterHub + real
 configurable-http-proxy), used the way a researcher and a script use it."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a user asks is what starts, or a 400 says why; oversized bodies never reach the hub's database.
 
-End to end against ``gpuspawner demo`` (simulated cluster, real JupyterHub behind a real
+End to end against the demo's hub (Kubernetes' own control plane, real JupyterHub behind a real
 configurable-http-proxy), over HTTP only: the same options sent as a REST body in either of
 JupyterHub's request shapes, as a form post and as a query string start the same server, and
 the same mistakes are refused the same way, each logged once.  Big bodies are sent as a hostile
@@ -50,7 +50,7 @@ hubprobe.install(c)
 c.JupyterHub.db_url = "sqlite:///{db}"
 """)
     # no culler: its service's requests would share the loop being measured
-    h = DemoHub(extra_config=str(config), extra_args=("--no-cull",)).start()
+    h = DemoHub(extra_config=str(config), cull=False).start()
     h.db = db
     try:
         yield h

@@ -410,6 +410,16 @@ TRANSLATE_CASES = [
         id="volume-zone-with-other-pools-elsewhere",
     ),
     pytest.param(
+        ev("FailedScheduling", "0/2 nodes are available: 1 node(s) didn't match PersistentVolume's node affinity, "
+                               "1 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are "
+                               "available: 2 Preemption is not helpful for scheduling."),
+        {},
+        "volume_zone",
+        True,
+        ["storage volume is bound to a zone"],
+        id="volume-zone-in-kube-scheduler-1.37-words",
+    ),
+    pytest.param(
         ev("FailedScheduling", "0/5 nodes are available: 2 node(s) had untolerated taint {dedicated: ml}, "
                                "3 node(s) didn't match Pod's node affinity/selector."),
         {"taints": (SKU,)},

@@ -112,6 +112,15 @@ PARSE_CASES = [
         id="volume-zone",
     ),
     pytest.param(
+        "0/2 nodes are available: 1 node(s) didn't match PersistentVolume's node affinity, 1 node(s) didn't match "
+        "Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
+        "scheduling.",
+        2,
+        [(1, VOLUME_ZONE, None), (1, AFFINITY, None)],
+        True,
+        id="volume-zone-kube-scheduler-1.37-wording",
+    ),
+    pytest.param(
         "0/3 nodes are available: 1 Too many pods, 2 node(s) didn't match node selector.",
         3,
         [(1, INSUFFICIENT, "pods"), (2, AFFINITY, None)],
