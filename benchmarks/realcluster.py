@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -134,26 +136,36 @@ class RealCluster:
                                f"{log.read_text(errors='replace')[-3000:]}")
 
     def _wait_settled(self, cp: ControlPlane) -> None:
-        """Until no pod bound to a node is Pending (the agent reported each one Running)."""
-        import urllib.request
-
-        path = "/api/v1/pods?limit=1&fieldSelector=" + urllib.request.quote("status.phase=Pending,spec.nodeName!=")
+        """Until no pod bound to a node is Pending (the agents reported each one Running), but for
+        pods being deleted: the taint manager evicts the pods of the file's NotReady nodes after
+        300 s, and the bulk agent, which runs no process, never finishes their deletion."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while time.monotonic() < deadline:
             for proc, what in ((self.agent, "gpuspawner-cluster nodes"), (self.runner, "the Python node agent")):
                 if proc is not None and proc.poll() is not None:
                     raise RuntimeError(f"{what} exited with {proc.returncode}")
-            if not self.call("GET", path, timeout=120)["items"]:
+            if not self._pending_pod():
                 return
             time.sleep(2)
         raise RuntimeError(f"bound pods still Pending after {SETTLE_TIMEOUT:g} s")
+
+    def _pending_pod(self) -> bool:
+        """Whether a bound pod, not being deleted, is Pending (read a page at a time)."""
+        selector = urllib.parse.quote("status.phase=Pending,spec.nodeName!=")
+        cont = ""
+        while True:
+            page = self.call("GET", f"/api/v1/pods?limit=500&fieldSelector={selector}{cont}", timeout=120)
+            if any(not p["metadata"].get("deletionTimestamp") for p in page["items"]):
+                return True
+            token = page["metadata"].get("continue")
+            if not token:
+                return False
+            cont = "&continue=" + urllib.parse.quote(token)
 
     def call(self, method: str, path: str, body: dict | None = None, *, timeout: float = 30.0,
              content_type: str = "application/json") -> dict:
         """One request to the API server as its admin, straight (not through the proxy, so not
         counted); the answer's JSON."""
-        import urllib.request
-
         if self._ssl is None:
             pki = self.control_plane.data_dir / "pki"
             self._ssl = ssl.create_default_context(cafile=str(pki / "ca.crt"))
