@@ -18,8 +18,8 @@ import (
 // minutes to apply, longer than the node lifecycle controller waits).
 func TestApplyTellsEachNodeAsItIsRegistered(t *testing.T) {
 	objs, err := Parse([]byte("apiVersion: v1\nkind: List\nitems:\n"+
-		"- {apiVersion: v1, kind: Node, metadata: {name: a}, status: {capacity: {cpu: 8, nvidia.com/gpu: 4}}}\n"+
-		"- {apiVersion: v1, kind: Node, metadata: {name: b}, status: {capacity: {cpu: 8}}}\n"), "f.yaml")
+		"- {apiVersion: v1, kind: Node, metadata: {name: a}, status: {capacity: {cpu: 8, pods: 110, nvidia.com/gpu: 4}}}\n"+
+		"- {apiVersion: v1, kind: Node, metadata: {name: b}, status: {capacity: {cpu: 8, pods: 110}}}\n"), "f.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
