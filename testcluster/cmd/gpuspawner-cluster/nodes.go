@@ -118,11 +118,14 @@ func serveNodes(ctx context.Context, c nodesConfig, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// each node's lease is renewed from the moment it is registered, not once
-	// the whole file is applied (thousands of nodes and pods take minutes)
+	// each node gets its lease when it is registered and is renewed from then
+	// on, not once the whole file is applied (thousands of nodes and pods take
+	// minutes)
 	leased := &nodeagent.NodeSet{}
 	go nodeagent.RenewLeases(ctx, clients.Kube, leased, c.leaseInterval, c.workers)
-	nodes, err := nodeagent.Apply(ctx, clients, objs, c.workers, metav1.Now(), leased.Add)
+	nodes, err := nodeagent.Apply(ctx, clients, objs, c.workers, metav1.Now(), func(name string) {
+		leased.Register(ctx, clients.Kube, name)
+	})
 	if err != nil {
 		return err
 	}

@@ -76,6 +76,15 @@ func (s *NodeSet) Add(name string) {
 	s.names = append(s.names, name)
 }
 
+// Register gives a node just registered its lease at once, as a kubelet
+// creates it on registering, and puts it in the set.
+func (s *NodeSet) Register(ctx context.Context, kube kubernetes.Interface, name string) {
+	if err := renewLease(ctx, kube, name, time.Now()); err != nil && ctx.Err() == nil {
+		klog.ErrorS(err, "node lease not created", "node", name)
+	}
+	s.Add(name)
+}
+
 // List returns the nodes in the set now.
 func (s *NodeSet) List() []string {
 	s.mu.Lock()

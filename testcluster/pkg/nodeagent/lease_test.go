@@ -38,6 +38,19 @@ func TestApplyTellsEachNodeAsItIsRegistered(t *testing.T) {
 	}
 }
 
+func TestRegisterGivesTheNodeItsLeaseAtOnce(t *testing.T) {
+	kube := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u1"}})
+	var set NodeSet
+	set.Register(context.Background(), kube, "n")
+	lease, err := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), "n", metav1.GetOptions{})
+	if err != nil || *lease.Spec.HolderIdentity != "n" {
+		t.Fatalf("no lease held by the node right after Register: %v %+v", err, lease)
+	}
+	if got := set.List(); !slices.Equal(got, []string{"n"}) {
+		t.Fatalf("set = %v, want [n]", got)
+	}
+}
+
 func TestRenewLeasesTakesNodesThatJoinAfterItStarted(t *testing.T) {
 	kube := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "late", UID: "u1"}})
 	ctx, cancel := context.WithCancel(context.Background())
