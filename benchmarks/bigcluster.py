@@ -1,21 +1,15 @@
-"""A big simulated GPU cluster for the benchmarks, built straight into a sim ``Store``.
+"""The objects of the benchmarks' big GPU cluster, which ``realcluster.py`` applies to the real control plane.
 
 Shared by ``benchmarks/capacity.py`` (the capacity cache alone) and ``benchmarks/hub.py``
 (a real JupyterHub): 5,000 GPU nodes by default in 7 pools (A100, H100, T4 time-sliced, L4,
 MIG mixed with two profiles, MI300X) with the labels GPU Feature Discovery and the clouds'
 node groups write, drivers from four NVIDIA branches, and pods in several namespaces of which
-a share hold GPUs. Objects are created through ``Store.create``, as the API server would, but
-without HTTP (building 150,000 pods over HTTP would take minutes).
-
-Imports only the simulated cluster (``gpuspawner.sim``), never the product.
+a share hold GPUs. Imports nothing of the product.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
-import sys
-import time
 from typing import Any, Iterator
 
 # (name, share of nodes, resource -> per-node count, labels)
@@ -44,6 +38,8 @@ POOLS: list[tuple[str, float, dict[str, int], dict[str, str]]] = [
 DRIVERS = [("535.183.01", "12.2"), ("550.127.05", "12.4"), ("570.172.08", "12.8"), ("580.95.05", "13.0")]
 NAMESPACES = ["jhub", "ml-batch", "data", "web", "monitoring", "ci"]
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+# the label of the few A100 nodes whose pods run as processes: the hub benchmark's spawns go there
+SPAWN_LABEL = "bench.gpuspawner.dev/spawns"
 
 
 def make_node(i: int, rnd: random.Random) -> tuple[dict, dict[str, int]]:
@@ -133,47 +129,3 @@ def cluster_objects(n_nodes: int, n_pods: int, gpu_share: float, seed: int, unbo
         yield "pods", pod
         if resource and node:
             built["gpu_pod_names"].append((pod["metadata"]["namespace"], pod["metadata"]["name"]))
-
-
-def build_store(store: Any, n_nodes: int, n_pods: int, gpu_share: float, seed: int,
-                unbound_share: float = 0.02) -> dict[str, Any]:
-    """Fill ``store`` with :func:`cluster_objects`."""
-    built: dict[str, Any] = {}
-    for plural, obj in cluster_objects(n_nodes, n_pods, gpu_share, seed, unbound_share, built):
-        store.create(plural, obj)
-    return built
-
-
-async def stream(store: Any, nodes: list[str], rate: float, seed: int, *,
-                 annotations: dict[str, str] | None = None) -> None:
-    """Watch events at ``rate`` per second: GPU pods come and go, nodes get cordoned and uncordoned.
-
-    The pods are created bound (as a DaemonSet's or another scheduler's would be), with
-    ``annotations`` (e.g. the kubelet's stand-in annotation, so no process is started for them).
-    """
-    rnd = random.Random(seed)
-    mine: list[tuple[str, str]] = []
-    i = 0
-    period = 1.0 / rate
-    next_at = time.monotonic()
-    while True:
-        next_at += period
-        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-        r = rnd.random()
-        try:
-            if r < 0.45 or not mine:
-                i += 1
-                obj = make_pod(900_000 + i, rnd.choice(nodes), "nvidia.com/gpu", 1, rnd)
-                obj["metadata"]["name"] = f"stream-{seed}-{i:06d}"
-                if annotations:
-                    obj["metadata"]["annotations"] = dict(annotations)
-                created = store.create("pods", obj)
-                mine.append((created["metadata"]["namespace"], created["metadata"]["name"]))
-            elif r < 0.9:
-                ns, name = mine.pop(rnd.randrange(len(mine)))
-                store.delete("pods", name, ns, grace_period_seconds=0)
-            else:
-                store.patch("nodes", rnd.choice(nodes), {"spec": {"unschedulable": rnd.random() < 0.5}},
-                            "application/merge-patch+json")
-        except Exception as e:  # a conflict in the sim is not the benchmark's concern
-            print(f"  (stream: {type(e).__name__}: {e})", file=sys.stderr)

@@ -9,8 +9,8 @@
 # The profiles are in benchmarks/hubprofiles.py.
 #
 # Both get the benchmark's loop-lag probe (benchmarks/hubprobe.py, GET /hub/bench/probe), a
-# dummy authenticator, an admin service token, and a real configurable-http-proxy. The
-# simulated cluster is reached through KUBECONFIG, as a real one would be.
+# dummy authenticator, an admin service token, and a real configurable-http-proxy. The cluster
+# (Kubernetes' own control plane, benchmarks/realcluster.py) is reached through KUBECONFIG.
 import os
 import sys
 
@@ -19,6 +19,7 @@ env = os.environ
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 
+import bigcluster  # noqa: E402  (benchmarks/bigcluster.py)
 import hubprobe  # noqa: E402  (benchmarks/hubprobe.py)
 import hubprofiles  # noqa: E402  (benchmarks/hubprofiles.py)
 
@@ -76,10 +77,9 @@ c.KubeSpawner.args = ["--allow-root"]
 c.KubeSpawner.start_timeout = 180
 c.KubeSpawner.http_timeout = 90
 c.KubeSpawner.delete_grace_period = 1
-if env.get("HUBBENCH_REAL_SERVERS") != "1":
-    # the simulated kubelet answers HTTP on the pod's address instead of starting a process:
-    # the spawn's time is then the hub's, the scheduler's and the kubelet's, not Python's start-up
-    c.KubeSpawner.extra_annotations = {"gpuspawner.dev/sim-stand-in": "true"}
+# the few A100 nodes whose node agent runs pods as processes (jupyterhub-singleuser then answers at
+# the pod's IP); the bulk agent's nodes only report their pods Running. The same for both hubs.
+c.KubeSpawner.node_selector = {bigcluster.SPAWN_LABEL: "true"}
 
 if mode == "gpu":
     for name, value in hubprofiles.gpu_settings().items():

@@ -6,9 +6,8 @@ on the MIG pools, per-group GPU quotas. The static hub gets a ``profile_list`` o
 for plain KubeSpawner: the same CPU profile and image choices, one ``gpu_pool`` choice per GPU
 pool of the benchmark's cluster (pinned by the labels that define the pool, with one GPU, as
 an admin without gpuspawner would write it) and ``gpus`` choices 1 to 8. The pool choices pin
-with the same required node affinity GPUSpawner gives its pods (not a ``node_selector``), so
-that both hubs' pods cost the simulated scheduler (Python, node by node) the same, and the
-spawn-time ratio is the spawners'.
+with the same required node affinity GPUSpawner gives its pods, so that both hubs' pods cost
+the scheduler the same, and the spawn-time ratio is the spawners'.
 """
 
 from __future__ import annotations

@@ -1,21 +1,24 @@
 """The benchmarks' big cluster on the real control plane: ``gpuspawner-cluster controlplane``,
-``bigcluster.py``'s objects applied by the bulk node agent (``gpuspawner-cluster nodes``), the
-fault proxy in front of the API server (its counts are the hub's requests), and watch events
-streamed by a child process (``python benchmarks/realcluster.py stream``)."""
+``bigcluster.py``'s objects applied by the bulk node agent (``gpuspawner-cluster nodes``), a few
+nodes that run their pods as processes (``python -m testcluster.nodeagent``), the fault proxy in
+front of the API server (its counts are the hub's requests), and watch events streamed by a child
+process (``python benchmarks/realcluster.py stream``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import os
 import random
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +26,40 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bigcluster import cluster_objects, make_pod  # noqa: E402
+from bigcluster import SPAWN_LABEL, cluster_objects, make_pod  # noqa: E402
+from processes import stop_group  # noqa: E402
 from testcluster import ControlPlane, find_binary  # noqa: E402
 from testcluster.faultproxy import FaultProxy  # noqa: E402
+from testcluster.stack import child_env  # noqa: E402
 
 KINDS = {"namespaces": "Namespace", "nodes": "Node", "pods": "Pod"}
 SETTLE_TIMEOUT = 3600.0
 
 
 class RealCluster:
-    """``n_nodes`` GPU nodes and ``n_pods`` pods of ``bigcluster.py`` on a real control plane."""
+    """``n_nodes`` GPU nodes and ``n_pods`` pods of ``bigcluster.py`` on a real control plane.
+
+    ``spawn_nodes`` of the A100 nodes (Ready, schedulable, labelled ``SPAWN_LABEL``) are run by the
+    Python node agent, which starts the pods bound to them as processes (a single-user server then
+    answers at its pod IP); the bulk agent runs the others, whose pods are only reported Running.
+    ``namespaces`` are created beside the file's."""
 
     def __init__(self, n_nodes: int, n_pods: int, gpu_share: float, seed: int, unbound_share: float = 0.02,
-                 workdir: Path | None = None) -> None:
+                 workdir: Path | None = None, *, spawn_nodes: int = 0, namespaces: tuple[str, ...] = ()) -> None:
         self.args = (n_nodes, n_pods, gpu_share, seed, unbound_share)
         self.seed = seed
+        self.spawn_nodes = spawn_nodes
+        self.namespaces = namespaces
         self.dir = workdir or Path(tempfile.mkdtemp(prefix="gpuspawner-bench-cluster-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.control_plane = ControlPlane(self.dir / "cp")
         self.proxy: FaultProxy | None = None
         self.agent: subprocess.Popen | None = None
+        self.runner: subprocess.Popen | None = None  # the Python node agent of the spawn nodes
         self.streamer: subprocess.Popen | None = None
         self.built: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
+        self._ssl: ssl.SSLContext | None = None
 
     def start(self, say=print) -> dict[str, Any]:
         """Start everything and wait until every bound pod runs; returns the build's timings."""
@@ -54,18 +69,42 @@ class RealCluster:
             self.stop()
             raise
 
+    def _write_files(self) -> tuple[Path, Path | None]:
+        """The bulk agent's file (one JSON object a line: its reader takes a stream) and, with
+        ``spawn_nodes``, the Python agent's (those nodes, as a ``kind: List``)."""
+        cluster_file = self.dir / "cluster.jsonl"
+        runner_nodes: list[dict] = []
+        with cluster_file.open("w") as f:
+            for ns in self.namespaces:
+                f.write(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}) + "\n")
+            for plural, obj in cluster_objects(*self.args, built=self.built):
+                doc = {"apiVersion": "v1", "kind": KINDS[plural], **obj}
+                if plural == "nodes" and len(runner_nodes) < self.spawn_nodes and _spawnable(obj):
+                    obj["metadata"]["labels"][SPAWN_LABEL] = "true"
+                    runner_nodes.append(doc)
+                    continue
+                f.write(json.dumps(doc, separators=(",", ":")))
+                f.write("\n")
+        if len(runner_nodes) < self.spawn_nodes:
+            raise RuntimeError(f"the cluster has {len(runner_nodes)} Ready, schedulable A100 nodes for the spawns, "
+                               f"not {self.spawn_nodes}: give more --nodes")
+        self.built["spawn_nodes"] = [n["metadata"]["name"] for n in runner_nodes]
+        if not runner_nodes:
+            return cluster_file, None
+        runner_file = self.dir / "spawn-nodes.json"
+        runner_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": runner_nodes}))
+        return cluster_file, runner_file
+
     def _start(self, say) -> dict[str, Any]:
         began = time.monotonic()
         cp = self.control_plane.start()
         self.timings["control_plane_s"] = round(time.monotonic() - began, 1)
         t = time.monotonic()
-        cluster_file = self.dir / "cluster.jsonl"
-        with cluster_file.open("w") as f:  # one JSON object a line: the agent's reader takes a stream
-            for plural, obj in cluster_objects(*self.args, built=self.built):
-                f.write(json.dumps({"apiVersion": "v1", "kind": KINDS[plural], **obj}, separators=(",", ":")))
-                f.write("\n")
+        cluster_file, runner_file = self._write_files()
         self.timings["file_s"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
+        if runner_file is not None:
+            self._start_runner(cp, runner_file)
         log = (self.dir / "nodes.log").open("wb")
         self.agent = subprocess.Popen(
             [find_binary(), "nodes", f"--cluster={cluster_file}", f"--kubeconfig={cp.kubeconfig}", "--workers=32"],
@@ -84,25 +123,58 @@ class RealCluster:
         self.proxy = FaultProxy(cp.data_dir).start()
         return dict(self.timings)
 
-    def _wait_settled(self, cp: ControlPlane) -> None:
-        """Until no pod bound to a node is Pending (the agent reported each one Running)."""
-        import ssl
-        import urllib.request
+    def _start_runner(self, cp: ControlPlane, runner_file: Path, timeout: float = 300.0) -> None:
+        """The Python node agent of the spawn nodes, until it says it is ready."""
+        log = self.dir / "spawn-nodes.log"
+        self.runner = subprocess.Popen(
+            [sys.executable, "-m", "testcluster.nodeagent", f"--cluster={runner_file}", f"--kubeconfig={cp.kubeconfig}"],
+            stdout=subprocess.PIPE, stderr=log.open("wb"), env=child_env(), start_new_session=True)
+        assert self.runner.stdout is not None
+        line = self.runner.stdout.readline().decode(errors="replace")
+        if not line.startswith("nodeagent ready"):
+            raise RuntimeError(f"the Python node agent did not start (exit {self.runner.wait(timeout)}): "
+                               f"{log.read_text(errors='replace')[-3000:]}")
 
-        pki = cp.data_dir / "pki"
-        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-        url = (f"{cp.server}/api/v1/pods?limit=1&fieldSelector="
-               + urllib.request.quote("status.phase=Pending,spec.nodeName!="))
+    def _wait_settled(self, cp: ControlPlane) -> None:
+        """Until no pod bound to a node is Pending (the agents reported each one Running), but for
+        pods being deleted: the taint manager evicts the pods of the file's NotReady nodes after
+        300 s, and the bulk agent, which runs no process, never finishes their deletion."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while time.monotonic() < deadline:
-            if self.agent is not None and self.agent.poll() is not None:
-                raise RuntimeError(f"gpuspawner-cluster nodes exited with {self.agent.returncode}")
-            with urllib.request.urlopen(url, context=ctx, timeout=120) as r:
-                if not json.load(r)["items"]:
-                    return
+            for proc, what in ((self.agent, "gpuspawner-cluster nodes"), (self.runner, "the Python node agent")):
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{what} exited with {proc.returncode}")
+            if not self._pending_pod():
+                return
             time.sleep(2)
         raise RuntimeError(f"bound pods still Pending after {SETTLE_TIMEOUT:g} s")
+
+    def _pending_pod(self) -> bool:
+        """Whether a bound pod, not being deleted, is Pending (read a page at a time)."""
+        selector = urllib.parse.quote("status.phase=Pending,spec.nodeName!=")
+        cont = ""
+        while True:
+            page = self.call("GET", f"/api/v1/pods?limit=500&fieldSelector={selector}{cont}", timeout=120)
+            if any(not p["metadata"].get("deletionTimestamp") for p in page["items"]):
+                return True
+            token = page["metadata"].get("continue")
+            if not token:
+                return False
+            cont = "&continue=" + urllib.parse.quote(token)
+
+    def call(self, method: str, path: str, body: dict | None = None, *, timeout: float = 30.0,
+             content_type: str = "application/json") -> dict:
+        """One request to the API server as its admin, straight (not through the proxy, so not
+        counted); the answer's JSON."""
+        if self._ssl is None:
+            pki = self.control_plane.data_dir / "pki"
+            self._ssl = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+            self._ssl.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.control_plane.server}{path}", data=data, method=method,
+                                     headers={"Content-Type": content_type})
+        with urllib.request.urlopen(req, context=self._ssl, timeout=timeout) as r:
+            return json.load(r)
 
     def hub_kubeconfig(self, dest: Path) -> Path:
         """The admin kubeconfig through the fault proxy, at ``dest``: what the measured hub uses."""
@@ -116,32 +188,35 @@ class RealCluster:
 
     def stream(self, rate: float) -> None:
         """Start ~``rate`` watch events a second from a child process (its own requests go straight
-        to the API server, so they are not counted)."""
+        to the API server, so they are not counted); the spawn nodes get none of its pods."""
         self.pause()
+        spawn_nodes = set(self.built["spawn_nodes"])
+        nodes = [n for n in self.built["nodes"] if n not in spawn_nodes]
         self.streamer = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "stream", f"--kubeconfig={self.control_plane.kubeconfig}",
-             f"--rate={rate}", f"--seed={self.seed + 1}", f"--nodes={','.join(self.built['nodes'])}"],
+             f"--rate={rate}", f"--seed={self.seed + 1}", f"--nodes={','.join(nodes)}"],
             stdout=subprocess.DEVNULL, stderr=(self.dir / "stream.log").open("ab"), start_new_session=True)
 
     def pause(self) -> None:
-        if self.streamer is not None and self.streamer.poll() is None:
-            self.streamer.send_signal(signal.SIGTERM)
-            self.streamer.wait(30)
+        stop_group(self.streamer, timeout=30)
         self.streamer = None
 
-    def stop(self) -> None:
+    def stop(self, keep_logs: bool = False) -> None:
+        """Stop everything; the work directory goes (with ``keep_logs``, only etcd's data)."""
         self.pause()
-        if self.agent is not None and self.agent.poll() is None:
-            os.killpg(self.agent.pid, signal.SIGTERM)
-            try:
-                self.agent.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.agent.pid, signal.SIGKILL)
-                self.agent.wait()
+        stop_group(self.agent, timeout=30)
+        stop_group(self.runner, timeout=60)  # it stops the pods' processes first
         if self.proxy is not None:
             self.proxy.stop()
         self.control_plane.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)  # etcd's data: hundreds of MB at full size
+        # etcd's data: hundreds of MB at full size
+        shutil.rmtree(self.control_plane.data_dir if keep_logs else self.dir, ignore_errors=True)
+
+
+def _spawnable(node: dict) -> bool:
+    """An A100 node that is Ready and schedulable: the spawns' pool."""
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+    return node["metadata"]["name"].startswith("a100-") and ready and not node["spec"].get("unschedulable")
 
 
 async def _stream(kubeconfig: str, nodes: list[str], rate: float, seed: int) -> None:

@@ -118,11 +118,17 @@ func serveNodes(ctx context.Context, c nodesConfig, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := nodeagent.Apply(ctx, clients, objs, c.workers, metav1.Now())
+	// each node gets its lease when it is registered and is renewed from then
+	// on, not once the whole file is applied (thousands of nodes and pods take
+	// minutes)
+	leased := &nodeagent.NodeSet{}
+	go nodeagent.RenewLeases(ctx, clients.Kube, leased, c.leaseInterval, c.workers)
+	nodes, err := nodeagent.Apply(ctx, clients, objs, c.workers, metav1.Now(), func(name string) {
+		leased.Register(ctx, clients.Kube, name)
+	})
 	if err != nil {
 		return err
 	}
-	go nodeagent.RenewLeases(ctx, clients.Kube, nodes, c.leaseInterval, c.workers)
 	podsDone := make(chan error, 1)
 	go func() { podsDone <- nodeagent.RunPods(ctx, clients.Kube, nodes, nodeagent.NewPodIPs(), c.workers) }()
 	fmt.Fprintf(os.Stderr, "gpuspawner-cluster nodes: %d objects, %d nodes applied in %.1fs\n", len(objs), len(nodes), time.Since(started).Seconds())

@@ -75,8 +75,9 @@ func forEach[T any](items []T, workers int, fn func(T) error) error {
 // Apply creates the objects of a cluster file: the namespaces they use, then
 // each object in rank order; a Node is registered with its status, a pod
 // bound in the file keeps the status it has there. Objects that exist are
-// left as they are. It returns the names of the nodes.
-func Apply(ctx context.Context, c Clients, objs []Object, workers int, now metav1.Time) ([]string, error) {
+// left as they are. It returns the names of the nodes; registered (when not
+// nil) is told each one as soon as it is registered.
+func Apply(ctx context.Context, c Clients, objs []Object, workers int, now metav1.Time, registered func(string)) ([]string, error) {
 	type placed struct {
 		Object
 		mapping    *meta.RESTMapping
@@ -117,7 +118,13 @@ func Apply(ctx context.Context, c Clients, objs []Object, workers int, now metav
 		}
 		err := forEach(all[start:end], workers, func(p placed) error {
 			if IsNode(p.Object.Object) {
-				return registerNode(ctx, c.Kube, p.Object, now)
+				if err := registerNode(ctx, c.Kube, p.Object, now); err != nil {
+					return err
+				}
+				if registered != nil {
+					registered(p.Object.Object.GetName())
+				}
+				return nil
 			}
 			return create(ctx, c.Dynamic, p.mapping, p.namespaced, p.Object)
 		})

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -61,15 +62,49 @@ func renewLease(ctx context.Context, kube kubernetes.Interface, name string, now
 	return nil
 }
 
+// NodeSet is the names of the nodes whose leases are renewed; nodes join it
+// as they register. Safe for concurrent use.
+type NodeSet struct {
+	mu    sync.Mutex
+	names []string
+}
+
+// Add puts a node in the set.
+func (s *NodeSet) Add(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.names = append(s.names, name)
+}
+
+// Register gives a node just registered its lease at once, as a kubelet
+// creates it on registering, and puts it in the set.
+func (s *NodeSet) Register(ctx context.Context, kube kubernetes.Interface, name string) {
+	if err := renewLease(ctx, kube, name, time.Now()); err != nil && ctx.Err() == nil {
+		klog.ErrorS(err, "node lease not created", "node", name)
+	}
+	s.Add(name)
+}
+
+// List returns the nodes in the set now.
+func (s *NodeSet) List() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.names...)
+}
+
 // RenewLeases renews every node's lease now and then every interval until
 // ctx ends, workers at a time; a failed renewal is logged and tried again
-// next round.
-func RenewLeases(ctx context.Context, kube kubernetes.Interface, nodes []string, interval time.Duration, workers int) {
+// next round. Each round renews the nodes in the set at its start: a node
+// registered while thousands of others still are gets its lease within an
+// interval, before the node lifecycle controller's grace period ends (it
+// marks a node Unknown 40-50 s after its last heartbeat, and only a
+// kubelet's status post would make it Ready again).
+func RenewLeases(ctx context.Context, kube kubernetes.Interface, nodes *NodeSet, interval time.Duration, workers int) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		now := time.Now()
-		_ = forEach(nodes, workers, func(name string) error {
+		_ = forEach(nodes.List(), workers, func(name string) error {
 			if err := renewLease(ctx, kube, name, now); err != nil && ctx.Err() == nil {
 				klog.ErrorS(err, "node lease not renewed", "node", name)
 			}
