@@ -1,4 +1,5 @@
-"""End to end: GPU-hour budgets on a real JupyterHub over the simulated cluster, on SQLite and PostgreSQL.
+"""End to end: GPU-hour budgets on a real JupyterHub over the test cluster (Kubernetes' own control plane,
+the node agent's nodes), on SQLite and PostgreSQL.
 
 A budget of 0.01 GPU-hours an hour; a server runs past it (the hub does not stop it; the home page warns
 and the culler stops it, as gpu_hour_stop_when_spent asks); the next spawn is refused
@@ -79,7 +80,7 @@ class UsageHub(CullHub):
 
     def delete_pod(self, user: str) -> None:
         name = self.pod_of(user)["metadata"]["name"]
-        r = requests.delete(f"{self.k8s_url}/api/v1/namespaces/jupyterhub/pods/{name}", timeout=30,
+        r = self.k8s.delete(f"{self.k8s_url}/api/v1/namespaces/jupyterhub/pods/{name}", timeout=30,
                             json={"gracePeriodSeconds": 0})
         assert r.status_code in (200, 202), r.text
         wait_for(lambda: not [p for p in self.pods("jupyterhub") if p["metadata"]["name"] == name], 60,
