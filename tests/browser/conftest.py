@@ -1,5 +1,6 @@
-"""Browser tests of the spawn page: ``gpuspawner demo`` (simulated cluster, real JupyterHub and
-configurable-http-proxy) driven by Debian's headless Chromium through Playwright.
+"""Browser tests of the spawn page: ``gpuspawner demo`` (Kubernetes' own control plane with the node
+agent's simulated GPU nodes, a real JupyterHub and configurable-http-proxy, the demo's culler and
+Prometheus) driven by Debian's headless Chromium through Playwright.
 
 Chromium comes from the system (``scripts/setup.sh --browser`` installs Debian's ``chromium``);
 Playwright never downloads a browser here. Screenshots of the spawn page are written to
@@ -12,11 +13,14 @@ import itertools
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
+import tempfile
 
 import pytest
-import requests
 
-from ..e2e.harness import DemoHub
+from ..e2e.harness import READY_TIMEOUT, DemoHub, wait_for
+from ..e2e.kubeconfig import kubeconfig_session
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -108,13 +112,43 @@ def demo_config(workdir: pathlib.Path) -> pathlib.Path:
     return path
 
 
+class BrowserHub(DemoHub):
+    """``gpuspawner demo`` itself, as a user runs it (Kubernetes' own control plane, the node agent, the
+    hub, its culler and Prometheus), with ``DemoHub``'s HTTP helpers; ``k8s_url``/``k8s`` reach the API
+    server as its admin through the kubeconfig the demo writes (``--kubeconfig``)."""
+
+    def __init__(self, cluster_file: str | None = None, extra_config: str | None = None):
+        super().__init__(cluster_file=cluster_file, extra_config=extra_config)
+        self.kubeconfig = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-browser-")) / "kubeconfig"
+
+    def start(self) -> "BrowserHub":
+        cmd = [sys.executable, "-m", "gpuspawner", "demo", "--port", str(self.port), "--k8s-port", str(self.k8s_port),
+               "--admin-token", self.token, "--kubeconfig", str(self.kubeconfig)]
+        if self.cluster_file:
+            cmd += ["--cluster", str(self.cluster_file)]
+        if self.extra_config:
+            cmd += ["--config", str(self.extra_config)]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            try:
+                wait_for(self._ready, READY_TIMEOUT, "gpuspawner demo's hub to answer")
+            except AssertionError as e:
+                raise AssertionError(f"{e}\n--- gpuspawner demo's output ---\n{self.log()}") from None
+            self.k8s_url, self.k8s = kubeconfig_session(self.kubeconfig)
+        except BaseException:
+            self.stop()  # the demo stops its hub, then everything else it started
+            raise
+        return self
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     reason = chromium_missing()
     if reason:
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp("spawn-page")
-    h = DemoHub(extra_config=str(demo_config(workdir))).start()
+    h = BrowserHub(extra_config=str(demo_config(workdir))).start()
     try:
         yield h
     finally:
@@ -185,13 +219,13 @@ def login(hub):
 
 
 class ClusterLoad:
-    """GPU pods of another team, created and deleted through the simulated API server's HTTP
-    API, as `kubectl` would: the hub sees them only through its watch."""
+    """GPU pods of another team, created and deleted through the API server as its admin, as
+    `kubectl` would: the hub sees them only through its watch."""
 
-    def __init__(self, hub: DemoHub):
+    def __init__(self, hub: BrowserHub):
         self.hub = hub
         self.names: list[str] = []
-        r = requests.post(
+        r = hub.k8s.post(
             f"{hub.k8s_url}/api/v1/namespaces",
             json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LOAD_NAMESPACE}},
             timeout=30,
@@ -206,10 +240,10 @@ class ClusterLoad:
             "metadata": {
                 "name": name,
                 "namespace": LOAD_NAMESPACE,
-                # the simulated kubelet runs no process for a stand-in (gpuspawner/sim/kubelet/)
-                "annotations": {"gpuspawner.dev/sim-stand-in": "true"},
             },
             "spec": {
+                # bound by name, as the scheduler would: the node's kubelet (the node agent) admits it
+                # and, as its container has no command, runs it with no process behind it
                 "nodeName": node,
                 "tolerations": [{"operator": "Exists"}],
                 "containers": [
@@ -224,7 +258,7 @@ class ClusterLoad:
                 ],
             },
         }
-        r = requests.post(
+        r = self.hub.k8s.post(
             f"{self.hub.k8s_url}/api/v1/namespaces/{LOAD_NAMESPACE}/pods", json=pod, timeout=30
         )
         assert r.status_code == 201, r.text
@@ -232,7 +266,7 @@ class ClusterLoad:
         return name
 
     def release(self, name: str) -> None:
-        r = requests.delete(
+        r = self.hub.k8s.delete(
             f"{self.hub.k8s_url}/api/v1/namespaces/{LOAD_NAMESPACE}/pods/{name}",
             params={"gracePeriodSeconds": "0"},
             timeout=30,
