@@ -46,6 +46,7 @@ class PodDiscovery:
 
     def __init__(self, kubeconfig: pathlib.Path, namespace: str, selector: str):
         k8s_url, session = kubeconfig_session(kubeconfig)
+        self.session = session
         lock = threading.Lock()  # one request at a time on the session: Prometheus refreshes every second
 
         class Handler(BaseHTTPRequestHandler):
@@ -73,6 +74,7 @@ class PodDiscovery:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self.session.close()
 
 
 PROMETHEUS_CONFIG = """\
