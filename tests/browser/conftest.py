@@ -142,8 +142,11 @@ class BrowserHub(DemoHub):
         return self
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def hub(tmp_path_factory):
+    """The demo's hub on the default cluster, shared by the package's modules (a start of the demo's
+    control plane, nodes, hub and Prometheus takes 20 to 40 s here): each module's users are its own, and
+    what a module holds on the cluster it gives back before it ends."""
     reason = chromium_missing()
     if reason:
         pytest.skip(reason)
