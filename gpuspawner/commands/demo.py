@@ -267,7 +267,7 @@ async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
         # (and the hub its users' pods) before the cluster goes away
         env = _hub_env(args, workdir, kubeconfig, proxy, snippet)
         if cull is not None:  # the hub runs the culler as a service (demo_cull)
-            env.update(await cull.start(k8s_url, workdir, str(kubeconfig), os.environ.get("PYTHONPATH")))
+            env.update(await cull.start(workdir, str(kubeconfig), os.environ.get("PYTHONPATH")))
             print(cull.describe(), flush=True)
         hub = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),

@@ -1,5 +1,5 @@
 """The demo's culler: ``gpuspawner cull`` as a hub-managed service and, when Debian's (or any)
-``prometheus`` is on PATH, a Prometheus scraping the simulated DCGM exporters for it.
+``prometheus`` is on PATH, a Prometheus scraping the node agent's simulated DCGM exporters for it.
 Design notes: docs/culling.md.
 """
 
@@ -92,17 +92,15 @@ scrape_configs:
 
 
 class PodDiscovery:
-    """An ``http_sd`` endpoint on loopback listing the exporter pods through the API server: with
-    ``kubeconfig``, as that kubeconfig's user (the real control plane); else over plain HTTP (the
-    simulated API server of ``--simulated``)."""
+    """An ``http_sd`` endpoint on loopback listing the exporter pods through the API server, as the
+    user of ``kubeconfig``."""
 
-    def __init__(self, k8s_url: str, kubeconfig: str | None = None):
-        self.k8s_url = k8s_url.rstrip("/")
+    def __init__(self, kubeconfig: str):
         self.kubeconfig = kubeconfig
         self.url = ""
         self._runner: Any = None
 
-    async def _list_kubeconfig(self) -> list[dict] | None:
+    async def _list(self) -> list[dict]:
         from kubernetes_asyncio import client, config
 
         configuration = client.Configuration()
@@ -112,27 +110,15 @@ class PodDiscovery:
                 EXPORTER_NAMESPACE, label_selector=EXPORTER_SELECTOR, _request_timeout=10)
             return api.sanitize_for_serialization(pods).get("items") or []
 
-    async def _list_plain(self) -> list[dict] | None:
-        import aiohttp
-
-        async with aiohttp.ClientSession() as s:
-            async with s.get(f"{self.k8s_url}/api/v1/namespaces/{EXPORTER_NAMESPACE}/pods",
-                             params={"labelSelector": EXPORTER_SELECTOR},
-                             timeout=aiohttp.ClientTimeout(total=10)) as r:
-                doc = await r.json() if r.status == 200 else None
-        return None if doc is None else doc.get("items") or []
-
     async def _targets(self, request: Any) -> Any:
         import aiohttp
         from aiohttp import web
         from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
-            pods = await (self._list_kubeconfig() if self.kubeconfig else self._list_plain())
+            pods = await self._list()
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError, ApiException):
-            pods = None
-        if pods is None:
-            return web.json_response([], status=503)
+            return web.json_response([], status=503)  # Prometheus keeps the targets it had
         return web.json_response([g for pod in pods for g in pod_targets(pod)])
 
     async def start(self) -> str:
@@ -201,14 +187,13 @@ class DemoCulling:
         self.prometheus: asyncio.subprocess.Process | None = None
         self.prometheus_url: str | None = None
 
-    async def start(self, k8s_url: str, workdir: Path, kubeconfig: str, pythonpath: str | None,
-                    authenticated: bool = False, wrap: Callable[[list[str]], list[str]] = _as_is) -> dict[str, str]:
-        """Start Prometheus if ``prometheus`` is on PATH; the hub environment that adds the culler.
-        ``authenticated``: the discovery lists pods as the kubeconfig's user (else over plain HTTP, as the
-        simulated API server serves)."""
+    async def start(self, workdir: Path, kubeconfig: str, pythonpath: str | None,
+                    wrap: Callable[[list[str]], list[str]] = _as_is) -> dict[str, str]:
+        """Start Prometheus if ``prometheus`` is on PATH, its discovery listing the exporter pods as the
+        kubeconfig's user; the hub environment that adds the culler."""
         binary = shutil.which("prometheus")
         if binary:
-            self.discovery = PodDiscovery(k8s_url, kubeconfig if authenticated else None)
+            self.discovery = PodDiscovery(kubeconfig)
             sd_url = await self.discovery.start()
             self.prometheus, self.prometheus_url = await start_prometheus(binary, workdir, sd_url, wrap)
         spec = culler_service(kubeconfig, self.prometheus_url, pythonpath)

@@ -63,8 +63,8 @@ async def run_real(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
                 return 1
             env["GPUSPAWNER_DEMO_KUEUE_QUEUES"] = json.dumps(KUEUE_QUEUES)
         if cull is not None:  # the hub runs the culler as a service (demo_cull)
-            env.update(await cull.start(cluster.server, workdir, str(kubeconfig), os.environ.get("PYTHONPATH"),
-                                        authenticated=True, wrap=lambda argv: stack.guarded(argv, grace=10.0)))
+            env.update(await cull.start(workdir, str(kubeconfig), os.environ.get("PYTHONPATH"),
+                                        wrap=lambda argv: stack.guarded(argv, grace=10.0)))
             print(cull.describe(), flush=True)
         # under the guard: the hub's proxy and services (new sessions of their own) end with it; the
         # hub first deletes its users' pods while the cluster still runs

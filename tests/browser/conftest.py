@@ -1,5 +1,6 @@
-"""Browser tests of the spawn page: ``gpuspawner demo`` (simulated cluster, real JupyterHub and
-configurable-http-proxy) driven by Debian's headless Chromium through Playwright.
+"""Browser tests of the spawn page: ``gpuspawner demo`` (Kubernetes' own control plane with the node
+agent's simulated GPU nodes, a real JupyterHub and configurable-http-proxy, the demo's culler and
+Prometheus) driven by Debian's headless Chromium through Playwright.
 
 Chromium comes from the system (``scripts/setup.sh --browser`` installs Debian's ``chromium``);
 Playwright never downloads a browser here. Screenshots of the spawn page are written to
@@ -12,11 +13,12 @@ import itertools
 import os
 import pathlib
 import shutil
+import tempfile
 
 import pytest
-import requests
 
-from ..e2e.harness import DemoHub
+from ..e2e.harness import DemoCommand
+from ..e2e.kubeconfig import kubeconfig_session
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -108,13 +110,30 @@ def demo_config(workdir: pathlib.Path) -> pathlib.Path:
     return path
 
 
-@pytest.fixture(scope="module")
+class BrowserHub(DemoCommand):
+    """``gpuspawner demo`` itself, as a user runs it (Kubernetes' own control plane, the node agent, the
+    hub, its culler and Prometheus), with ``DemoHub``'s HTTP helpers; ``k8s_url``/``k8s`` reach the API
+    server as its admin through the kubeconfig the demo writes (``--kubeconfig``)."""
+
+    def __init__(self, cluster_file: str | None = None, extra_config: str | None = None):
+        self.kubeconfig = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-browser-")) / "kubeconfig"
+        super().__init__(cluster_file, extra_args=("--kubeconfig", str(self.kubeconfig)), extra_config=extra_config)
+
+    def _start(self) -> None:
+        super()._start()
+        self.k8s_url, self.k8s = kubeconfig_session(self.kubeconfig)
+
+
+@pytest.fixture(scope="package")
 def hub(tmp_path_factory):
+    """The demo's hub on the default cluster, shared by the package's modules (a start of the demo's
+    control plane, nodes, hub and Prometheus takes 20 to 40 s here): each module's users are its own, and
+    what a module holds on the cluster it gives back before it ends."""
     reason = chromium_missing()
     if reason:
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp("spawn-page")
-    h = DemoHub(extra_config=str(demo_config(workdir))).start()
+    h = BrowserHub(extra_config=str(demo_config(workdir))).start()
     try:
         yield h
     finally:
@@ -185,13 +204,13 @@ def login(hub):
 
 
 class ClusterLoad:
-    """GPU pods of another team, created and deleted through the simulated API server's HTTP
-    API, as `kubectl` would: the hub sees them only through its watch."""
+    """GPU pods of another team, created and deleted through the API server as its admin, as
+    `kubectl` would: the hub sees them only through its watch."""
 
-    def __init__(self, hub: DemoHub):
+    def __init__(self, hub: BrowserHub):
         self.hub = hub
         self.names: list[str] = []
-        r = requests.post(
+        r = hub.k8s.post(
             f"{hub.k8s_url}/api/v1/namespaces",
             json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LOAD_NAMESPACE}},
             timeout=30,
@@ -206,10 +225,10 @@ class ClusterLoad:
             "metadata": {
                 "name": name,
                 "namespace": LOAD_NAMESPACE,
-                # the simulated kubelet runs no process for a stand-in (gpuspawner/sim/kubelet/)
-                "annotations": {"gpuspawner.dev/sim-stand-in": "true"},
             },
             "spec": {
+                # bound by name, as the scheduler would: the node's kubelet (the node agent) admits it
+                # and, as its container has no command, runs it with no process behind it
                 "nodeName": node,
                 "tolerations": [{"operator": "Exists"}],
                 "containers": [
@@ -224,7 +243,7 @@ class ClusterLoad:
                 ],
             },
         }
-        r = requests.post(
+        r = self.hub.k8s.post(
             f"{self.hub.k8s_url}/api/v1/namespaces/{LOAD_NAMESPACE}/pods", json=pod, timeout=30
         )
         assert r.status_code == 201, r.text
@@ -232,7 +251,7 @@ class ClusterLoad:
         return name
 
     def release(self, name: str) -> None:
-        r = requests.delete(
+        r = self.hub.k8s.delete(
             f"{self.hub.k8s_url}/api/v1/namespaces/{LOAD_NAMESPACE}/pods/{name}",
             params={"gracePeriodSeconds": "0"},
             timeout=30,

@@ -1,9 +1,10 @@
 """The spawn page in a real browser: live GPU availability, flagged choices, a spawn from the page.
 
-One demo hub (simulated cluster with the default cluster file, real JupyterHub and proxy) serves
-the module; the page polls ``GET /hub/api/gpus`` every second (``#gs-refresh=1``) so a change on
-the cluster shows within a few seconds. Cluster changes are GPU pods of another namespace created
-through the simulated API server's HTTP API (see ``ClusterLoad`` in conftest.py).
+One demo hub (Kubernetes' own control plane with the node agent running the default cluster file,
+real JupyterHub and proxy) serves the package; the page polls ``GET /hub/api/gpus`` every second
+(``#gs-refresh=1``) so a change on the cluster shows within a few seconds. Cluster changes are GPU
+pods of another namespace created through the API server as its admin (see ``ClusterLoad`` in
+conftest.py).
 """
 
 from __future__ import annotations

@@ -15,13 +15,11 @@ import json
 import re
 
 import pytest
-import requests
 from playwright.sync_api import expect
 
 from tests.builders import BIG_GPU_PROFILE_CONFIG
 
-from ..e2e.harness import DemoHub
-from .conftest import ROOT, axe_serious, chromium_missing
+from .conftest import ROOT, BrowserHub, axe_serious, chromium_missing
 from .test_spawn_page import H100_SPOT, T4, browser_test, open_spawn_page, pool_card, pool_radio
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clusters"
@@ -94,7 +92,7 @@ def start_hub(tmp_path_factory, cluster: str, config: str | None = None):
     if config:
         extra = tmp_path_factory.mktemp("glance") / "extra_config.py"
         extra.write_text(config)
-    return DemoHub(cluster_file=str(FIXTURES / cluster), extra_config=str(extra) if extra else None).start()
+    return BrowserHub(cluster_file=str(FIXTURES / cluster), extra_config=str(extra) if extra else None).start()
 
 
 @pytest.fixture(scope="module")
@@ -199,9 +197,10 @@ def warm_hub(tmp_path_factory):
 
 
 def set_node_images(hub, node: str, images: list) -> None:
-    """What ``node``'s kubelet reports in ``status.images`` from now on (a merge patch of its status)."""
-    r = requests.patch(f"{hub.k8s_url}/api/v1/nodes/{node}/status", data=json.dumps({"status": {"images": images}}),
-                       headers={"Content-Type": "application/merge-patch+json"}, timeout=10)
+    """What ``node``'s kubelet reports in ``status.images`` (a merge patch of its status, as the admin): it
+    holds until the node agent's next status post of that node (every 5 minutes, or after it pulled an image)."""
+    r = hub.k8s.patch(f"{hub.k8s_url}/api/v1/nodes/{node}/status", data=json.dumps({"status": {"images": images}}),
+                      headers={"Content-Type": "application/merge-patch+json"}, timeout=10)
     r.raise_for_status()
 
 

@@ -1,5 +1,6 @@
 """The demo's culler (gpuspawner.commands.demo_cull): the hub service it adds, and a real
-Prometheus finding the simulated DCGM exporters through the demo's http_sd endpoint."""
+Prometheus finding the node agent's DCGM exporters, on Kubernetes' own control plane, through the
+demo's http_sd endpoint."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import yaml
 from traitlets.config.loader import PyFileConfigLoader
 
 from gpuspawner import config_snippet
+from gpuspawner.commands import testbed
 from gpuspawner.commands.demo import DEMO_CONFIG
 from gpuspawner.commands.demo_cull import CULLER_SCOPES, DemoCulling, culler_service, pod_targets, prometheus_config
-from gpuspawner.sim.cluster import SimCluster
+from tests.builders.nodeagent import write_cluster
 
 GPU_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a"},
             "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "1"}}}
@@ -70,9 +72,15 @@ def test_pod_targets_are_kubernetes_sd_s_one_per_container_port_none_without_an_
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed (scripts/setup.sh --prometheus)")
 async def test_prometheus_scrapes_the_exporters_and_nothing_outlives_the_demo(tmp_path):
-    async with SimCluster(manifests=[GPU_NODE], port=0, dcgm_exporter=True) as c:
+    stack = testbed.load()
+    cluster = stack.TestCluster(tmp_path / "cluster", write_cluster(tmp_path / "cluster.yaml", [GPU_NODE]),
+                                dcgm_exporter=True)
+    try:
+        await cluster.start()
+        await cluster.agent_ready()
         cull = DemoCulling()
-        env = await cull.start(c.url, tmp_path, str(tmp_path / "kc"), None)
+        # as the demo does: Prometheus' discovery lists the exporter pods as the kubeconfig's user
+        env = await cull.start(tmp_path, str(cluster.kubeconfig), None)
         try:
             spec = json.loads(env["GPUSPAWNER_DEMO_CULLER"])
             assert spec["command"][-2:] == ["--prometheus-url", cull.prometheus_url]
@@ -91,3 +99,5 @@ async def test_prometheus_scrapes_the_exporters_and_nothing_outlives_the_demo(tm
         finally:
             await cull.stop()
         assert cull.prometheus.returncode is not None
+    finally:
+        await cluster.stop()

@@ -1,14 +1,14 @@
-"""What the culler's end-to-end tests run: the simulated cluster with its DCGM exporters
-(``gpuspawner sim --dcgm-exporter``), a real JupyterHub with the demo's configuration
-(``gpuspawner/data/demo/jupyterhub_config.py``, as ``gpuspawner demo`` runs it, plus a culler
-service with the narrow role of docs/culling.md), and a real Prometheus scraping the exporters
-every second.
+"""What the culler's end-to-end tests run: Kubernetes' own control plane with the node agent's
+simulated GPU nodes and their DCGM exporters (``gpuspawner sim --dcgm-exporter``), a real JupyterHub
+with the demo's configuration (``gpuspawner/data/demo/jupyterhub_config.py``, as ``gpuspawner demo``
+runs it, plus a culler service with the narrow role of docs/culling.md), and a real Prometheus
+scraping the exporters every second.
 
 Debian's ``prometheus`` package is built without Kubernetes service discovery (its
 NEWS.Debian: "Kubernetes support has been completely removed"), so ``kubernetes_sd_configs``
 cannot be used here.  :class:`PodDiscovery` stands in for it (as the demo's does,
 ``gpuspawner.commands.demo_cull``, whose ``pod_targets`` it uses): an ``http_sd_configs`` endpoint
-that lists the exporter pods through the simulated API server and hands Prometheus the same
+that lists the exporter pods through the API server as its admin and hands Prometheus the same
 targets and ``__meta_kubernetes_*`` labels as ``kubernetes_sd_configs`` with ``role: pod``
 (``discovery/kubernetes/pod.go``: one target per container port, ``podIP:port``, none for a pod
 without an IP).  The scrape config's relabelling is the one a cluster would use.
@@ -34,19 +34,26 @@ from gpuspawner.commands.demo import DEMO_CONFIG
 from gpuspawner.commands.demo_cull import pod_targets
 from gpuspawner import config_snippet
 
-from .harness import DemoHub, free_port, wait_for
+from .harness import DemoHub, free_port, stop_process, wait_for
+from .kubeconfig import kubeconfig_session
 
 CULLER_ROLE_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers", "read:users:groups"]
 
 
 class PodDiscovery:
-    """An ``http_sd`` endpoint listing the pods of ``namespace`` matching ``selector``."""
+    """An ``http_sd`` endpoint listing the pods of ``namespace`` matching ``selector``, as the user of
+    ``kubeconfig`` (the cluster's admin)."""
 
-    def __init__(self, k8s_url: str, namespace: str, selector: str):
+    def __init__(self, kubeconfig: pathlib.Path, namespace: str, selector: str):
+        k8s_url, session = kubeconfig_session(kubeconfig)
+        self.session = session
+        lock = threading.Lock()  # one request at a time on the session: Prometheus refreshes every second
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
-                r = requests.get(f"{k8s_url}/api/v1/namespaces/{namespace}/pods",
-                                 params={"labelSelector": selector}, timeout=10)
+                with lock:
+                    r = session.get(f"{k8s_url}/api/v1/namespaces/{namespace}/pods",
+                                    params={"labelSelector": selector}, timeout=10)
                 groups = []
                 for pod in r.json().get("items", []) if r.ok else []:
                     groups += pod_targets(pod)
@@ -67,6 +74,7 @@ class PodDiscovery:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self.session.close()
 
 
 PROMETHEUS_CONFIG = """\
@@ -151,31 +159,55 @@ def demo_config_env(workdir: pathlib.Path, port: int, token: str, extra_config: 
 
 
 class CullHub(DemoHub):
-    """``DemoHub``'s API helpers over the demo's hub configuration on a cluster with DCGM exporters."""
+    """``DemoHub``'s API helpers over the demo's hub configuration on a cluster with DCGM exporters;
+    ``k8s_url``/``k8s`` reach the API server as its admin (the ``kubeconfig`` that ``gpuspawner sim``
+    wrote)."""
 
     def __init__(self):
         super().__init__()
-        self.k8s_url = f"http://127.0.0.1:{self.k8s_port}"  # gpuspawner sim --simulated serves plain HTTP
         self.culler_token = secrets.token_hex(16)
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="gpuspawner-cull-e2e-"))
+        self.log_path = self.dir / "hub.log"
         self.kubeconfig = self.dir / "kubeconfig"
         self.sim: subprocess.Popen | None = None
 
     def start(self) -> "CullHub":
-        self.start_cluster()
-        return self.start_hub()
+        try:
+            self.start_cluster()
+            return self.start_hub()
+        except BaseException:
+            self.stop()
+            raise
 
     def start_cluster(self) -> None:
-        """The simulated cluster, in its own process (it outlives hub restarts)."""
+        """The cluster, in its own process (it outlives hub restarts): the control plane and the node
+        agent with a DCGM exporter on every NVIDIA GPU node."""
         self._sim_log = open(self.dir / "sim.log", "wb")
         self.sim = subprocess.Popen(
-            [sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--dcgm-exporter", "--port", str(self.k8s_port),
+            [sys.executable, "-m", "gpuspawner", "sim", "--dcgm-exporter", "--port", str(self.k8s_port),
              "--kubeconfig", str(self.kubeconfig)],
             stdout=self._sim_log, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: len([p for p in self.pods("gpu-operator") if p["status"].get("phase") == "Running"]) == 5,
-                 90, "the five DCGM exporter pods to run")
-        requests.post(f"{self.k8s_url}/api/v1/namespaces", timeout=10,
-                      json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jupyterhub"}})
+        wait_for(self._nodes_registered, 120, "gpuspawner sim to register its nodes")
+        self.k8s_url, self.k8s = kubeconfig_session(self.kubeconfig)
+        wait_for(self._exporters_running, 90, "a running DCGM exporter on every NVIDIA device-plugin node")
+        self.k8s.post(f"{self.k8s_url}/api/v1/namespaces", timeout=10,
+                      json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jupyterhub"}}
+                      ).raise_for_status()
+
+    def _nodes_registered(self) -> bool:
+        text = (self.dir / "sim.log").read_text(errors="replace")
+        if self.sim.poll() is not None:
+            raise AssertionError(f"gpuspawner sim exited with {self.sim.returncode}:\n{text[-4000:]}")
+        return "Ctrl-C stops the cluster" in text  # printed once the node agent is ready
+
+    def _exporters_running(self) -> bool:
+        """The nodes the servers here land on: those whose device plugin advertises ``nvidia.com/*``
+        (the agent also runs exporters for DRA nodes)."""
+        gpu_nodes = {name for name, n in self.nodes().items()
+                     if any(r.startswith("nvidia.com/") for r in (n["status"].get("allocatable") or {}))}
+        running = {p["spec"].get("nodeName") for p in self.pods("gpu-operator", labelSelector="app=nvidia-dcgm-exporter")
+                   if p["status"].get("phase") == "Running" and p["status"].get("podIP")}
+        return bool(gpu_nodes) and gpu_nodes <= running
 
     #: more of the hub's config, after the culler's (a subclass's site settings), and the culler's scopes
     site_config = ""
@@ -200,31 +232,20 @@ class CullHub(DemoHub):
     def stop_hub(self, crash: bool = False) -> None:
         """Stop the hub alone: as an admin would (SIGTERM: it stops its servers first), or as a crash
         would (``crash``: SIGKILL to the hub's process group; the servers' pods run on)."""
-        if self.proc and self.proc.poll() is None:
-            if crash:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            else:
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_process(self.proc, 60, signal.SIGKILL if crash else signal.SIGTERM, group=crash)
         if getattr(self, "_log", None):
             self._log.close()
 
     def stop(self) -> None:
         self.stop_hub()  # the hub stops its servers while the cluster still runs
-        if self.sim and self.sim.poll() is None:
-            self.sim.send_signal(signal.SIGINT)
-            try:
-                self.sim.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.sim.pid, signal.SIGKILL)
-                self.sim.wait(10)
+        # as Ctrl-C would: gpuspawner sim stops the node agent (and its pods' processes), then the
+        # control plane
+        stop_process(self.sim, 60, signal.SIGINT)
         for f in (getattr(self, "_log", None), getattr(self, "_sim_log", None)):
             if f:
                 f.close()
+        if getattr(self, "k8s", None) is not None:
+            self.k8s.close()
 
     def culler(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         """``gpuspawner cull ARGS`` as the hub's culler service (its token, the hub's API URL)."""

@@ -1,5 +1,5 @@
-"""End to end: ``gpuspawner cull`` against a real JupyterHub, the simulated cluster's DCGM
-exporters and a real Prometheus scraping them every second, with a 20 s idle timeout.
+"""End to end: ``gpuspawner cull`` against a real JupyterHub on Kubernetes' own control plane, the
+node agent's DCGM exporters and a real Prometheus scraping them every second, with a 20 s idle timeout.
 
 Servers (the demo's profiles):
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -43,7 +44,11 @@ def pool_of(hub: CullHub, resource: str) -> dict:
 
 
 def kubectl(hub: CullHub, *args: str) -> None:
-    subprocess.run(["kubectl", "--server", hub.k8s_url, *args], check=True, capture_output=True, timeout=30)
+    """The real kubectl as the cluster's admin (no kubeconfig of the machine, a private cache)."""
+    env = dict(os.environ, KUBECACHEDIR=str(hub.dir / "kubecache"))
+    done = subprocess.run(["kubectl", f"--kubeconfig={hub.kubeconfig}", *args], capture_output=True, text=True,
+                          timeout=30, env=env)
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
 
 
 async def _execute(hub: CullHub, user: str, code: str) -> None:
@@ -73,9 +78,10 @@ async def _execute(hub: CullHub, user: str, code: str) -> None:
 @pytest.fixture(scope="module")
 def env():
     hub = CullHub().start()
-    sd = PodDiscovery(hub.k8s_url, "gpu-operator", "app=nvidia-dcgm-exporter")
-    prom = Prometheus(sd.url)
+    sd = prom = None
     try:
+        sd = PodDiscovery(hub.kubeconfig, "gpu-operator", "app=nvidia-dcgm-exporter")
+        prom = Prometheus(sd.url)
         prom.start()
         a100 = pool_of(hub, "nvidia.com/gpu")
         mig = pool_of(hub, "nvidia.com/mig-2g.20gb")
@@ -92,8 +98,10 @@ def env():
         hub.ready_at = time.monotonic()
         yield hub
     finally:
-        prom.stop()
-        sd.stop()
+        if prom is not None:
+            prom.stop()
+        if sd is not None:
+            sd.stop()
         hub.stop()
 
 

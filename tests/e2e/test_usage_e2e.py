@@ -1,4 +1,5 @@
-"""End to end: GPU-hour budgets on a real JupyterHub over the culler's test cluster, on SQLite and PostgreSQL.
+"""End to end: GPU-hour budgets on a real JupyterHub over the test cluster (Kubernetes' own control plane,
+the node agent's nodes), on SQLite and PostgreSQL.
 
 A budget of 0.01 GPU-hours an hour; a server runs past it (the hub does not stop it; the home page warns
 and the culler stops it, as gpu_hour_stop_when_spent asks); the next spawn is refused
