@@ -236,9 +236,10 @@ async def _stop_hub(hub: asyncio.subprocess.Process) -> None:
 
 
 async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
+    testbed.load()  # the simulated nodes' parts live in the checkout's testcluster/
     from gpuspawner.sim.cluster import SimCluster
     from gpuspawner.sim.errors import ApiError
-    from gpuspawner.sim.loader import LoadError
+    from testcluster.node.loader import LoadError
 
     started = asyncio.get_running_loop().time()
     workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))

@@ -124,9 +124,10 @@ async def _serve_real(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    testbed.load()  # the simulated nodes' parts live in the checkout's testcluster/
     from gpuspawner.sim.cluster import SimCluster
     from gpuspawner.sim.errors import ApiError
-    from gpuspawner.sim.loader import LoadError
+    from testcluster.node.loader import LoadError
     from gpuspawner.sim.plugins import MessageStyle
 
     if args.dcgm_exporter and (args.stand_in or args.no_run_pods):

@@ -14,9 +14,11 @@ from typing import Any, Callable
 
 import yaml
 
-from . import loader
-from .devices import DeviceLedger
-from .controller import MERGE, now_rfc3339
+from testcluster.node import loader, timestamps
+from testcluster.node.controller import MERGE, now_rfc3339
+from testcluster.node.devices import DeviceLedger
+
+from .errors import ApiError
 from .dra.claim_controller import ResourceClaimController
 from .garbage_collector import GarbageCollector
 from .namespace_controller import NamespaceController
@@ -97,10 +99,10 @@ class SimCluster:
         """Load the cluster, start every component; returns the API server's URL."""
         if self._started:
             raise RuntimeError("SimCluster already started")
-        from .kubelet import Kubelet
+        from testcluster.node.kubelet import Kubelet
 
         t0 = time.perf_counter()
-        loader.apply(self.store, self.load(), keep_timestamps=self.keep_timestamps)
+        apply(self.store, self.load(), keep_timestamps=self.keep_timestamps)
         self.load_seconds = time.perf_counter() - t0
         # a loaded cluster is long-lived: move it out of the cyclic collector's reach, whose full
         # passes over 100,000s of stored objects would otherwise stall the loop for seconds
@@ -141,7 +143,7 @@ class SimCluster:
             self.scheduler = Scheduler(self.store, style=self.message_style)
             await self.scheduler.start()
             if self.dcgm_exporter:
-                from .dcgm import Dcgm
+                from testcluster.node.dcgm import Dcgm
 
                 self.dcgm = Dcgm(self.store, self.ledger, self.kubelet.pod_pids, interval=self.dcgm_interval)
                 await self.dcgm.start()
@@ -253,3 +255,56 @@ class SimCluster:
             if getattr(e, "code", None) == 404:
                 return None
             raise
+
+
+def apply(store, manifests: loader.Manifests, *, keep_timestamps: bool = False) -> None:
+    """Create the objects in the store: namespaces, nodes, other objects, pods.
+
+    The store discards a pod's status on create (as the API server does), so
+    a pod with a status in the file gets it back through ``pods/status``.
+    An object the store refuses raises ``LoadError`` with the server's message.
+    """
+    now = store.now()
+    restore = ("uid", "creationTimestamp") if keep_timestamps else ("uid",)
+
+    def create(plural: str, obj: dict) -> dict:
+        if not keep_timestamps:
+            timestamps.restamp(plural, obj, now)
+        try:
+            return store.create(plural, obj, namespace=obj["metadata"].get("namespace"), restore=restore)
+        except ApiError as e:
+            raise _load_error(manifests.where.get(id(obj), "manifests"), e) from None
+
+    for ns in manifests.namespaces:
+        create("namespaces", ns)
+    for n in manifests.nodes:
+        timestamps.fill_node_conditions(n, now)
+        create("nodes", n)
+    for plural, obj in manifests.others:
+        created = create(plural, obj)
+        if plural == "resourceclaims" and obj.get("status"):
+            # the server drops a new claim's status: an allocated claim gets it back through /status
+            store.replace(plural, created["metadata"]["name"], dict(created, status=obj["status"]),
+                          namespace=created["metadata"].get("namespace"), subresource="status")
+    for p in manifests.pods:
+        created = create("pods", p)
+        status = p.get("status")
+        if status:
+            merged = dict(created.get("status") or {})
+            merged.update(status)
+            if merged.get("phase") == "Running":
+                loader.fill_running(created, merged)
+            store.replace("pods", created["metadata"]["name"], {"metadata": {}, "status": merged},
+                          namespace=created["metadata"]["namespace"], subresource="status")
+
+
+def _load_error(where: str, e: ApiError) -> loader.LoadError:
+    """The API server's refusal, as the loader words errors: where, the field, the real message."""
+    causes = (e.details or {}).get("causes") or []
+    if not causes or not causes[0].get("field"):
+        return loader.LoadError(where, None, f"the API server refuses it: {e.message}")
+    first, rest = causes[0], causes[1:]
+    text = first.get("message") or ""
+    if rest:
+        text += "; and " + "; ".join(f"{c.get('field')}: {c.get('message')}" for c in rest)
+    return loader.LoadError(where, first["field"], text)

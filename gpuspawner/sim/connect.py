@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 from aiohttp import web
 
+from testcluster.node.kubelet.logs import LogError
+
 from .errors import ApiError, bad_request, invalid
 
 __all__ = ["STREAM_SUBRESOURCES", "pick_container", "log_options", "exec_options", "pod_log", "pod_exec",
@@ -146,7 +148,10 @@ async def pod_log(request: web.Request, pod: Mapping[str, Any], kubelet: Any) ->
         await resp.prepare(request)  # no node, no location: an empty log
         await resp.write_eof()
         return resp
-    chunks = kubelet.log_stream(dict(pod), container, **opts)
+    try:
+        chunks = kubelet.log_stream(dict(pod), container, **opts)
+    except LogError as e:
+        raise bad_request(str(e)) from None
     if opts["follow"]:
         resp.enable_chunked_encoding()
     await resp.prepare(request)

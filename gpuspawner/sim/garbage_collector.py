@@ -9,10 +9,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .controller import MERGE, EventRecorder, Tasks, code_of, informer
+from testcluster.node.controller import MERGE, EventRecorder, Tasks, code_of, informer
 from .deletion import BACKGROUND, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, FOREGROUND, ORPHAN
 from .resources import RESOURCES, ResourceInfo
-from .work_queue import WorkQueue
+from testcluster.node.work_queue import WorkQueue
 
 __all__ = ["GarbageCollector", "resolve_owner_kind"]
 

@@ -9,7 +9,7 @@ import logging
 import time
 from typing import Any, Callable
 
-from .controller import Tasks, code_of, informer
+from testcluster.node.controller import Tasks, code_of, informer
 from .deletion import BACKGROUND
 from .resources import RESOURCES, ResourceInfo
 from .strategy import parse_rfc3339
@@ -86,7 +86,7 @@ class NamespaceController:
     """Empties and removes namespaces that are being deleted."""
 
     def __init__(self, store, *, clock: Callable[[], float] = time.time, max_wait: float = 1.0) -> None:
-        from .work_queue import WorkQueue
+        from testcluster.node.work_queue import WorkQueue
 
         self.store = store
         self.clock = clock

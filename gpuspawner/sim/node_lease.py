@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import Any, Callable
 
-from .controller import EventRecorder, Tasks, code_of, informer, now_micro
+from testcluster.node.controller import EventRecorder, Tasks, code_of, informer, now_micro
 
 __all__ = ["NodeLeases", "LEASE_NAMESPACE"]
 

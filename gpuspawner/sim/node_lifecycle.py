@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import Any, Callable, Mapping
 
-from .controller import MERGE, Tasks, code_of, informer, now_rfc3339
+from testcluster.node.controller import MERGE, Tasks, code_of, informer, now_rfc3339
 from .plugins import NOT_READY_TAINT, UNREACHABLE_TAINT, UNSCHEDULABLE_TAINT
 
 # ---------------------------------------------------------------------------

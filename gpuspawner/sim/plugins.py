@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence
 
-from .pod_resources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
+from testcluster.node.pod_resources import CPU, EPHEMERAL, MEMORY, PODS, add_into, resource_list
 
 # ---------------------------------------------------------------------------
 # node accounting (the scheduler cache's NodeInfo)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from . import storage_api
-from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
-from .work_queue import WorkQueue
+from testcluster.node.controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
+from testcluster.node.work_queue import WorkQueue
 
 __all__ = ["HostPathProvisioner", "PROVISIONER"]
 

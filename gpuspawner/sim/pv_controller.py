@@ -9,8 +9,8 @@ import logging
 from typing import Any
 
 from . import storage_api
-from .controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
-from .work_queue import WorkQueue
+from testcluster.node.controller import MERGE, EventRecorder, Tasks, get_or_none, informer, worker
+from testcluster.node.work_queue import WorkQueue
 
 __all__ = ["PersistentVolumeController"]
 

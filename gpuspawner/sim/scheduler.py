@@ -9,9 +9,9 @@ import time
 from typing import Callable
 
 from . import plugins, storage_api, volume_binding
-from .controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
+from testcluster.node.controller import DEFAULT_SCHEDULER, MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, now_rfc3339, pod_key
 from .dra.plugin import PLUGIN, Cycle, DynamicResources, FilterStage, SchedulerError
-from .pod_resources import QuantityError, pod_requests
+from testcluster.node.pod_resources import QuantityError, pod_requests
 
 log = logging.getLogger(__name__)
 

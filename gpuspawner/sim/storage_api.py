@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
 from .plugins import term_matches
-from .pod_resources import QuantityError, parse_quantity
+from testcluster.node.pod_resources import QuantityError, parse_quantity
 from .selectors import validate_qualified_name
 from .validation import Cause, invalid, not_supported, required
 

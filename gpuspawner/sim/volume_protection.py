@@ -9,8 +9,8 @@ import logging
 from typing import Any
 
 from . import storage_api
-from .controller import MERGE, TERMINAL, Tasks, code_of, informer
-from .work_queue import WorkQueue
+from testcluster.node.controller import MERGE, TERMINAL, Tasks, code_of, informer
+from testcluster.node.work_queue import WorkQueue
 
 __all__ = ["VolumeProtectionController"]
 

@@ -20,7 +20,7 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_ledger import DraLedger
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.nodeimages import NodeImages
-from gpuspawner.sim.dra import nvidia
+from testcluster.node.dra import nvidia
 from tests.builders import GKE, node
 
 A100 = {"product": "NVIDIA A100-SXM4-80GB", "count": 4, "memory": "80Gi", "architecture": "Ampere",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuspawner.sim.cluster import SimCluster
-from gpuspawner.sim.devices import NVIDIA_ENV
+from testcluster.node.devices import NVIDIA_ENV
 from tests.builders.kubelet import marker, pids_with_marker
 
 pytestmark = pytest.mark.integration
@@ -387,7 +387,7 @@ async def test_gpuspawner_sim_keep_timestamps_replays_ages(tmp_path):
 
 
 def test_pod_ips_are_never_those_of_live_pods():
-    from gpuspawner.sim.kubelet import IPAllocator, Kubelet
+    from testcluster.node.kubelet import IPAllocator, Kubelet
 
     ips = IPAllocator("127.9.0.1", "127.9.0.4")
     a, b, c = ips.take(), ips.take(), ips.take()

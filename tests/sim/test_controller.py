@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from gpuspawner.sim.controller import get_or_none, worker
+from testcluster.node.controller import get_or_none, worker
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.store import Store
-from gpuspawner.sim.work_queue import WorkQueue
+from testcluster.node.work_queue import WorkQueue
 
 
 def test_get_or_none_reads_an_object_and_none_when_it_is_gone():

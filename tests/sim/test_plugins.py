@@ -6,7 +6,7 @@ import pytest
 
 from gpuspawner.sim import plugins
 from gpuspawner.sim.node_lifecycle import lifecycle_taints
-from gpuspawner.sim.pod_resources import QuantityError, parse_quantity, pod_requests, scheduler_units
+from testcluster.node.pod_resources import QuantityError, parse_quantity, pod_requests, scheduler_units
 
 
 def node(name, *, labels=None, taints=None, alloc=None, unschedulable=False, ready="True"):

@@ -100,7 +100,7 @@ async def test_the_home_volume_in_another_zone_fixture():
     """tests/fixtures/clusters/home-volume-other-zone.yaml: the classic failure, reproduced."""
     from pathlib import Path
 
-    from gpuspawner.sim import loader
+    from testcluster.node import loader
     from gpuspawner.sim.cluster import SimCluster
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "clusters" / "home-volume-other-zone.yaml"

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from gpuspawner.sim.controller import MERGE
+from testcluster.node.controller import MERGE
 from gpuspawner.sim.errors import ApiError
 from gpuspawner.sim.scheduler import Scheduler
 from gpuspawner.sim.storage_api import ANN_BIND_COMPLETED, ANN_SELECTED_NODE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuspawner.sim import plugins, volume_binding
-from gpuspawner.sim.pod_resources import pod_requests
+from testcluster.node.pod_resources import pod_requests
 from tests.builders.sim import claim, node, pod, storage_class, volume
 
 BOUND = {"pv.kubernetes.io/bind-completed": "yes"}

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any, Callable, Iterable, Mapping
 
-from ..pod_resources import QuantityError, parse_quantity
+from testcluster.node.pod_resources import QuantityError, parse_quantity
 from ..selectors import validate_qualified_name
 from .semver import SemverError, parse
 

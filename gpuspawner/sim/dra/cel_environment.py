@@ -15,7 +15,7 @@ import celpy.celtypes as ct
 import lark
 from celpy.evaluation import CELEvalError
 
-from ..pod_resources import QuantityError, parse_quantity
+from testcluster.node.pod_resources import QuantityError, parse_quantity
 from . import semver
 
 __all__ = ["CelCompileError", "CelRuntimeError", "Semver", "Quantity", "Program", "compile_expression",

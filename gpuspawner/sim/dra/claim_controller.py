@@ -8,7 +8,7 @@ import asyncio
 import logging
 from typing import Any, Mapping
 
-from ..controller import MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, pod_key
+from testcluster.node.controller import MERGE, TERMINAL, EventRecorder, Tasks, code_of, informer, pod_key
 from . import api
 from .plugin import claim_name, is_controlled_by
 

@@ -9,9 +9,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..controller import MERGE, informer, pod_key
+from testcluster.node.controller import MERGE, informer, pod_key
 from ..plugins import Status
-from ..pod_resources import container_requests, pod_requests
+from testcluster.node.pod_resources import container_requests, pod_requests
 from . import api
 from .allocator import AllocationError, SelectorCache, allocate, allocated_devices
 from .pools import node_selector_matches

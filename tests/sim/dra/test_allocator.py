@@ -4,7 +4,7 @@ import pytest
 
 from tests.builders.dra import claim, device_classes, dra_node, gpu_slice, request
 from gpuspawner.sim.dra.allocator import AllocationError, DeviceID, allocate, allocated_devices
-from gpuspawner.sim.dra import nvidia
+from testcluster.node.dra import nvidia
 
 NODE = dra_node("n1")
 CLASSES = device_classes()

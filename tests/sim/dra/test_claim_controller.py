@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuspawner.sim.controller import MERGE
+from testcluster.node.controller import MERGE
 from gpuspawner.sim.dra.claim_controller import ResourceClaimController
 from gpuspawner.sim.store import Store
 from tests.builders.dra import claim, claim_pod

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gpuspawner.sim.cluster import SimCluster
-from gpuspawner.sim.dra import nvidia
+from testcluster.node.dra import nvidia
 from tests.builders.dra import A100, claim_pod, claim_template, dra_node, request
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from gpuspawner.sim.kubelet.volumes import PodVolumes, VolumeError, atomic_write, configmap_payload, container_mounts, secret_payload, service_account_token
-from gpuspawner.sim.kubelet.env import ConfigError
+from testcluster.node.kubelet.volumes import PodVolumes, VolumeError, atomic_write, configmap_payload, container_mounts, secret_payload, service_account_token
+from testcluster.node.kubelet.env import ConfigError
 
 CM = {"data": {"a.conf": "A", "b": "B"}, "binaryData": {"bin": base64.b64encode(b"\x00\x01").decode()}}
 SECRET = {"data": {"token": base64.b64encode(b"t0k").decode()}}

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from gpuspawner.sim.devices import AMD_ENV, AllocationError, DeviceLedger, NVIDIA_ENV, device_env, device_id, is_device_resource, split_for_containers
-from gpuspawner.sim.pod_resources import container_requests
+from testcluster.node.devices import AMD_ENV, AllocationError, DeviceLedger, NVIDIA_ENV, device_env, device_id, is_device_resource, split_for_containers
+from testcluster.node.pod_resources import container_requests
 
 
 @pytest.mark.parametrize("resource,pattern", [

@@ -214,7 +214,7 @@ class Dcgm:
                 "affinity": affinity,
                 "tolerations": [{"operator": "Exists"}],
                 "containers": [{"name": APP_LABEL, "image": IMAGE,
-                                "command": [sys.executable, "-m", "gpuspawner.sim.dcgm_exporter"],
+                                "command": [sys.executable, "-m", "testcluster.node.dcgm_exporter"],
                                 "env": env,
                                 "ports": [{"name": "metrics", "containerPort": PORT, "protocol": "TCP"}],
                                 "readinessProbe": {"httpGet": {"path": "/health", "port": PORT},

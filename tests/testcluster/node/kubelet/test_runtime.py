@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from gpuspawner.sim.kubelet import runtime as rt
+from testcluster.node.kubelet import runtime as rt
 from tests.builders.kubelet import marker, pids_with_marker
 
 NAMESPACED = [m for m in ("namespaces", "userns") if rt._allowed() in ("namespaces", "userns")
@@ -112,7 +112,7 @@ def test_image_paths_keep_a_python_environment_in_tmp_visible(monkeypatch, tmp_p
     # a CI clone and its virtualenv under /tmp must stay visible under a container's private /tmp
     import sys
 
-    from gpuspawner.sim.kubelet import runtime
+    from testcluster.node.kubelet import runtime
 
     venv = tmp_path / "clone" / ".venv"
     (venv / "bin").mkdir(parents=True)

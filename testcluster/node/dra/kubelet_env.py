@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from . import api
 from .nvidia import DRIVER
 
 NVIDIA_ENV = "NVIDIA_VISIBLE_DEVICES"
@@ -33,7 +32,7 @@ def _claim_for(store, pod: Mapping[str, Any], pod_claim: str) -> Mapping[str, An
 
 def _get_claim(store, ns: str | None, name: str) -> Mapping[str, Any] | None:
     try:
-        return store.get(api.RESOURCE_CLAIMS, name, namespace=ns)
+        return store.get("resourceclaims", name, namespace=ns)
     except Exception as e:
         if getattr(e, "code", None) == 404:
             return None
@@ -49,7 +48,7 @@ def _results(claim: Mapping[str, Any] | None, request: str | None) -> list[Mappi
 
 def _uuid_index(store) -> dict[tuple[str, str, str], str]:
     """(driver, pool, device) -> the ``uuid`` attribute, from every ResourceSlice."""
-    _, slices = store.list_page(api.RESOURCE_SLICES)
+    _, slices = store.list_page("resourceslices")
     out = {}
     for rs in slices:
         spec = rs.get("spec") or {}

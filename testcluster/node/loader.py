@@ -1,6 +1,5 @@
-"""Load a simulated cluster from a file of ordinary Kubernetes manifests.
-Design notes: docs/simulated-cluster.md.
-"""
+"""Read a cluster file of ordinary Kubernetes manifests: check each object, sort them into the order
+the node agent creates them in.  Docs: docs/test-cluster.md."""
 
 from __future__ import annotations
 
@@ -13,11 +12,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from . import timestamps
-from .dra import api as dra_api
-from .errors import ApiError
 from .pod_resources import QuantityError, parse_quantity
-from .resources import RESOURCES
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
 
@@ -29,8 +24,35 @@ class _Loader(_Base):  # type: ignore[valid-type,misc]
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
 
-# every served kind can be loaded: kind -> plural
-KINDS = {info.kind: plural for plural, info in RESOURCES.items()}
+
+
+@dataclass(frozen=True)
+class Kind:
+    plural: str
+    api_version: str
+    namespaced: bool
+
+
+# what a cluster file may hold: kind -> plural, apiVersion, scope (as the API server serves them)
+KINDS: dict[str, Kind] = {k: Kind(p, v, ns) for k, p, v, ns in (
+    ("ConfigMap", "configmaps", "v1", True),
+    ("Event", "events", "v1", True),
+    ("Lease", "leases", "coordination.k8s.io/v1", True),
+    ("Namespace", "namespaces", "v1", False),
+    ("Node", "nodes", "v1", False),
+    ("PersistentVolumeClaim", "persistentvolumeclaims", "v1", True),
+    ("PersistentVolume", "persistentvolumes", "v1", False),
+    ("Pod", "pods", "v1", True),
+    ("Secret", "secrets", "v1", True),
+    ("ServiceAccount", "serviceaccounts", "v1", True),
+    ("Service", "services", "v1", True),
+    ("DeviceClass", "deviceclasses", "resource.k8s.io/v1", False),
+    ("ResourceClaim", "resourceclaims", "resource.k8s.io/v1", True),
+    ("ResourceClaimTemplate", "resourceclaimtemplates", "resource.k8s.io/v1", True),
+    ("ResourceSlice", "resourceslices", "resource.k8s.io/v1", False),
+    ("StorageClass", "storageclasses", "storage.k8s.io/v1", False),
+)}
+PLURALS = {k.plural: (kind, k) for kind, k in KINDS.items()}
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 _BUILTIN_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -227,16 +249,6 @@ def check_pod(where: str, pod: dict) -> dict:
     return pod
 
 
-def check_dra(where: str, plural: str, obj: dict) -> None:
-    """A resource.k8s.io object, checked as the API server will (defaults first), so that a bad
-    one is refused before anything is created."""
-    dra_api.default_spec(plural, obj)
-    causes = dra_api.validate(plural, obj)
-    if causes:
-        _, field_path, message = causes[0]
-        raise LoadError(where, field_path, message)
-
-
 def _check_kind(where: str, obj: Any) -> str:
     """The plural of a loadable object; its apiVersion must be the served one."""
     if not isinstance(obj, dict):
@@ -244,7 +256,7 @@ def _check_kind(where: str, obj: Any) -> str:
     kind = obj.get("kind")
     if kind not in KINDS:
         raise LoadError(where, "kind", f"{kind!r} cannot be loaded; supported kinds: {', '.join(sorted(KINDS))}")
-    info = RESOURCES[KINDS[kind]]
+    info = KINDS[kind]
     api = obj.get("apiVersion")
     if api not in (None, info.api_version):
         raise LoadError(where, "apiVersion", f"{api!r}: a {kind} is {info.api_version!r}")
@@ -265,7 +277,7 @@ def _check_uid(where: str, obj: dict, uids: dict[str, str]) -> None:
 def _check_owners(objects: list[tuple[str, str, dict]]) -> None:
     """An owner reference to an object of the file must carry that object's uid, or the
     garbage collector would delete the dependent as soon as the cluster starts."""
-    by_name = {(RESOURCES[p].kind, (o["metadata"].get("namespace") if RESOURCES[p].namespaced else None),
+    by_name = {(PLURALS[p][0], (o["metadata"].get("namespace") if PLURALS[p][1].namespaced else None),
                 o["metadata"]["name"]): o for _, p, o in objects}
     for where, plural, obj in objects:
         for i, ref in enumerate(obj["metadata"].get("ownerReferences") or []):
@@ -273,7 +285,7 @@ def _check_owners(objects: list[tuple[str, str, dict]]) -> None:
                 continue
             target = None
             if ref.get("kind") in KINDS:
-                ns = obj["metadata"].get("namespace") if RESOURCES[KINDS[ref["kind"]]].namespaced else None
+                ns = obj["metadata"].get("namespace") if KINDS[ref["kind"]].namespaced else None
                 target = by_name.get((ref["kind"], ns, ref.get("name")))
             if target is None:
                 continue
@@ -298,17 +310,15 @@ def validate(docs: list[tuple[str, Any]]) -> Manifests:
     cluster_scoped: list[tuple[str, dict]] = []
     for where, obj in docs:
         plural = _check_kind(where, obj)
-        info = RESOURCES[plural]
+        kind, info = PLURALS[plural]
         name = _name(where, obj)
         ns = (obj["metadata"].get("namespace") or "default") if info.namespaced else None
         if (plural, ns, name) in seen:
-            raise LoadError(where, "metadata.name", f"{info.singular} {name!r} is defined twice "
+            raise LoadError(where, "metadata.name", f"{kind.lower()} {name!r} is defined twice "
                                                     f"(also {seen[plural, ns, name]})")
         seen[plural, ns, name] = where
-        where = f"{where} ({info.kind} {name})"
+        where = f"{where} ({kind} {name})"
         _check_uid(where, obj, uids)
-        if plural in dra_api.PLURALS:
-            check_dra(where, plural, obj)
         objects.append((where, plural, obj))
         out.where[id(obj)] = where
         if plural == "nodes":
@@ -367,59 +377,6 @@ def load_objects(objects: list[dict], source: str = "manifests") -> Manifests:
         else:
             docs.append((f"{source}[{i - 1}]", doc))
     return validate(docs)
-
-
-def apply(store, manifests: Manifests, *, keep_timestamps: bool = False) -> None:
-    """Create the objects in the store: namespaces, nodes, other objects, pods.
-
-    The store discards a pod's status on create (as the API server does), so
-    a pod with a status in the file gets it back through ``pods/status``.
-    An object the store refuses raises ``LoadError`` with the server's message.
-    """
-    now = store.now()
-    restore = ("uid", "creationTimestamp") if keep_timestamps else ("uid",)
-
-    def create(plural: str, obj: dict) -> dict:
-        if not keep_timestamps:
-            timestamps.restamp(plural, obj, now)
-        try:
-            return store.create(plural, obj, namespace=obj["metadata"].get("namespace"), restore=restore)
-        except ApiError as e:
-            raise _load_error(manifests.where.get(id(obj), "manifests"), e) from None
-
-    for ns in manifests.namespaces:
-        create("namespaces", ns)
-    for n in manifests.nodes:
-        timestamps.fill_node_conditions(n, now)
-        create("nodes", n)
-    for plural, obj in manifests.others:
-        created = create(plural, obj)
-        if plural == "resourceclaims" and obj.get("status"):
-            # the server drops a new claim's status: an allocated claim gets it back through /status
-            store.replace(plural, created["metadata"]["name"], dict(created, status=obj["status"]),
-                          namespace=created["metadata"].get("namespace"), subresource="status")
-    for p in manifests.pods:
-        created = create("pods", p)
-        status = p.get("status")
-        if status:
-            merged = dict(created.get("status") or {})
-            merged.update(status)
-            if merged.get("phase") == "Running":
-                fill_running(created, merged)
-            store.replace("pods", created["metadata"]["name"], {"metadata": {}, "status": merged},
-                          namespace=created["metadata"]["namespace"], subresource="status")
-
-
-def _load_error(where: str, e: ApiError) -> LoadError:
-    """The API server's refusal, as the loader words errors: where, the field, the real message."""
-    causes = (e.details or {}).get("causes") or []
-    if not causes or not causes[0].get("field"):
-        return LoadError(where, None, f"the API server refuses it: {e.message}")
-    first, rest = causes[0], causes[1:]
-    text = first.get("message") or ""
-    if rest:
-        text += "; and " + "; ".join(f"{c.get('field')}: {c.get('message')}" for c in rest)
-    return LoadError(where, first["field"], text)
 
 
 def fill_running(pod: dict, status: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuspawner.sim.dcgm_exporter import render
+from testcluster.node.dcgm_exporter import render
 
 HOLDER = {"pod": "jupyter-alice", "namespace": "jupyterhub", "container": "notebook", "deviceId": "GPU-a"}
 REPORT = {

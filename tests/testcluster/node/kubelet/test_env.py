@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuspawner.sim.kubelet.env import ConfigError, container_env, expand, field_value, go_quote, resource_value
+from testcluster.node.kubelet.env import ConfigError, container_env, expand, field_value, go_quote, resource_value
 
 POD = {"metadata": {"name": "nb", "namespace": "hub", "uid": "u-1", "labels": {"app": "x", "b": 'q"d'},
                     "annotations": {"note": "line\nbreak"}},

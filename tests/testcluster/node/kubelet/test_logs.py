@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gpuspawner.sim.kubelet.logs import (ContainerLog, LogError, LogLine, LogOptions, rfc3339nano, render,
+from testcluster.node.kubelet.logs import (ContainerLog, LogError, LogLine, LogOptions, rfc3339nano, render,
                                          select_lines, stream_log, validate_status)
 
 T0 = 1_700_000_000_000_000_000  # ns

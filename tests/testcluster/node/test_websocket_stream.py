@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpuspawner.sim import websocket_stream
+from testcluster.node import websocket_stream
 
 
 @pytest.mark.parametrize("header,protocol", [

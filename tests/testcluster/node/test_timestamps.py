@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuspawner.sim import timestamps
+from testcluster.node import timestamps
 
 OLD, NOW = "2025-01-01T00:00:00Z", "2026-06-01T12:00:00Z"
 

@@ -107,6 +107,8 @@ class LogOptions:
 class LogError(Exception):
     """The kubelet's refusal; the API server answers 400 BadRequest with this message."""
 
+    code = 400
+
 
 def select_lines(lines: list[LogLine], opts: LogOptions) -> list[LogLine]:
     """``tailLines`` first, then ``since`` (``kuberuntime/logs.ReadLogs`` seeks the tail, then

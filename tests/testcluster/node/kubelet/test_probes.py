@@ -8,7 +8,7 @@ import socket
 import pytest
 from aiohttp import web
 
-from gpuspawner.sim.kubelet.probes import LIVENESS, READINESS, STARTUP, USER_AGENT, ProbeConfig, ProbeWorker, probe_once
+from testcluster.node.kubelet.probes import LIVENESS, READINESS, STARTUP, USER_AGENT, ProbeConfig, ProbeWorker, probe_once
 
 
 def _free_port() -> int:

@@ -200,7 +200,7 @@ async def test_nothing_outlives_gpuspawner_sim(tmp_path, isolation):
 
     from tests.builders.kubelet import marker, node_manifest, pids_with_marker
 
-    repo = str(Path(__file__).resolve().parents[3])
+    repo = str(Path(__file__).resolve().parents[4])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
                GPUSPAWNER_SIM_ISOLATION=isolation)
     (tmp_path / "cluster.json").write_text(__import__("json").dumps({"kind": "List", "items": [node_manifest("n")]}))

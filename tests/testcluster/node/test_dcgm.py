@@ -9,12 +9,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuspawner.sim import devices
+from testcluster.node import devices
 from gpuspawner.sim.cluster import SimCluster, default_cluster_file
-from gpuspawner.sim.dcgm import ActivityMeter, cpu_to_activity, parse_activity
-from gpuspawner.sim.gpu_hardware import model_name, node_gpus
-from gpuspawner.sim.loader import load_file
-from gpuspawner.sim.process_tree import ProcStat, parse_stat, tree_cpu_seconds
+from testcluster.node.dcgm import ActivityMeter, cpu_to_activity, parse_activity
+from testcluster.node.gpu_hardware import model_name, node_gpus
+from testcluster.node.loader import load_file
+from testcluster.node.process_tree import ProcStat, parse_stat, tree_cpu_seconds
 
 
 def default_node(name: str) -> dict:

@@ -20,7 +20,6 @@ from ..devices import AllocationError, DeviceLedger, is_device_resource
 from .. import pod_resources
 from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
 from ..dra import kubelet_env
-from ..errors import bad_request
 from . import logs, streams, volumes
 from . import runtime
 from .network import IPAllocator, pod_subnet_allocator
@@ -175,16 +174,13 @@ class Kubelet:
 
     def log_stream(self, pod: dict, container: str, **options: Any) -> AsyncIterator[bytes]:
         """``GET containerLogs/...``: the bytes to send.  ``options``: ``logs.LogOptions``'
-        fields.  Raises the 400 BadRequest the API server relays when there is no such log."""
+        fields.  Raises ``logs.LogError`` (the 400 BadRequest the API server relays) when there is no such log."""
         opts = logs.LogOptions(**options)
         w = self._worker(pod)
         if w is not None:
             statuses = [container_status(c) for c in w.containers]
             pod = dict(pod, status={"containerStatuses": statuses})
-        try:
-            which = logs.validate_status(pod, container, opts.previous)
-        except logs.LogError as e:
-            raise bad_request(str(e)) from None
+        which = logs.validate_status(pod, container, opts.previous)
         c = w.container(container) if w is not None else None
         if c is None:
             return _nothing()  # loaded from a file: this kubelet never ran it, it has no log

@@ -1,4 +1,4 @@
-"""Loading a simulated cluster from manifests: both formats, read-only fields, clear errors."""
+"""Reading a cluster file: both formats, the order of creation, clear errors."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import json
 import pytest
 import yaml
 
-from gpuspawner.sim import loader
-from gpuspawner.sim.cluster import default_cluster_file
-from gpuspawner.sim.store import Store
+from testcluster.node import loader
+from gpuspawner.commands.testbed import default_cluster_file
 
 NODE = {
     "apiVersion": "v1", "kind": "Node",
@@ -53,22 +52,6 @@ def test_formats_load_the_same_cluster(text):
     # allocatable defaults to capacity; a Ready condition is added
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
     assert [c["type"] for c in node["status"]["conditions"]] == ["Ready"]
-
-
-def test_apply_keeps_bound_pods_running_and_drops_read_only_fields():
-    store = Store()
-    loader.apply(store, loader.load_text(_list_yaml()))
-    pod = store.get("pods", "train", namespace="research")
-    assert pod["spec"]["nodeName"] == "gpu-1"
-    assert pod["status"]["phase"] == "Running"
-    assert pod["status"]["podIP"] == "10.0.0.5"
-    assert all(c["ready"] for c in pod["status"]["containerStatuses"])
-    # the uid is kept (owner references and events point at it); the revision is the store's
-    assert pod["metadata"]["uid"] == "x" and pod["metadata"]["resourceVersion"] != "9"
-    node = store.get("nodes", "gpu-1")
-    assert node["spec"]["taints"][0]["key"] == "sku"
-    assert "managedFields" not in node["metadata"]
-    assert node["metadata"]["creationTimestamp"] != "2025-01-01T00:00:00Z"  # the load time
 
 
 def _bad(mutate, kind="node"):
@@ -247,114 +230,21 @@ spec:
 """
 
 
-def test_dra_documents_load_with_defaults_and_their_namespace():
+def test_dra_documents_load_cluster_scoped_first_with_their_namespace():
+    """The loader sorts and places DRA objects; the API server defaults and validates them when the
+    node agent creates them (tests/testcluster/test_nodeagent.py)."""
     m = loader.load_text(DRA_DOCS, "dra.yaml")
     (p1, cls), (p2, tmpl) = m.others
     assert (p1, p2) == ("deviceclasses", "resourceclaimtemplates")
     assert "namespace" not in cls["metadata"]
-    assert tmpl["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
+    assert tmpl["metadata"]["namespace"] == "team"
     assert [n["metadata"]["name"] for n in m.namespaces] == ["team"]
 
 
-@pytest.mark.parametrize("text,message", [
-    (DRA_DOCS.replace("resource.k8s.io/v1", "resource.k8s.io/v1beta1", 1),
-     "dra.yaml: document 1: apiVersion: 'resource.k8s.io/v1beta1': a DeviceClass is 'resource.k8s.io/v1'"),
-    (DRA_DOCS.replace("{deviceClassName: gpu.nvidia.com}", "{deviceClassName: gpu.nvidia.com, count: -2}"),
-     "dra.yaml: document 2 (ResourceClaimTemplate one-gpu): spec.spec.devices.requests[0].exactly.count: "
-     "Invalid value: -2: must be greater than zero"),
-])
-def test_bad_dra_documents_are_named(text, message):
+def test_a_dra_document_of_another_api_version_is_named():
     with pytest.raises(loader.LoadError) as e:
-        loader.load_text(text, "dra.yaml")
-    assert str(e.value) == message
-# -- snapshots: uids, timestamps, the API server's own validation ---------------------------
-
-SNAPSHOT = """\
-apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Node
-  metadata: {name: gpu-1, uid: node-uid, creationTimestamp: "2025-01-01T00:00:00Z"}
-  status:
-    capacity: {cpu: "8", memory: 32Gi, pods: "110"}
-    conditions: [{type: Ready, status: "True", lastHeartbeatTime: "2025-01-02T00:00:00Z",
-                  lastTransitionTime: "2025-01-01T00:01:00Z"}]
-- apiVersion: v1
-  kind: Pod
-  metadata: {name: train, namespace: research, uid: pod-uid, creationTimestamp: "2025-01-03T00:00:00Z"}
-  spec: {nodeName: gpu-1, containers: [{name: t, image: pytorch}]}
-  status:
-    phase: Running
-    startTime: "2025-01-03T00:00:05Z"
-    conditions: [{type: Ready, status: "True", lastTransitionTime: "2025-01-03T00:00:30Z"}]
-    containerStatuses:
-    - {name: t, ready: true, restartCount: 0, image: pytorch, imageID: "",
-       state: {running: {startedAt: "2025-01-03T00:00:20Z"}}}
-- apiVersion: v1
-  kind: Service
-  metadata:
-    name: train
-    namespace: research
-    ownerReferences: [{apiVersion: v1, kind: Pod, name: train, uid: pod-uid}]
-  spec: {ports: [{port: 80}]}
-- apiVersion: v1
-  kind: Event
-  metadata: {name: train.1, namespace: research}
-  involvedObject: {kind: Pod, name: train, namespace: research, uid: pod-uid}
-  reason: Started
-  message: Started container t
-  firstTimestamp: "2025-01-03T00:00:20Z"
-  lastTimestamp: "2025-01-03T00:00:20Z"
-"""
-
-
-def test_keep_timestamps_replays_a_snapshot_with_its_ages():
-    store = Store()
-    loader.apply(store, loader.load_text(SNAPSHOT), keep_timestamps=True)
-    pod = store.get("pods", "train", "research")
-    assert pod["metadata"]["creationTimestamp"] == "2025-01-03T00:00:00Z"
-    assert pod["status"]["startTime"] == "2025-01-03T00:00:05Z"
-    assert pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] == "2025-01-03T00:00:20Z"
-    assert pod["status"]["conditions"][0]["lastTransitionTime"] == "2025-01-03T00:00:30Z"
-    node = store.get("nodes", "gpu-1")
-    assert node["metadata"]["creationTimestamp"] == "2025-01-01T00:00:00Z"
-    assert node["status"]["conditions"][0]["lastHeartbeatTime"] == "2025-01-02T00:00:00Z"
-    assert store.get("events", "train.1", "research")["lastTimestamp"] == "2025-01-03T00:00:20Z"
-    # uids are kept: the service's owner and the event's object are still the pod
-    assert pod["metadata"]["uid"] == "pod-uid"
-    assert store.get("services", "train", "research")["metadata"]["ownerReferences"][0]["uid"] == "pod-uid"
-
-
-def test_without_keep_timestamps_everything_starts_now():
-    store = Store(clock=lambda: 1_800_000_000.0)
-    loader.apply(store, loader.load_text(SNAPSHOT))
-    now = "2027-01-15T08:00:00Z"
-    pod = store.get("pods", "train", "research")
-    assert pod["metadata"]["creationTimestamp"] == now
-    assert pod["status"]["startTime"] == now
-    assert pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] == now
-    assert store.get("nodes", "gpu-1")["status"]["conditions"][0]["lastTransitionTime"] == now
-    assert store.get("events", "train.1", "research")["firstTimestamp"] == now
-
-
-LABEL_VALUE_MSG = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-                   "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
-                   "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
-
-
-def test_an_object_the_api_server_refuses_is_a_load_error_with_its_message():
-    bad = json.loads(json.dumps(NODE))
-    bad["spec"]["taints"] = [{"key": "sku", "value": "<svg onload=alert(1)>", "effect": "NoSchedule"}]
-    text = yaml.safe_dump({"kind": "List", "items": [POD, bad]})
-    with pytest.raises(loader.LoadError) as err:
-        loader.apply(Store(), loader.load_text(text, "c.yaml"))
-    e = err.value
-    assert e.where == "c.yaml: document 1, item 1 (Node gpu-1)"
-    assert e.field == "spec.taints[0].value"
-    assert e.message_text == f'Invalid value: "<svg onload=alert(1)>": {LABEL_VALUE_MSG}'
-
-
+        loader.load_text(DRA_DOCS.replace("resource.k8s.io/v1", "resource.k8s.io/v1beta1", 1), "dra.yaml")
+    assert str(e.value) == "dra.yaml: document 1: apiVersion: 'resource.k8s.io/v1beta1': a DeviceClass is 'resource.k8s.io/v1'"
 @pytest.mark.parametrize("items, where, field, hint", [
     ([dict(NODE, metadata={"name": "a", "uid": "same"}), dict(NODE, metadata={"name": "b", "uid": "same"})],
      "item 1 (Node b)", "metadata.uid", "uids must be unique"),
@@ -372,15 +262,3 @@ def test_snapshot_consistency_errors(items, where, field, hint):
     assert where in err.value.where and err.value.field == field and hint in str(err.value)
 
 
-def test_storage_kinds_load_before_the_claims_that_need_them():
-    text = yaml.safe_dump_all([
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "home", "namespace": "hub"},
-         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
-        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "sim.gpuspawner.dev/hostpath",
-         "metadata": {"name": "standard", "namespace": "ignored",
-                      "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}},
-    ])
-    store = Store()
-    loader.apply(store, loader.load_text(text))
-    assert store.get("persistentvolumeclaims", "home", "hub")["spec"]["storageClassName"] == "standard"
-    assert "namespace" not in store.get("storageclasses", "standard")["metadata"]
