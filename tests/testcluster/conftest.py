@@ -1,5 +1,5 @@
-"""The test cluster's fixtures: one real control plane (``gpuspawner-cluster controlplane``) for the
-whole session, the real kubectl of the same version pointed at it, and the API servers the node
+"""The test cluster's fixtures: the real kubectl of the same version pointed at the session's control
+plane (``control_plane``, in tests/conftest.py, shared by every test), and the API servers the node
 agent's tests run against.
 
 ``GPUSPAWNER_TEST_KUBECONFIG=PATH`` points the ``kubectl`` fixture at another cluster (a real one)
@@ -20,32 +20,10 @@ from pathlib import Path
 import pytest
 
 from gpuspawner.sim.cluster import SimCluster
-from testcluster import ControlPlane, ControlPlaneError, find_binary
 from testcluster.nodeagent.client import KNOWN, ApiError, Client
 
 KUBECONFIG_ENV = "GPUSPAWNER_TEST_KUBECONFIG"
 _serial = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory):
-    """A started control plane; fails (never skips) when the binary is missing: setup builds it."""
-    try:
-        find_binary()
-    except ControlPlaneError as e:
-        pytest.fail(str(e))
-    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
-    cp.start()
-    print(f"\ncontrol plane {cp.server} ready in {cp.ready_seconds:.1f}s")
-    yield cp
-    cp.stop()
-
-
-@pytest.fixture(scope="session")
-def real_cluster(control_plane):
-    """The kubeconfig of the session's real control plane (kube-apiserver, kube-scheduler,
-    kube-controller-manager)."""
-    return Path(control_plane.kubeconfig)
 
 
 def _kubectl_for(kubeconfig, cache_dir):
