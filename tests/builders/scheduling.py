@@ -20,11 +20,17 @@ _serial = itertools.count()
 def schedulable(node: dict[str, Any]) -> dict[str, Any]:
     """``node`` (a ``tests.builders.node``) marked as the harness's own, with room for pods and
     its capacity equal to its allocatable, as a kubelet registers it."""
-    out = copy.deepcopy(node)
-    labels = out["metadata"].setdefault("labels", {})
-    labels.update({"kubernetes.io/hostname": out["metadata"]["name"], randcluster.MARK[0]: randcluster.MARK[1]})
+    out = marked(node)
+    out["metadata"]["labels"]["kubernetes.io/hostname"] = out["metadata"]["name"]
     alloc = {**ROOM, **(out.get("status") or {}).get("allocatable", {})}
     out["status"] = {"capacity": dict(alloc), "allocatable": alloc}
+    return out
+
+
+def marked(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` labelled as the harness's own (it deletes what it labelled)."""
+    out = copy.deepcopy(obj)
+    out["metadata"].setdefault("labels", {})[randcluster.MARK[0]] = randcluster.MARK[1]
     return out
 
 
@@ -67,7 +73,7 @@ async def real_scheduler(kubeconfig: Any, nodes: list[dict[str, Any]],
         await h.unload()  # what an interrupted run left
         for c in classes:
             await h._ignore_exists(h.res.create_device_class(c))
-        await h.load(randcluster.Cluster(seed=0, nodes=[schedulable(n) for n in nodes], slices=list(slices)))
+        await h.load(randcluster.Cluster(seed=0, nodes=[schedulable(n) for n in nodes], slices=[marked(s) for s in slices]))
         renew = asyncio.ensure_future(h.renew_leases())
         try:
             yield Scheduler(h)
