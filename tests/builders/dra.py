@@ -1,6 +1,6 @@
 """Builders of ``resource.k8s.io/v1`` objects (Dynamic Resource Allocation) for the tests.
 
-* as the simulated cluster's tests use them (NVIDIA's slices from ``sim.dra.nvidia``, claims,
+* as the test cluster's tests use them (NVIDIA's slices from ``testcluster.node.dra.nvidia``, claims,
   templates, pods with a claim): ``dra_node``, ``gpu_slice``, ``device_classes``, ``request``,
   ``claim``, ``claim_template``, ``claim_pod``;
 * as the product's capacity, spawn, hub and doctor tests read them, device by device (allocated
