@@ -123,7 +123,11 @@ def classify_reason(text: str) -> tuple[str, str | None]:
         return NODE_NAME, None
     if text == "node(s) were unschedulable":
         return UNSCHEDULABLE, None
-    if text in ("node(s) had volume node affinity conflict", "node(s) had no available volume zone"):
+    # VolumeBinding's ErrReasonNodeConflict: "node(s) didn't match PersistentVolume's node affinity" in
+    # Kubernetes v1.37 (pkg/scheduler/framework/plugins/volumebinding/binder.go), "node(s) had volume node
+    # affinity conflict" before
+    if text in ("node(s) didn't match PersistentVolume's node affinity", "node(s) had volume node affinity conflict",
+                "node(s) had no available volume zone"):
         return VOLUME_ZONE, None
     if ("PersistentVolumeClaim" in text or "persistentvolumeclaim" in text or "volume" in text or "storage" in text
             or "pv(s)" in text):  # "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"

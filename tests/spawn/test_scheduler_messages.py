@@ -116,6 +116,14 @@ PARSE_CASES = [
         False,
         id="volume-zone",
     ),
+    pytest.param(  # kube-scheduler v1.37 (tests/doctor/checks/test_pending_volumes.py gets it from the test cluster)
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match PersistentVolume's node "
+        "affinity. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
+        2,
+        [(1, INSUFFICIENT, "nvidia.com/gpu"), (1, VOLUME_ZONE, None)],
+        True,
+        id="volume-zone-1.37",
+    ),
     pytest.param(
         "0/3 nodes are available: 1 Too many pods, 2 node(s) didn't match node selector.",
         3,
