@@ -4,9 +4,8 @@ agent's tests run against.
 
 ``GPUSPAWNER_TEST_KUBECONFIG=PATH`` points the ``kubectl`` fixture at another cluster (a real one)
 instead; the tests of the test cluster itself (``local_kubectl``, ``control_plane``) still start
-their own. ``api`` is parametrized: ``sim`` is the project's simulated API server (scheduler and
-controllers, no nodes of its own); ``real`` is the session's control plane. Each test gets a name
-prefix of its own, and on the shared real cluster the nodes it registered are deleted afterwards.
+their own. ``api`` is the session's control plane with a client; each test gets a name prefix of its
+own, and the nodes it registered are deleted afterwards.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuspawner.sim.cluster import SimCluster
 from testcluster.nodeagent.client import KNOWN, ApiError, Client
 
 KUBECONFIG_ENV = "GPUSPAWNER_TEST_KUBECONFIG"
@@ -60,7 +58,6 @@ def kubectl(request, tmp_path_factory):
 class Api:
     """A started API server: its kubeconfig, a client, and a prefix for this test's names."""
 
-    kind: str
     kubeconfig: Path
     client: Client
     prefix: str
@@ -69,23 +66,14 @@ class Api:
         return f"{self.prefix}{base}"
 
 
-@pytest.fixture(params=["sim", "real"])
-async def api(request, tmp_path):
+@pytest.fixture
+async def api(real_cluster):
     n = next(_serial)
-    if request.param == "sim":
-        async with SimCluster(manifests=[], simulate_nodes=False) as sim:
-            kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-            client = await Client(kubeconfig).open()
-            try:
-                yield Api("sim", kubeconfig, client, f"t{n}-")
-            finally:
-                await client.close()
-        return
-    kubeconfig = request.getfixturevalue("real_cluster")
+    kubeconfig = real_cluster
     client = await Client(kubeconfig).open()
     prefix = f"t{n}-"
     try:
-        yield Api("real", kubeconfig, client, prefix)
+        yield Api(kubeconfig, client, prefix)
     finally:
         # a shared cluster: this test's nodes go, so that no later pod is bound to them
         _, nodes = await client.list(KNOWN["Node"])
