@@ -110,8 +110,8 @@ class LoopStalls:
 @contextlib.asynccontextmanager
 async def loaded(kubeconfig: Any, cluster_file: Path, **agent: Any) -> AsyncIterator[Any]:
     """A cluster file on a (shared) control plane through the node agent (``run_pods=False`` unless
-    given); afterwards every object of the file is deleted again and gone: pods first, nodes and
-    namespaces last."""
+    given); afterwards every object of the file is deleted again and gone (pods first, nodes and
+    namespaces last), so that the next file may reuse its names."""
     from testcluster.node import loader
     from testcluster.nodeagent import NodeAgent
 
@@ -136,8 +136,6 @@ async def loaded(kubeconfig: Any, cluster_file: Path, **agent: Any) -> AsyncIter
                     if e.code != 404:
                         raise
             for plural, obj, res in objects:
-                if plural == "namespaces":
-                    continue  # the namespace controller empties a namespace, then removes it: not waited for
                 ns = obj["metadata"].get("namespace") if res.namespaced else None
 
                 async def gone(res=res, name=obj["metadata"]["name"], ns=ns) -> bool:
@@ -149,6 +147,7 @@ async def loaded(kubeconfig: Any, cluster_file: Path, **agent: Any) -> AsyncIter
                         raise
                     return False
 
-                await wait_for(gone, f"{plural} {obj['metadata']['name']} to go", timeout=60)
+                # the namespace controller empties a namespace, then removes it
+                await wait_for(gone, f"{plural} {obj['metadata']['name']} to go", timeout=90)
         finally:
             await client.close()
