@@ -101,7 +101,29 @@ class ProxiedCluster:
         self._conf = conf
 
 
-async def _no_nodes(client: Client, timeout: float = 60.0) -> None:
+@contextlib.asynccontextmanager
+async def ticking(cluster: ProxiedCluster, objects: list[tuple[str, str, str | None]],
+                  every: float = 0.2) -> AsyncIterator[None]:
+    """A label of each ``(plural, name, namespace)`` changed every ``every`` s: each watch of those kinds
+    has something to deliver (kube-apiserver's own bookmarks come about once a minute)."""
+    async def tick() -> None:
+        n = 0
+        while True:
+            n += 1
+            for plural, name, namespace in objects:
+                await cluster.patch(plural, name, {"metadata": {"labels": {"tick": str(n)}}}, namespace)
+            await asyncio.sleep(every)
+
+    task = asyncio.ensure_future(tick())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def no_nodes(client: Client, timeout: float = 60.0) -> None:
     """The pools count every node of the cluster: wait until other tests' nodes have gone."""
     end = asyncio.get_running_loop().time() + timeout
     nodes_res = await client.resource("v1", "Node")
@@ -122,7 +144,7 @@ async def proxied(control_plane: Any) -> AsyncIterator[ProxiedCluster]:
     proxy = FaultProxy(control_plane.data_dir).start()
     cluster = ProxiedCluster(str(control_plane.kubeconfig), proxy, client)
     try:
-        await _no_nodes(client)
+        await no_nodes(client)
         ns = await client.resource("v1", "Namespace")
         try:
             await client.create(ns, {"metadata": {"name": NAMESPACE}})

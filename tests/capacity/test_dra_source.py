@@ -246,16 +246,10 @@ async def test_real_stalled_dra_watches_take_dra_pools_off_until_one_delivers(dr
     come about once a minute: here changes to each DRA kind deliver); the device-plugin pools stay."""
     import asyncio
 
+    from tests.builders.realapi import ticking
+
     window = 1.0
     await dra_real.create("resourceclaims", resource_claim("tick"), "jhub")
-
-    async def tick():  # a change of each DRA kind every 0.2 s: each DRA watch has something to deliver
-        for n in range(10**6):
-            label = {"metadata": {"labels": {"tick": str(n)}}}
-            await dra_real.patch("deviceclasses", "mig.nvidia.com", label)
-            await dra_real.patch("resourceclaims", "tick", label, "jhub")
-            await dra_real.patch("resourceslices", "d1-gpus", label)
-            await asyncio.sleep(0.2)
 
     cache = dra_real.make_cache(stall_timeout=window)
     assert await cache.wait_synced(10)
@@ -273,13 +267,11 @@ async def test_real_stalled_dra_watches_take_dra_pools_off_until_one_delivers(dr
     assert seen == [None] * len(seen)
     assert cache.snapshot().pool(A100) is not None  # the device-plugin path is not touched
     dra_real.proxy.clear()
-    ticking = asyncio.ensure_future(tick())
-    try:
+    async with ticking(dra_real, [("deviceclasses", "mig.nvidia.com", None), ("resourceclaims", "tick", "jhub"),
+                                  ("resourceslices", "d1-gpus", None)]):
         await wait_for(lambda: dra_counts(cache) == (2, 6, 6)
                        and not any(i["stalled"] for i in cache.health["dra"]["informers"].values()),
                        timeout=10, what="DRA pools back after a delivery")
-    finally:
-        ticking.cancel()
 
 
 async def test_a_failing_dra_watch_takes_dra_pools_off_until_it_works_again(make_cache):
