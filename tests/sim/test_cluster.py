@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +16,6 @@ from tests.builders.kubelet import marker, pids_with_marker
 
 pytestmark = pytest.mark.integration
 
-REPO = str(Path(__file__).resolve().parents[2])
 
 GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 TOLERATE = [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
@@ -300,92 +297,6 @@ async def test_missing_secret_waits_then_starts_when_it_appears(cluster):
     assert cluster.logs("default", "needs-secret") == "token=s3cret\n"
 
 
-async def test_gpuspawner_sim_command_serves_the_default_cluster_until_ctrl_c(tmp_path):
-    import json
-    import signal
-
-    kubeconfig = tmp_path / "kubeconfig"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--port", "0", "--kubeconfig", str(kubeconfig),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
-    try:
-        url = None
-        while url is None:
-            line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-            assert line, "gpuspawner sim exited early"
-            if line.startswith("API server: "):
-                url = line.split(": ", 1)[1].strip()
-        assert url.startswith("http://127.0.0.1:")
-        nodes = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(f"{url}/api/v1/nodes",
-                                                                                 timeout=10).read()))
-        assert len(nodes["items"]) == 10
-        assert kubeconfig.exists() and url in kubeconfig.read_text()
-        proc.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(proc.wait(), 60) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
-async def test_gpuspawner_sim_rejects_a_bad_cluster_file(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("kind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: lots, pods: '1'}}\n")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--cluster", str(bad),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env=dict(os.environ, PYTHONPATH=REPO))
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2
-    assert "document 1 (Node n): status.allocatable.cpu: quantity 'lots' is not valid" in out.decode()
-    assert "Traceback" not in out.decode()
-
-
-async def test_gpuspawner_sim_refuses_what_the_api_server_refuses_with_its_words(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("kind: List\nitems:\n- kind: Node\n  metadata: {name: n}\n"
-                   "  spec: {taints: [{key: x, value: '<svg onload=alert(1)>', effect: NoSchedule}]}\n"
-                   "  status: {allocatable: {cpu: '1', pods: '1'}}\n")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--cluster", str(bad),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO))
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2
-    assert ('document 1, item 0 (Node n): spec.taints[0].value: Invalid value: "<svg onload=alert(1)>": a valid '
-            "label must be an empty string") in out.decode()
-    assert "Traceback" not in out.decode()
-
-
-async def test_gpuspawner_sim_keep_timestamps_replays_ages(tmp_path):
-    import json
-    import signal
-
-    snapshot = tmp_path / "snapshot.yaml"
-    snapshot.write_text("kind: List\nitems:\n- kind: Node\n"
-                        "  metadata: {name: n, creationTimestamp: '2024-05-01T00:00:00Z'}\n"
-                        "  status: {allocatable: {cpu: '1', pods: '1'}}\n")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuspawner", "sim", "--simulated", "--cluster", str(snapshot), "--keep-timestamps",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO))
-    try:
-        url = None
-        while url is None:
-            line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-            assert line, "gpuspawner sim exited early"
-            if line.startswith("API server: "):
-                url = line.split(": ", 1)[1].strip()
-        node = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(f"{url}/api/v1/nodes/n",
-                                                                                timeout=10).read()))
-        assert node["metadata"]["creationTimestamp"] == "2024-05-01T00:00:00Z"
-        proc.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(proc.wait(), 60) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
 def test_pod_ips_are_never_those_of_live_pods():
     from testcluster.node.kubelet import IPAllocator, Kubelet
 
@@ -428,14 +339,3 @@ def _text(url: str) -> tuple[int, str]:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
-
-
-@pytest.mark.parametrize("command", ["sim", "demo"])
-def test_both_commands_take_keep_timestamps(command):
-    import argparse
-    import importlib
-
-    parser = argparse.ArgumentParser()
-    importlib.import_module(f"gpuspawner.commands.{command}").add_arguments(parser)
-    assert parser.parse_args(["--keep-timestamps"]).keep_timestamps is True
-    assert parser.parse_args([]).keep_timestamps is False

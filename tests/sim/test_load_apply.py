@@ -1,4 +1,4 @@
-"""Applying a loaded cluster file to the simulated store (``gpuspawner sim --simulated``)."""
+"""Applying a loaded cluster file to the simulated store (``SimCluster``)."""
 
 from __future__ import annotations
 
