@@ -1,5 +1,5 @@
 """The simulated DCGM: GPUs from Node objects, activity from CPU use or the annotation, and the
-exporter pods (DaemonSet-like) serving NVIDIA's format on the simulated cluster."""
+exporter pods (DaemonSet-like) the node agent runs on the test cluster, serving NVIDIA's format."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuspawner.commands.testbed import default_cluster_file
 from testcluster.node import devices
-from gpuspawner.sim.cluster import SimCluster, default_cluster_file
 from testcluster.node.dcgm import ActivityMeter, cpu_to_activity, parse_activity
 from testcluster.node.gpu_hardware import model_name, node_gpus
 from testcluster.node.loader import load_file
 from testcluster.node.process_tree import ProcStat, parse_stat, tree_cpu_seconds
+from testcluster.nodeagent import NodeAgent
+from testcluster.nodeagent.client import KNOWN, ApiError
+from tests.builders.nodeagent import running_with_ip, wait_for, write_cluster
 
 
 def default_node(name: str) -> dict:
@@ -85,76 +88,98 @@ def test_proc_stat_parsing_and_process_trees():
     assert tree_cpu_seconds([99], stats) is None
 
 
-# -- on the simulated cluster ------------------------------------------------------------------
+# -- on the test cluster: the node agent's exporter pods ------------------------------------------
 
-GPU_NODE = {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "gpu-a", "labels": {"nvidia.com/gpu.product": "Tesla-T4",
-                                                     "nvidia.com/gpu.memory": "15360"}},
+
+def gpu_node(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.memory": "15360"}},
             "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"}}}
-CPU_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-a"},
+
+
+def cpu_node(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
             "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}}
 
 
-def gpu_pod(name: str, code: str, annotations: dict | None = None) -> dict:
-    return {"metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [
-                {"name": "main", "image": "python:3.12", "command": ["python", "-c", code],
-                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+def gpu_pod(name: str, node: str, code: str, annotations: dict | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+                     "containers": [{"name": "main", "image": "python:3.12", "command": ["python", "-c", code],
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
 
 
-async def exporter_metrics(cluster: SimCluster) -> dict[str, list]:
-    pods = cluster.store.list("pods", namespace="gpu-operator")["items"]
-    ip = pods[0]["status"]["podIP"]
+async def exporters(api, node: str, ready: bool = True) -> list[dict]:
+    """The node's exporter pods (not being deleted); ``ready``: only those Ready with a pod IP."""
+    _, pods = await api.client.list(KNOWN["Pod"], namespace="gpu-operator", label_selector="app=nvidia-dcgm-exporter")
+    mine = [p for p in pods if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")]
+    return [p for p in mine if running_with_ip(p) and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])] if ready else mine
+
+
+async def engine_activity(ip: str, pod: str) -> float | None:
     async with aiohttp.ClientSession() as s:
         async with s.get(f"http://{ip}:9400/metrics") as r:
             assert r.status == 200, await r.text()
             text = await r.text()
-    return {f.name: f.samples for f in text_string_to_metric_families(text)}
-
-
-async def engine_activity(cluster: SimCluster, pod: str) -> float | None:
-    families = await exporter_metrics(cluster)
-    values = [s.value for s in families.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE", []) if s.labels.get("pod") == pod]
+    families = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    values = [x.value for x in families.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE", []) if x.labels.get("pod") == pod]
     return values[0] if values else None
 
 
 @pytest.mark.integration
-async def test_exporter_pods_serve_activity_that_follows_the_pods():
-    async with SimCluster(manifests=[GPU_NODE, CPU_NODE], dcgm_exporter=True, dcgm_interval=0.5) as c:
-        ready = lambda: [p for p in c.store.list("pods", namespace="gpu-operator")["items"]  # noqa: E731
-                         if any(k["type"] == "Ready" and k["status"] == "True" for k in p["status"].get("conditions", []))]
-        (exporter,) = await c.wait_for(ready, 60, what="the exporter pod to be ready (its /health answers)")
-        assert exporter["spec"]["nodeName"] == "gpu-a" and exporter["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
-        c.store.create("pods", gpu_pod("busy", "while True: pass"), namespace="default")
-        c.store.create("pods", gpu_pod("idle", "import time; time.sleep(600)",
-                                       {"gpuspawner.sim/gpu-activity": "0.25"}), namespace="default")
+async def test_exporter_pods_serve_activity_that_follows_the_pods(api, tmp_path):
+    gpu, busy, idle = api.name("gpu-a"), api.name("busy"), api.name("idle")
+    cluster = write_cluster(tmp_path / "cluster.yaml", [gpu_node(gpu), cpu_node(api.name("cpu-a"))])
+    async with NodeAgent(api.kubeconfig, cluster, dcgm_exporter=True, dcgm_interval=0.5):
+        (exporter,) = await wait_for(lambda: exporters(api, gpu), "the exporter pod to be ready (its /health answers)",
+                                     timeout=60)
+        assert exporter["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
+        ip = exporter["status"]["podIP"]
+        try:
+            await api.client.create(KNOWN["Pod"], gpu_pod(busy, gpu, "while True: pass"), namespace="default")
+            await api.client.create(KNOWN["Pod"], gpu_pod(idle, gpu, "import time; time.sleep(600)",
+                                                           {"gpuspawner.sim/gpu-activity": "0.25"}), namespace="default")
 
-        async def value(pod, ok):
-            for _ in range(60):
-                v = await engine_activity(c, pod)
-                if v is not None and ok(v):
-                    return v
-                await asyncio.sleep(0.5)
-            raise AssertionError(f"{pod}: activity {await engine_activity(c, pod)}")
-        assert await value("busy", lambda v: v > 0.3)  # a process computing makes its GPU busy
-        assert await value("idle", lambda v: v == 0.25)  # the annotation overrides CPU use
-        c.store.patch("pods", "idle", {"metadata": {"annotations": {"gpuspawner.sim/gpu-activity": "0"}}},
-                      "application/merge-patch+json", namespace="default")
-        await value("idle", lambda v: v == 0.0)  # ...live
-        c.store.patch("pods", "idle", {"metadata": {"annotations": {"gpuspawner.sim/gpu-activity": None}}},
-                      "application/merge-patch+json", namespace="default")
-        await value("idle", lambda v: v == 0.0)  # without it: a sleeping process is idle
+            async def value(pod, ok):
+                for _ in range(60):
+                    v = await engine_activity(ip, pod)
+                    if v is not None and ok(v):
+                        return v
+                    await asyncio.sleep(0.5)
+                raise AssertionError(f"{pod}: activity {await engine_activity(ip, pod)}")
+            assert await value(busy, lambda v: v > 0.3)  # a process computing makes its GPU busy
+            assert await value(idle, lambda v: v == 0.25)  # the annotation overrides CPU use
+            await api.client.patch(KNOWN["Pod"], idle, {"metadata": {"annotations": {"gpuspawner.sim/gpu-activity": "0"}}},
+                                   namespace="default")
+            await value(idle, lambda v: v == 0.0)  # ...live
+            await api.client.patch(KNOWN["Pod"], idle, {"metadata": {"annotations": {"gpuspawner.sim/gpu-activity": None}}},
+                                   namespace="default")
+            await value(idle, lambda v: v == 0.0)  # without it: a sleeping process is idle
+        finally:
+            for name in (busy, idle):
+                try:
+                    await api.client.delete(KNOWN["Pod"], name, namespace="default", options={"gracePeriodSeconds": 0})
+                except ApiError:
+                    pass
 
 
 @pytest.mark.integration
-async def test_exporter_pods_are_kept_like_a_daemonset():
-    async with SimCluster(manifests=[GPU_NODE, CPU_NODE], dcgm_exporter=True, dcgm_interval=0.2) as c:
-        names = lambda: [p["metadata"]["name"] for p in c.store.list(  # noqa: E731
-            "pods", namespace="gpu-operator")["items"] if not p["metadata"].get("deletionTimestamp")]
-        (first,) = await c.wait_for(names, 30, what="the exporter pod")
-        c.store.delete("pods", first, namespace="gpu-operator")
-        second = await c.wait_for(lambda: [n for n in names() if n != first], 30, what="a new exporter pod")
-        assert len(second) == 1
-        c.store.patch("nodes", "gpu-a", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dcgm-exporter": "false"}}},
-                      "application/merge-patch+json")
-        await c.wait_for(lambda: not names(), 30, what="the exporter pod to go (label false)")
+async def test_exporter_pods_are_kept_like_a_daemonset(api, tmp_path):
+    gpu = api.name("gpu-a")
+    cluster = write_cluster(tmp_path / "cluster.yaml", [gpu_node(gpu), cpu_node(api.name("cpu-a"))])
+    async with NodeAgent(api.kubeconfig, cluster, dcgm_exporter=True, dcgm_interval=0.2):
+        async def names():
+            return [p["metadata"]["name"] for p in await exporters(api, gpu, ready=False)]
+
+        (first,) = await wait_for(names, "the exporter pod", timeout=30)
+        await api.client.delete(KNOWN["Pod"], first, namespace="gpu-operator")
+
+        async def others():
+            return [n for n in await names() if n != first]
+        assert len(await wait_for(others, "a new exporter pod", timeout=30)) == 1
+        await api.client.patch(KNOWN["Node"], gpu, {"metadata": {"labels": {"nvidia.com/gpu.deploy.dcgm-exporter": "false"}}})
+
+        async def gone():
+            return not await names()
+        await wait_for(gone, "the exporter pod to go (label false)", timeout=30)
