@@ -1,4 +1,5 @@
-"""The pod worker with real processes: volumes, probes, restarts, and processes that end with their pod."""
+"""The pod worker with real processes (the node agent's kubelet on the test cluster): volumes, probes,
+restarts, and processes that end with their pod."""
 
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ async def test_missing_configmap_is_failed_mount_until_it_appears(cluster):
 async def test_a_claim_that_does_not_exist_is_a_volume_that_cannot_be_processed(cluster):
     manifest = pod_manifest("claims", container(command=["true"], volumeMounts=[{"name": "home", "mountPath": "/h"}]),
                             volumes=[{"name": "home", "persistentVolumeClaim": {"claimName": "nope"}}],
-                            nodeName="node-a")  # bound by hand: the kubelet alone decides
+                            nodeName=cluster.node_name)  # bound by hand: the kubelet alone decides
     _create(cluster, manifest)
     ev = await cluster.wait_for(lambda: _events(cluster, "claims", "FailedMount"), 15, what="FailedMount")
     assert ev[0]["message"] == ("Unable to attach or mount volumes: unmounted volumes=[home], unattached volumes=[], "

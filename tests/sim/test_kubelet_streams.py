@@ -7,6 +7,20 @@ import pytest
 
 from tests.builders.kubelet import container, pod_manifest
 
+
+@pytest.fixture
+async def cluster():
+    """A small simulated cluster whose kubelet runs real processes."""
+    from gpuspawner.sim.cluster import SimCluster
+    from tests.builders.kubelet import node_manifest
+
+    c = SimCluster(manifests=[node_manifest("node-a")], restart_backoff=(0.2, 1.0))
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.stop()
+
 pytestmark = pytest.mark.integration
 
 
