@@ -1,5 +1,5 @@
 """What every simulated controller shares: time stamps, Events, informers, a task group.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

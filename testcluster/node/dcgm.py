@@ -1,5 +1,5 @@
 """The simulated nodes' DCGM: what their GPUs are doing, and an exporter pod on each.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

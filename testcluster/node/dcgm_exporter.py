@@ -1,5 +1,5 @@
 """The simulated ``dcgm-exporter``: the process each exporter pod runs.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Device-plugin style device ids and their allocation to pods.  Pure, stdlib only.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The NVIDIA GPUs of a simulated node, as DCGM would enumerate them.  Pure, stdlib only.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Quantities and a pod's resource requests, counted as the kube-scheduler counts them.  Pure.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """CPU time of a process tree, read from Linux's ``/proc``.  Stdlib only.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The timestamps a cluster snapshot carries, and how a load without ``keep_timestamps`` resets them.
-Design notes: docs/simulated-apiserver.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

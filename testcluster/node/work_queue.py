@@ -1,5 +1,5 @@
 """A controller's work queue: each key at most once, delayed adds, retries with back-off.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

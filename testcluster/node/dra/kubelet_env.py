@@ -1,5 +1,5 @@
 """What the kubelet gives a container for its allocated DRA devices.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

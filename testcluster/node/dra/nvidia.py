@@ -1,5 +1,5 @@
 """ResourceSlices and DeviceClasses as NVIDIA's GPU DRA driver publishes them.  Pure.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The simulated kubelet: runs the pods bound to the simulated nodes as local processes.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from .env import ConfigError, expand

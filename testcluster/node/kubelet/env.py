@@ -1,5 +1,5 @@
 """A container's environment and the downward API's values, as the kubelet computes them.  Pure.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The kubelet of every simulated node: watches pods and nodes, runs one ``PodWorker`` per pod.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..devices import AllocationError, DeviceLedger, is_device_resource
 from .. import pod_resources
 from ..controller import TERMINAL, EventRecorder, Tasks, informer, pod_key
 from ..dra import kubelet_env
-from . import logs, streams, volumes
+from . import logs, volumes
 from . import runtime
 from .network import IPAllocator, pod_subnet_allocator
 from .standin import start_stand_in
@@ -218,15 +218,6 @@ class Kubelet:
         if w is None:
             raise ExecError(f'container not found ("{container}")')
         return await w.exec(container, argv, tty=tty, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
-
-    async def serve_exec(self, request: Any, pod: dict, container: str, argv: list[str],
-                         opts: dict[str, bool]) -> Any:
-        """``pods/exec`` once the API server has checked the request (``streams.serve_exec``)."""
-        return await streams.serve_exec(request, self, pod, container, argv, opts)
-
-    async def serve_attach(self, request: Any, pod: dict, container: str, opts: dict[str, bool]) -> Any:
-        """``pods/attach`` once the API server has checked the request (``streams.serve_attach``)."""
-        return await streams.serve_attach(request, self, pod, container, opts)
 
     # -- fed from outside: a node agent's informers over HTTP (testcluster.nodeagent) ----
 

@@ -1,5 +1,5 @@
 """Container logs as the kubelet serves them (``GET pods/{name}/log``).
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Pod addresses: each pod gets a loopback address of its own from the kubelet's pod subnet.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

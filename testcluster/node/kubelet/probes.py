@@ -1,5 +1,5 @@
 """Container probes: readiness, liveness and startup, as the kubelet's prober runs them.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The simulated container runtime: starts containers and execs through ``shim.py``.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The simulated container runtime's shim: runs one container, or one exec into it.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

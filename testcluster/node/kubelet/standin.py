@@ -1,5 +1,5 @@
 """The stand-in: HTTP answers on a pod's IP and container ports instead of running its command.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

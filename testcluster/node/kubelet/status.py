@@ -1,5 +1,5 @@
 """A container's state and the pod status the kubelet reports from it.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

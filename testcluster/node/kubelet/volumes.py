@@ -1,5 +1,5 @@
 """A pod's volumes, set up as the kubelet's volume plugins set them up.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations

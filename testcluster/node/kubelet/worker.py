@@ -1,5 +1,5 @@
 """The pod worker: one pod's life on its node, in the order the kubelet's ``SyncPod`` goes.
-Design notes: docs/simulated-cluster.md.
+Design notes: docs/simulated-nodes.md.
 """
 
 from __future__ import annotations
