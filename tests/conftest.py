@@ -10,6 +10,7 @@ import pathlib
 
 import pytest
 
+from testcluster import ControlPlane, ControlPlaneError, find_binary
 from tests.ci_skips import pytest_collectreport, pytest_configure, pytest_runtest_makereport  # noqa: F401 (hooks)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -100,3 +101,28 @@ def db_url(request, tmp_path):
         return f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
     pg = request.getfixturevalue("postgres")
     return pg.create_database(f"t{abs(hash(request.node.nodeid)) % 10**12}")
+
+
+# the test cluster: one real control plane (``gpuspawner-cluster controlplane``) for the whole session,
+# shared by every test that asks for it (tests/testcluster/conftest.py has its kubectl and API fixtures)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    """A started control plane; fails (never skips) when the binary is missing: setup builds it."""
+    try:
+        find_binary()
+    except ControlPlaneError as e:
+        pytest.fail(str(e))
+    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
+    cp.start()
+    print(f"\ncontrol plane {cp.server} ready in {cp.ready_seconds:.1f}s")
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="session")
+def real_cluster(control_plane):
+    """The kubeconfig of the session's real control plane (kube-apiserver, kube-scheduler,
+    kube-controller-manager)."""
+    return pathlib.Path(control_plane.kubeconfig)

@@ -2,8 +2,7 @@
 
 * no machine-specific path (a virtual environment or notes outside the repository) in the docs,
   the README, the package (its data and docstrings), the scripts or the benchmarks;
-* docs/simulated-apiserver.md lists every resource and subresource the simulated API server serves,
-  and says no API group is served only when none is;
+* docs/test-cluster.md names every kind a cluster file may hold (the loader's);
 * the pod-usage rule, in the README and docs/capacity.md, includes ``spec.overhead`` (as
   ``capacity/pod_requests.py`` counts it).
 """
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuspawner.sim.resources import RESOURCES, SUBRESOURCES
+from testcluster.node.loader import KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|root|Users)/|(?<![\w.~-])/home/(?!jovyan\b)|/venv/bin/")
@@ -34,25 +33,9 @@ def test_no_machine_specific_paths(path):
     assert hits == []
 
 
-def _apiserver_doc() -> str:
-    return (ROOT / "docs" / "simulated-apiserver.md").read_text()
-
-
-def test_the_apiserver_doc_lists_what_is_served():
-    table = "\n".join(line for line in _apiserver_doc().splitlines() if line.startswith("|"))
-    missing = [plural for plural in RESOURCES if not re.search(rf"(?<![\w/]){re.escape(plural)}(?![\w])", table)]
-    missing += [f"{plural}/{sub}" for plural, subs in SUBRESOURCES.items() for sub, _, _ in subs
-                if f"`{plural}/{sub}`" not in table]
-    assert missing == [], f"served but not in docs/simulated-apiserver.md's resource table: {missing}"
-
-
-def test_the_apiserver_doc_says_which_api_groups_are_served():
-    groups = sorted({info.group for info in RESOURCES.values() if info.group})
-    doc = _apiserver_doc()
-    says_none = "no API groups are served" in doc
-    assert says_none == (not groups), (groups, says_none)
-    for group in groups:
-        assert group in doc, group
+def test_the_test_cluster_doc_names_every_kind_a_cluster_file_holds():
+    doc = (ROOT / "docs" / "test-cluster.md").read_text()
+    assert [k for k in KINDS if f"`{k}`" not in doc] == []
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/capacity.md"])

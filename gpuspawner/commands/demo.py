@@ -1,6 +1,5 @@
-"""``gpuspawner demo``: a real JupyterHub with GPUSpawner on the test cluster (``demo_stack``) or, with
-``--simulated``, on the project's simulated API server in this process: the arguments, the checks before
-anything starts, and the hub's side of both."""
+"""``gpuspawner demo``: a real JupyterHub with GPUSpawner on the test cluster (``demo_stack``): the
+arguments, the checks before anything starts, and the hub's side."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 from pathlib import Path
 
 from gpuspawner import config_snippet
@@ -30,12 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cluster",
         metavar="FILE",
         help="Kubernetes manifests (Nodes, Pods) to load; default: the built-in GPU cluster",
-    )
-    parser.add_argument(
-        "--keep-timestamps",
-        action="store_true",
-        help="with --simulated: keep the cluster file's creationTimestamp and status times (a snapshot of a "
-             "real cluster replays with its ages)",
     )
     parser.add_argument("--port", type=port, default=8000, help="JupyterHub's public port (default 8000)")
     parser.add_argument(
@@ -70,12 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="queue the A100 pool's servers through Kueue (built from its module by scripts/setup.sh): a full "
              "pool takes a place in line (docs/kueue.md)",
-    )
-    parser.add_argument(
-        "--simulated",
-        action="store_true",
-        help="run the project's own simulated API server, scheduler and kubelet instead of Kubernetes' "
-             "control plane (plain HTTP, no authentication; being retired)",
     )
     parser.add_argument(
         "--config",
@@ -139,16 +125,11 @@ def main(args: argparse.Namespace) -> int:
         problems.append(f"--k8s-port {args.k8s_port} is in use; choose another with --k8s-port")
     if args.admin_token is not None and len(args.admin_token) < 8:
         problems.append("--admin-token must be at least 8 characters")
-    if args.kueue and args.simulated:
-        problems.append("--kueue runs Kueue against Kubernetes' own control plane: drop --simulated")
     if args.kueue and args.cluster:
         problems.append("--kueue sets up queues for the demo cluster's A100 pool: drop --cluster")
-    if args.keep_timestamps and not args.simulated:
-        problems.append("--keep-timestamps works only with --simulated (the real API server sets creation times)")
-    if not args.simulated:
-        missing = testbed.problem("demo")
-        if missing:
-            problems.append(missing.removeprefix("gpuspawner demo: "))
+    missing = testbed.problem("demo")
+    if missing:
+        problems.append(missing.removeprefix("gpuspawner demo: "))
     proxy = _find_proxy()
     if not proxy:
         problems.append(
@@ -163,8 +144,6 @@ def main(args: argparse.Namespace) -> int:
             print(f"gpuspawner demo: {p}", file=sys.stderr)
         return 2
     try:
-        if args.simulated:
-            return asyncio.run(_run(args, proxy, snippet))
         from gpuspawner.commands.demo_stack import run_real
 
         return asyncio.run(run_real(args, proxy, snippet))
@@ -187,7 +166,7 @@ def _hub_env(args: argparse.Namespace, workdir: Path, kubeconfig: Path, proxy: s
         GPUSPAWNER_DEMO_EXTRA_CONFIG=str(Path(args.config).resolve()) if args.config else "",
         CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(32),
     )
-    # the single-user servers the simulated kubelet starts must find jupyterhub-singleuser
+    # the single-user servers the node agent's kubelet starts must find jupyterhub-singleuser
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
@@ -233,65 +212,6 @@ async def _stop_hub(hub: asyncio.subprocess.Process) -> None:
     except asyncio.TimeoutError:
         hub.kill()
         await hub.wait()
-
-
-async def _run(args: argparse.Namespace, proxy: str, snippet: Path) -> int:
-    from gpuspawner.sim.cluster import SimCluster
-    from gpuspawner.sim.errors import ApiError
-    from gpuspawner.sim.loader import LoadError
-
-    started = asyncio.get_running_loop().time()
-    workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-demo-"))
-    from gpuspawner.commands.demo_cull import DemoCulling
-
-    cull = None if getattr(args, "no_cull", False) else DemoCulling()
-    cluster = SimCluster(cluster_file=args.cluster, port=args.k8s_port, keep_timestamps=args.keep_timestamps,
-                         dcgm_exporter=cull is not None)
-    hub: asyncio.subprocess.Process | None = None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        try:
-            k8s_url = await cluster.start()
-        except (LoadError, ValueError, ApiError) as e:
-            # the loader's LoadError names the document, the item and the field; an object the
-            # loader let through and the API server's validation refused is an ApiError (422)
-            print(f"gpuspawner demo: cannot load the cluster {args.cluster or '(built in)'}: {e}", file=sys.stderr)
-            return 2
-        _ensure_namespace(cluster, DEMO_NAMESPACE)
-        kubeconfig = workdir / "kubeconfig"
-        cluster.write_kubeconfig(str(kubeconfig))
-        # its own session: a terminal's Ctrl-C reaches only this process, which then stops the hub
-        # (and the hub its users' pods) before the cluster goes away
-        env = _hub_env(args, workdir, kubeconfig, proxy, snippet)
-        if cull is not None:  # the hub runs the culler as a service (demo_cull)
-            env.update(await cull.start(workdir, str(kubeconfig), os.environ.get("PYTHONPATH")))
-            print(cull.describe(), flush=True)
-        hub = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
-            cwd=str(workdir), env=env, start_new_session=True,
-        )
-        return await _serve_hub(hub, f"http://127.0.0.1:{args.port}", k8s_url, stop, kubeconfig, started=started)
-    finally:
-        if hub is not None and hub.returncode is None:
-            await _stop_hub(hub)
-        if cull is not None:
-            await cull.stop()
-        await cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _ensure_namespace(cluster, name: str) -> None:
-    """The hub's namespace, as an admin (or the Helm chart) creates it before installing."""
-    from gpuspawner.sim.errors import ApiError
-
-    try:
-        cluster.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    except ApiError as e:
-        if e.code != 409:
-            raise
 
 
 async def _wait_hub(hub: asyncio.subprocess.Process, url: str, stop: asyncio.Event) -> bool:

@@ -8,11 +8,9 @@ import importlib.util
 
 __all__ = ["DEMO_MODULES", "missing", "demo_extra_problem"]
 
-#: import name -> distribution, for each requirement of the ``demo`` extra:
-#: the simulated API server applies JSON patches, its scheduler evaluates DRA selectors in CEL,
-#: its kubelet starts jupyterhub-singleuser and its kernels, and the demo's servers open JupyterLab
-DEMO_MODULES = {"jsonpatch": "jsonpatch", "celpy": "cel-python", "jupyter_server": "jupyter_server",
-                "ipykernel": "ipykernel", "jupyterlab": "jupyterlab"}
+#: import name -> distribution, for each requirement of the ``demo`` extra: the test cluster's
+#: kubelet starts jupyterhub-singleuser and its kernels, and the demo's servers open JupyterLab
+DEMO_MODULES = {"jupyter_server": "jupyter_server", "ipykernel": "ipykernel", "jupyterlab": "jupyterlab"}
 
 
 def missing(modules: dict[str, str]) -> list[str]:
@@ -26,6 +24,6 @@ def demo_extra_problem(command: str) -> str | None:
     if not absent:
         return None
     return (
-        f"gpuspawner {command} needs the simulated cluster's dependencies, which a hub does not install "
+        f"gpuspawner {command} needs the test cluster's dependencies, which a hub does not install "
         f"(missing: {', '.join(absent)}); install them with: pip install 'gpuspawner[demo]'"
     )

@@ -1,6 +1,5 @@
 """``gpuspawner sim``: the test cluster in the foreground (Kubernetes' own control plane with the
-simulated GPU nodes of a cluster file; ``--simulated``: the project's older imitation).
-Design notes: docs/test-cluster.md.
+simulated GPU nodes of a cluster file).  Design notes: docs/test-cluster.md.
 """
 
 from __future__ import annotations
@@ -15,9 +14,6 @@ import tempfile
 from gpuspawner.commands import testbed
 from gpuspawner.commands.arguments import loopback, port
 from gpuspawner.commands.extras import demo_extra_problem
-
-#: flags only the simulated API server (--simulated) has
-SIMULATED_ONLY = (("stand_in", "--stand-in"), ("keep_timestamps", "--keep-timestamps"), ("hide_taints", "--hide-taints"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,23 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "unschedulable pods (default, without --cluster: testcluster/demo-node-groups.yaml)")
     parser.add_argument("--scale-up-seconds", type=float, metavar="S",
                         help="every node group's delay, whatever its file says (default: the file's)")
-    parser.add_argument("--simulated", action="store_true",
-                        help="run the project's own simulated API server, scheduler and kubelet instead of "
-                             "Kubernetes' control plane (plain HTTP, no authentication; being retired)")
-    parser.add_argument("--stand-in", action="store_true",
-                        help="with --simulated: answer HTTP on each pod's IP and ports with a tiny stand-in "
-                             "instead of running the containers' commands")
     parser.add_argument("--no-run-pods", action="store_true",
                         help="mark pods Running without starting any process")
     parser.add_argument("--dcgm-exporter", action="store_true",
                         help="run NVIDIA's DCGM exporter (simulated) as a pod on each NVIDIA GPU node "
                              "(namespace gpu-operator, port 9400): GPU activity follows the pods' CPU use "
                              "or their gpuspawner.sim/gpu-activity annotation")
-    parser.add_argument("--keep-timestamps", action="store_true",
-                        help="with --simulated: keep the cluster file's creationTimestamp and status times, so that a snapshot of a "
-                             "real cluster replays with its ages (default: everything is created now)")
-    parser.add_argument("--hide-taints", action="store_true",
-                        help="with --simulated: word FailedScheduling like Kubernetes >= 1.35: 'node(s) had untolerated taint(s)'")
 
 
 def _stop_event() -> asyncio.Event:
@@ -78,8 +63,8 @@ async def _serve_real(args: argparse.Namespace) -> int:
     written) at once; the nodes register meanwhile."""
     stack = testbed.load()
     if args.host != "127.0.0.1":
-        print(f"gpuspawner sim: --host {args.host}: the control plane listens on 127.0.0.1 only "
-              "(--simulated listens elsewhere)", file=sys.stderr)
+        print(f"gpuspawner sim: --host {args.host}: the control plane listens on 127.0.0.1 only",
+              file=sys.stderr)
         return 2
     cluster_file = args.cluster or str(testbed.default_cluster_file())
     workdir = tempfile.mkdtemp(prefix="gpuspawner-sim-")
@@ -123,61 +108,12 @@ async def _serve_real(args: argparse.Namespace) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    from gpuspawner.sim.cluster import SimCluster
-    from gpuspawner.sim.errors import ApiError
-    from gpuspawner.sim.loader import LoadError
-    from gpuspawner.sim.plugins import MessageStyle
-
-    if args.dcgm_exporter and (args.stand_in or args.no_run_pods):
-        print("gpuspawner sim: --dcgm-exporter runs the exporters as processes: drop --stand-in and "
-              "--no-run-pods", file=sys.stderr)
-        return 2
-    cluster = SimCluster(cluster_file=args.cluster, host=args.host, port=args.port,
-                         run_pods=not args.no_run_pods, stand_in=args.stand_in,
-                         message_style=MessageStyle(taint_details=not args.hide_taints),
-                         dcgm_exporter=args.dcgm_exporter, keep_timestamps=args.keep_timestamps)
-    try:
-        url = await cluster.start()
-    except (LoadError, ValueError, ApiError) as e:
-        # LoadError names the document, the item and the field; an object the API server's own
-        # validation refused is an ApiError (422 Invalid) that names the object and the field
-        print(f"gpuspawner sim: cannot load the cluster {args.cluster or '(built in)'}: {e}", file=sys.stderr)
-        await cluster.stop()
-        return 2
-    except OSError as e:
-        print(f"gpuspawner sim: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # POSIX, as the simulated kubelet's process groups are
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        nodes = cluster.store.count("nodes")
-        pods = cluster.store.count("pods")
-        print(f"simulated cluster: {nodes} nodes, {pods} pods, loaded in {cluster.load_seconds:.2f}s")
-        print(f"API server: {url}")
-        if args.kubeconfig:
-            path = cluster.write_kubeconfig(args.kubeconfig)
-            print(f"kubeconfig: {path}   (kubectl --kubeconfig {path} get nodes)")
-        print(f"try: kubectl --server {url} get nodes -L nvidia.com/gpu.product")
-        print("Ctrl-C stops the cluster and every process it started.", flush=True)
-        await stop.wait()
-    finally:
-        await cluster.stop()
-    return 0
-
-
 def main(args: argparse.Namespace) -> int:
-    problem = demo_extra_problem("sim")
-    if not problem and not args.simulated:
-        given = [flag for attr, flag in SIMULATED_ONLY if getattr(args, attr)]
-        problem = (f"gpuspawner sim: {', '.join(given)}: only with --simulated (the project's own API server)"
-                   if given else testbed.problem("sim"))
+    problem = demo_extra_problem("sim") or testbed.problem("sim")
     if problem:
         print(problem, file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_serve(args) if args.simulated else _serve_real(args))
+        return asyncio.run(_serve_real(args))
     except KeyboardInterrupt:
         return 130

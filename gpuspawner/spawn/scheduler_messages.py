@@ -123,9 +123,9 @@ def classify_reason(text: str) -> tuple[str, str | None]:
         return NODE_NAME, None
     if text == "node(s) were unschedulable":
         return UNSCHEDULABLE, None
-    # a bound volume's node affinity (VolumeBinding's ErrReasonNodeConflict, "didn't match
-    # PersistentVolume's node affinity" in k8s.io/kubernetes pkg/scheduler/framework/plugins/volumebinding/
-    # binder.go; "had volume node affinity conflict" before) or its zone labels (VolumeZone)
+    # VolumeBinding's ErrReasonNodeConflict: "node(s) didn't match PersistentVolume's node affinity" in
+    # Kubernetes v1.37 (pkg/scheduler/framework/plugins/volumebinding/binder.go), "node(s) had volume node
+    # affinity conflict" before
     if text in ("node(s) didn't match PersistentVolume's node affinity", "node(s) had volume node affinity conflict",
                 "node(s) had no available volume zone"):
         return VOLUME_ZONE, None

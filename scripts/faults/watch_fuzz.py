@@ -2,7 +2,7 @@
 
     python -m scripts.faults.watch_fuzz                       # 1,000,000 events, in memory
     python -m scripts.faults.watch_fuzz --events 100000 --seed 3
-    python -m scripts.faults.watch_fuzz --sim --events 20000  # through the simulated API server (HTTP)
+    python -m scripts.faults.watch_fuzz --real --events 5000  # into Kubernetes' own API server
 
 A seeded generator changes a small GPU cluster at random: pods created, bound, finished and
 deleted (some with GPU init containers or ``spec.overhead``), nodes flapping Ready/NotReady,
@@ -16,9 +16,9 @@ scratch (``recount.py``).
 In memory (the default), :class:`MemoryApi` stands in for ``CoreV1Api``: paged lists and
 watches from a resourceVersion over the generator's own event log, so the cache runs its real
 list/watch/resume/re-list loop and JSON parsing with no sockets; that is fast enough for a
-million events.  With ``--sim`` the same generator writes into the simulated cluster's
-``Store`` and the cache watches it over HTTP through ``ApiServer``, with the server's own fault
-injection (``close_watches``, ``fail_next(410)``) and history ring.
+million events.  With ``--real`` the same generator's writes go to the test cluster's kube-apiserver
+(``testcluster.ControlPlane``) and the cache watches it through the fault proxy (``close_watches``,
+an injected ``410`` on a watch).
 
 Exit status: 0 when every checkpoint agreed, 1 otherwise (the differences are printed).
 """
@@ -492,31 +492,31 @@ async def run_memory(events: int, *, seed: int = 1, checkpoint: int = 1000, mix:
     return report
 
 
-async def run_sim(events: int, *, seed: int = 1, checkpoint: int = 250, mix: Mix | None = None,
-                  history: int = 400, timeout: float = 60.0) -> Report:
-    """The same generator through the simulated API server over HTTP (``sim.apiserver``), with its
-    own fault injection: ``close_watches`` (dropped watches), ``fail_next(410)`` and a short
-    history (410 Gone on resume), and hub restarts (a new cache)."""
+async def run_real(events: int, control_plane: Any, *, seed: int = 1, checkpoint: int = 250,
+                   mix: Mix | None = None, timeout: float = 60.0) -> Report:
+    """The same generator written into a real control plane (``testcluster.ControlPlane``, started, with
+    no nodes) by its admin, while the cache watches it through the fault proxy: ``close_watches``
+    (dropped watches), an injected ``410`` on a watch, and hub restarts (a new cache)."""
     from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+    from kubernetes_asyncio.config import load_kube_config
 
-    from gpuspawner.sim.apiserver import ApiServer
-    from gpuspawner.sim.store import Store
+    from testcluster.faultproxy import FaultProxy
+    from testcluster.nodeagent.client import ApiError, Client
 
     mix = mix or Mix()
     rnd = random.Random(seed)
     world = World(random.Random(seed + 1))
-    store = Store(history=history)
-    for ns in NAMESPACES:
-        store.create("namespaces", {"metadata": {"name": ns}})
-    for obj in world.nodes.values():
-        store.create("nodes", obj)
-    server = ApiServer(store, bookmark_interval=0.5)
-    url = await server.start()
-    config = CapacityConfig()
+    admin = await Client(control_plane.kubeconfig).open()
+    proxy = FaultProxy(control_plane.data_dir).start()
+    conf = Configuration()
+    await load_kube_config(config_file=str(proxy.kubeconfig), client_configuration=conf)
+    res = {"nodes": await admin.resource("v1", "Node"), "pods": await admin.resource("v1", "Pod"),
+           "namespaces": await admin.resource("v1", "Namespace"), "sa": await admin.resource("v1", "ServiceAccount")}
+    config = CapacityConfig(dra_drivers=())
     clients: list[Any] = []
 
     def factory() -> Any:
-        client = CoreV1Api(ApiClient(Configuration(host=url)))
+        client = CoreV1Api(ApiClient(conf))
         clients.append(client)
         return client
 
@@ -527,78 +527,133 @@ async def run_sim(events: int, *, seed: int = 1, checkpoint: int = 250, mix: Mix
 
     report = Report()
     began = time.perf_counter()
-    cache = new_cache()
-    target = {"nodes": store.resource_version, "pods": store.resource_version}
+    target: dict[str, int] = {"nodes": 0, "pods": 0}
+    cache = None
     try:
+        for ns in NAMESPACES:
+            try:
+                await admin.create(res["namespaces"], {"metadata": {"name": ns}})
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+            while True:  # pods wait for the namespace's default ServiceAccount
+                try:
+                    await admin.get(res["sa"], "default", namespace=ns)
+                    break
+                except ApiError:
+                    await asyncio.sleep(0.1)
+        runtime_classes = await admin.resource("node.k8s.io/v1", "RuntimeClass")
+        for resource in ("nvidia.com/gpu", "amd.com/gpu"):  # a pod's overhead comes from its RuntimeClass
+            try:
+                await admin.create(runtime_classes, {"metadata": {"name": _runtime_class(resource)}, "handler": "runc",
+                                                     "overhead": {"podFixed": {resource: "1"}}})
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+        for obj in world.nodes.values():
+            target["nodes"] = max(target["nodes"], await _write_real(admin, res["nodes"], "ADDED", obj))
+        cache = new_cache()
         while report.events < events:
             change = world.step(mix)
             if change is not None:
-                _write(store, *change)
-                target[change[0]] = store.resource_version
+                kind, etype, obj = change
+                target[kind] = max(target[kind], await _write_real(admin, res[kind], etype, obj))
                 report.events += 1
             roll = rnd.random() * 100
             if roll < mix.drop_watch:
-                report.dropped_watches += server.faults.close_watches() > 0
+                report.dropped_watches += proxy.close_watches() > 0
             elif roll < mix.drop_watch + mix.gone:
-                server.faults.fail_next(1, 410, verb="watch")
-                server.faults.close_watches()
+                proxy.fail(410, 1, verb="watch")
+                proxy.close_watches()
                 report.gone += 1
             elif roll < mix.drop_watch + mix.gone + mix.restart:
                 await cache.stop()
                 cache = new_cache()
                 report.restarts += 1
-            if report.events % 16 == 0:
-                await asyncio.sleep(0)
             if report.events and report.events % checkpoint == 0 or report.events >= events:
-                # an informer whose kind did not change since catches up through a bookmark
-                if not await _caught_up_sim(cache, target, store, timeout):
+                # an informer whose kind did not change since catches up through a bookmark (about a
+                # minute on kube-apiserver): a write to each kind brings every watch to the newest revision
+                for kind in ("nodes", "pods"):
+                    target[kind] = max(target[kind], await _touch(admin, res[kind]))
+                if not await _caught_up(cache, target, timeout):
                     report.problems.append(f"after {report.events} events the cache did not catch up in "
                                            f"{timeout:g} s: {cache.health}")
                     break
                 report.checkpoints += 1
-                nodes = store.list("nodes")["items"]
-                pods = store.list("pods")["items"]
+                _, nodes = await admin.list(res["nodes"])
+                _, pods = await admin.list(res["pods"])
                 diff = differences(recount(nodes, pods, config), counted(cache.snapshot()))
                 if diff:
                     report.problems.append(f"checkpoint after {report.events} events:\n  " + "\n  ".join(diff))
                     break
     finally:
-        await cache.stop()
-        report.lists = server.counters.count("list")
-        await server.stop()
+        if cache is not None:
+            await cache.stop()
+        report.lists = proxy.counts("list")
+        proxy.stop()
         for c in clients:
             await c.api_client.close()
+        for kind in ("pods", "nodes"):  # the next user of the control plane finds none of them
+            _, items = await admin.list(res[kind])
+            for obj in items:
+                try:
+                    await admin.delete(res[kind], obj["metadata"]["name"], namespace=obj["metadata"].get("namespace"),
+                                       options={"gracePeriodSeconds": 0})
+                except ApiError:
+                    pass
+        await admin.close()
     report.seconds = time.perf_counter() - began
     return report
 
 
-def _write(store: Any, kind: str, etype: str, obj: dict) -> None:
-    """One generator change as a write to the simulated cluster's store."""
-    from gpuspawner.sim.errors import ApiError
+async def _write_real(admin: Any, res: Any, etype: str, obj: dict) -> int:
+    """One generator change as the admin's write; the revision it made (0: refused as stale or gone)."""
+    from testcluster.nodeagent.client import ApiError, path_for
 
     meta = obj["metadata"]
     ns = meta.get("namespace")
     clean = {k: v for k, v in obj.items() if k != "metadata"}
-    clean["metadata"] = {k: v for k, v in meta.items() if k not in ("resourceVersion", "deletionTimestamp")}
+    clean["metadata"] = {k: v for k, v in meta.items()
+                         if k not in ("resourceVersion", "deletionTimestamp", "uid", "creationTimestamp")}
+    overhead = (clean.get("spec") or {}).get("overhead")
+    if overhead:  # kube-apiserver refuses a pod's overhead that no RuntimeClass defines
+        clean["spec"] = {**clean["spec"], "runtimeClassName": _runtime_class(next(iter(overhead)))}
     try:
         if etype == "DELETED":
-            store.delete(kind, meta["name"], ns, grace_period_seconds=0)
-        elif etype == "ADDED":
-            store.create(kind, clean, ns)
+            await admin.delete(res, meta["name"], namespace=ns, options={"gracePeriodSeconds": 0})
+            got = await admin.list(res, namespace=ns, page=1)
+            return int(got[0])
+        if etype == "ADDED":
+            made = await admin.create(res, clean, namespace=ns)
         else:
-            current = store.get(kind, meta["name"], ns)
+            current = await admin.get(res, meta["name"], namespace=ns)
             clean["metadata"] = {**current["metadata"], **clean["metadata"]}
-            clean["metadata"].pop("resourceVersion", None)
-            store.replace(kind, meta["name"], clean, ns)
-            if clean.get("status") != current.get("status"):
-                store.replace(kind, meta["name"], {**store.get(kind, meta["name"], ns), "status": clean["status"]},
-                              ns, subresource="status")
+            made = await admin.request("PUT", path_for(res, ns, meta["name"]), body=clean)
+        if clean.get("status") and clean["status"] != made.get("status"):
+            made = await admin.request("PUT", path_for(res, ns, meta["name"], "status"), body={**made, "status": clean["status"]})
+        return int(made["metadata"]["resourceVersion"])
     except ApiError as e:
         if e.code not in (404, 409, 422):
             raise
+        return 0
 
 
-async def _caught_up_sim(cache: CapacityCache, target: dict[str, int], store: Any, timeout: float) -> bool:
+def _runtime_class(resource: str) -> str:
+    return "overhead-" + resource.replace(".", "-").replace("/", "-")
+
+
+async def _touch(admin: Any, res: Any) -> int:
+    """A label of some object of ``res`` changed: the newest revision its watches will see (0: none)."""
+    _, items = await admin.list(res, page=1)
+    if not items:
+        return 0
+    obj = items[0]
+    made = await admin.patch(res, obj["metadata"]["name"], {"metadata": {"labels": {"fuzz-touch": str(time.time_ns())}}},
+                             namespace=obj["metadata"].get("namespace"))
+    return int(made["metadata"]["resourceVersion"])
+
+
+async def _caught_up(cache: CapacityCache, target: dict[str, int], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         infos = cache._informers
@@ -611,18 +666,34 @@ async def _caught_up_sim(cache: CapacityCache, target: dict[str, int], store: An
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=None, help="random events (default 1,000,000; 20,000 with --sim)")
+    parser.add_argument("--events", type=int, default=None, help="random events (default 1,000,000; 5,000 with --real)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--checkpoint", type=int, default=None, help="events between two recounts")
-    parser.add_argument("--sim", action="store_true", help="through the simulated API server over HTTP")
+    parser.add_argument("--real", action="store_true",
+                        help="written into Kubernetes' own control plane (the test cluster's, started here) and "
+                             "watched through the fault proxy")
     args = parser.parse_args(argv)
     # the cache warns on every dropped watch and 410: thousands of lines that are the point here
     logging.getLogger("gpuspawner.capacity").setLevel(logging.ERROR)
-    if args.sim:
-        report = asyncio.run(run_sim(args.events or 20_000, seed=args.seed, checkpoint=args.checkpoint or 250))
+    if args.real:
+        report = _run_real_here(args.events or 5_000, args.seed, args.checkpoint or 250)
     else:
         report = asyncio.run(run_memory(args.events or 1_000_000, seed=args.seed, checkpoint=args.checkpoint or 1000))
     return scenario.finish(report)
+
+
+def _run_real_here(events: int, seed: int, checkpoint: int) -> Report:
+    """``run_real`` on a control plane of its own, stopped afterwards."""
+    import tempfile
+
+    from testcluster import ControlPlane
+
+    with tempfile.TemporaryDirectory(prefix="watch-fuzz-") as d:
+        cp = ControlPlane(Path(d)).start()
+        try:
+            return asyncio.run(run_real(events, cp, seed=seed, checkpoint=checkpoint))
+        finally:
+            cp.stop()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-from gpuspawner.sim.loader import LoadError
+from testcluster.node.loader import LoadError
 
 from .agent import NodeAgent
 from .autoscale import NodeGroupError, load_groups

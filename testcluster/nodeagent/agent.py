@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuspawner.sim import loader
-from gpuspawner.sim.devices import DeviceLedger
+from testcluster.node import loader
+from testcluster.node.devices import DeviceLedger
 
 from .nodes import pulled_images, ready_status
 from .apistore import ApiStore, EventWrites, PodWrites

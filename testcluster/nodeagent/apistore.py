@@ -1,6 +1,6 @@
 """The store-shaped view through which the simulated kubelet reads and writes, over the API.
 
-The kubelet's workers (``gpuspawner.sim.kubelet``) read objects synchronously and write pod
+The kubelet's workers (``testcluster.node.kubelet``) read objects synchronously and write pod
 status, pod removals and Events.  Here reads come from informers' caches (and objects fetched
 before a pod is handed over), and writes are queued: a pod's status writes coalesce (the last
 one wins, as the kubelet's status manager sends the newest), its removal follows them in order

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import yaml
 
-from gpuspawner.sim.pod_resources import parse_quantity
+from testcluster.node.pod_resources import parse_quantity
 
 from .client import KNOWN, Client
 

@@ -1,4 +1,4 @@
-"""DCGM on the agent's nodes: the simulated host engine and exporter pods of ``gpuspawner.sim.dcgm``,
+"""DCGM on the agent's nodes: the simulated host engine and exporter pods of ``testcluster.node.dcgm``,
 for device-plugin nodes and NVIDIA DRA nodes alike.
 
 A DRA node's GPUs are the ``gpu.nvidia.com`` devices of its ResourceSlices (a GPU in MIG mode
@@ -16,11 +16,11 @@ import logging
 import time
 from typing import Any, Callable, Mapping
 
-from gpuspawner.sim.dcgm import APP_LABEL, DEPLOY_LABEL, NAMESPACE, Dcgm
-from gpuspawner.sim.devices import DeviceLedger
-from gpuspawner.sim.dra.nvidia import DRIVER
-from gpuspawner.sim.gpu_hardware import Gpu, MigInstance, has_nvidia_gpus
-from gpuspawner.sim.pod_resources import QuantityError, parse_quantity
+from testcluster.node.dcgm import APP_LABEL, DEPLOY_LABEL, NAMESPACE, Dcgm
+from testcluster.node.devices import DeviceLedger
+from testcluster.node.dra.nvidia import DRIVER
+from testcluster.node.gpu_hardware import Gpu, MigInstance, has_nvidia_gpus
+from testcluster.node.pod_resources import QuantityError, parse_quantity
 
 from .client import KNOWN, ApiError, Client
 from .informer import Informer

@@ -16,9 +16,9 @@ import time
 from datetime import datetime
 from typing import Any, Callable
 
-from gpuspawner.sim.kubelet import ExecError
-from gpuspawner.sim.kubelet import runtime
-from gpuspawner.sim.kubelet.logs import STDOUT
+from testcluster.node.kubelet import ExecError
+from testcluster.node.kubelet import runtime
+from testcluster.node.kubelet.logs import STDOUT
 
 STDIN, STDOUT_FRAME, STDERR_FRAME, EXIT, RESIZE, STDIN_CLOSE = range(6)
 MAX_FRAME = 1 << 20

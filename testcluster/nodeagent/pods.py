@@ -1,6 +1,6 @@
 """The kubelet side of the agent's nodes: pods bound to them, run by the simulated kubelet.
 
-``AgentKubelet`` is ``gpuspawner.sim.kubelet.Kubelet`` reading and writing through an
+``AgentKubelet`` is ``testcluster.node.kubelet.Kubelet`` reading and writing through an
 ``ApiStore``; a container with no command (no image here to give it an entrypoint) is Running
 with no process behind it, which costs nothing.  ``PodFeed`` hands it the pods the informer
 sees, each new pod only after what it needs is in the caches (a real kubelet GETs what its
@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any, Iterable
 
-from gpuspawner.sim.kubelet import Kubelet
+from testcluster.node.kubelet import Kubelet
 
 from .apistore import ApiStore
 from .client import KNOWN, ApiError, Client, path_for

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
-from gpuspawner.sim import loader, timestamps
+from testcluster.node import loader, timestamps
 
 from . import nodes as N
 from .client import KNOWN, ApiError, Client

@@ -1,6 +1,6 @@
 """Builders of ``resource.k8s.io/v1`` objects (Dynamic Resource Allocation) for the tests.
 
-* as the simulated cluster's tests use them (NVIDIA's slices from ``sim.dra.nvidia``, claims,
+* as the test cluster's tests use them (NVIDIA's slices from ``testcluster.node.dra.nvidia``, claims,
   templates, pods with a claim): ``dra_node``, ``gpu_slice``, ``device_classes``, ``request``,
   ``claim``, ``claim_template``, ``claim_pod``;
 * as the product's capacity, spawn, hub and doctor tests read them, device by device (allocated
@@ -20,7 +20,7 @@ from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_accounts import DraAccounts
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.capacity.nodeimages import NodeImages
-from gpuspawner.sim.dra import nvidia
+from testcluster.node.dra import nvidia
 from tests.builders import GKE, node
 
 A100 = {"product": "NVIDIA A100-SXM4-80GB", "count": 4, "memory": "80Gi", "architecture": "Ampere",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import yaml
 
@@ -104,3 +105,49 @@ class LoopStalls:
     async def __aexit__(self, *exc: Any) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+@contextlib.asynccontextmanager
+async def loaded(kubeconfig: Any, cluster_file: Path, **agent: Any) -> AsyncIterator[Any]:
+    """A cluster file on a (shared) control plane through the node agent (``run_pods=False`` unless
+    given); afterwards every object of the file is deleted again and gone (pods first, nodes and
+    namespaces last), so that the next file may reuse its names."""
+    from testcluster.node import loader
+    from testcluster.nodeagent import NodeAgent
+
+    m = loader.load_file(cluster_file)
+    agent.setdefault("run_pods", False)
+    try:
+        async with NodeAgent(kubeconfig, cluster_file, **agent) as a:
+            yield a
+    finally:
+        client = await Client(kubeconfig).open()
+        try:
+            objects = []
+            for obj in m.pods + [o for _, o in m.others] + m.nodes + m.namespaces:
+                kind = loader.KINDS[obj["kind"]]
+                objects.append((kind.plural, obj, await client.resource(kind.api_version, obj["kind"])))
+            for plural, obj, res in objects:
+                ns = obj["metadata"].get("namespace") if res.namespaced else None
+                try:
+                    await client.delete(res, obj["metadata"]["name"], namespace=ns,
+                                        options={"gracePeriodSeconds": 0} if plural == "pods" else None)
+                except ApiError as e:
+                    if e.code != 404:
+                        raise
+            for plural, obj, res in objects:
+                ns = obj["metadata"].get("namespace") if res.namespaced else None
+
+                async def gone(res=res, name=obj["metadata"]["name"], ns=ns) -> bool:
+                    try:
+                        await client.get(res, name, namespace=ns)
+                    except ApiError as e:
+                        if e.code == 404:
+                            return True
+                        raise
+                    return False
+
+                # the namespace controller empties a namespace, then removes it
+                await wait_for(gone, f"{plural} {obj['metadata']['name']} to go", timeout=90)
+        finally:
+            await client.close()

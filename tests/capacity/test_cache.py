@@ -1,5 +1,6 @@
 """The informer cache: scripted-API unit tests (exact backoff, 410, 403, stuck
-watches) and integration tests over real HTTP against the simulated API server."""
+watches) and integration tests against Kubernetes' own API server (the session's control plane)
+through the fault proxy."""
 
 from __future__ import annotations
 
@@ -385,44 +386,25 @@ def test_shared_needs_a_running_loop():
 
 
 # ---------------------------------------------------------------------------
-# integration: the simulated API server over real HTTP with kubernetes_asyncio
-
-
-def sim_api(url):
-    from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
-
-    return lambda: CoreV1Api(ApiClient(Configuration(host=url)))
+# integration: kube-apiserver through the fault proxy, with kubernetes_asyncio
 
 
 @pytest.fixture
-async def sim():
-    from gpuspawner.sim.apiserver import ApiServer
-    from gpuspawner.sim.store import Store
+async def real(control_plane):
+    """Nodes n1, n2 (A100) and cpu-1; pods a (3 GPUs on n1) and web (on cpu-1); DRA off: these tests
+    count the node and pod informers' requests (DRA: test_dra_source.py)."""
+    from tests.builders.realapi import NAMESPACE, proxied
 
-    store = Store(history=500)
-    store.create("namespaces", {"metadata": {"name": "jhub"}})
-    for obj in (a100("n1"), a100("n2"), node("cpu-1")):
-        store.create("nodes", obj)
-    store.create("pods", pod("a", 3, "n1"))
-    store.create("pods", pod("web", 0, "cpu-1"))
-    server = ApiServer(store, bookmark_interval=0.2)
-    url = await server.start()
-    caches = []
+    async with proxied(control_plane) as c:
+        for obj in (a100("n1"), a100("n2"), node("cpu-1")):
+            await c.create("nodes", obj)
+        await c.create("pods", pod("a", 3, "n1"), NAMESPACE)
+        await c.create("pods", pod("web", 0, "cpu-1"), NAMESPACE)
+        c.proxy.reset_counts()
+        yield c
 
-    def make(**kw):
-        kw.setdefault("backoff_base", 0.02)
-        kw.setdefault("backoff_cap", 0.1)
-        # DRA off: these tests count the node and pod informers' requests (DRA: test_dra_source.py)
-        c = CapacityCache(CapacityConfig(dra_drivers=()), api_factory=sim_api(url), **kw)
-        caches.append(c)
-        c.start()
-        return c
 
-    server.make_cache = make
-    yield server
-    for c in caches:
-        await c.stop()
-    await server.stop()
+NO_DRA = CapacityConfig(dra_drivers=())
 
 
 def free(cache):
@@ -430,148 +412,143 @@ def free(cache):
     return None if p is None else (p.nodes, p.free)
 
 
+def watching_both(real):
+    return real.proxy.counts("watch", "nodes") >= 1 and real.proxy.counts("watch", "pods") >= 1
+
+
 @pytest.mark.integration
-async def test_sim_sync_and_incremental_updates(sim):
-    cache = sim.make_cache(page_size=1)
+async def test_real_sync_and_incremental_updates(real):
+    cache = real.make_cache(NO_DRA, page_size=1)
     assert await cache.wait_synced(10)
     assert free(cache) == (2, 13)
-    assert sim.counters.count("list", "nodes") == 3  # paged: 3 nodes, limit=1
-    store = sim.store
-    store.create("pods", pod("b", 8, "n2"))
+    assert real.proxy.counts("list", "nodes") == 3  # paged: 3 nodes, limit=1
+    await real.create("pods", pod("b", 8, "n2"), "jhub")
     await wait_for(lambda: free(cache) == (2, 5), what="new pod counted")
-    store.patch("nodes", "n1", json.dumps({"spec": {"unschedulable": True}}).encode(), "application/merge-patch+json")
+    await real.patch("nodes", "n1", {"spec": {"unschedulable": True}})
     await wait_for(lambda: free(cache) == (1, 0), what="cordoned node dropped")
-    store.delete("pods", "b", "jhub", grace_period_seconds=0)
+    await real.delete("pods", "b", "jhub")
     await wait_for(lambda: free(cache) == (1, 8), what="deleted pod released")
     assert cache.snapshot().healthy
 
 
 @pytest.mark.integration
-async def test_sim_resume_after_a_normal_close_without_relist(sim):
-    cache = sim.make_cache()
+async def test_real_resume_after_a_normal_close_without_relist(real):
+    cache = real.make_cache(NO_DRA)
     assert await cache.wait_synced(10)
-    await wait_for(lambda: sim.open_watches == 2, what="both watches open")
-    sim.store.create("pods", pod("b", 1, "n2"))
+    await wait_for(lambda: watching_both(real), what="both watches open")
+    await real.create("pods", pod("b", 1, "n2"), "jhub")
     await wait_for(lambda: free(cache) == (2, 12))
-    watches_before = sim.counters.count("watch", "pods")
-    assert sim.faults.close_watches() == 2
+    watches_before = real.proxy.counts("watch", "pods")
+    assert real.proxy.close_watches() == 2
     # written while no watch is open: the resumed watch must still deliver it
-    sim.store.create("pods", pod("c", 2, "n2"))
+    await real.create("pods", pod("c", 2, "n2"), "jhub")
     await wait_for(lambda: free(cache) == (2, 10), what="change made between watches")
-    assert sim.counters.count("watch", "pods") > watches_before
-    assert sim.counters.count("list", "pods") == 1 and sim.counters.count("list", "nodes") == 1
+    assert real.proxy.counts("watch", "pods") > watches_before
+    assert real.proxy.counts("list", "pods") == 1 and real.proxy.counts("list", "nodes") == 1
     assert cache.health["relists"] == 0
 
 
 @pytest.mark.integration
-async def test_sim_bookmarks_advance_the_resource_version(sim):
-    cache = sim.make_cache()
+async def test_real_bookmarks_advance_the_resource_version(real):
+    """Writes to other kinds only: kube-apiserver's watch bookmarks (about one a minute) tell the node
+    watch the newer resourceVersion, and a watch resumed from it needs no re-list."""
+    cache = real.make_cache(NO_DRA)
     assert await cache.wait_synced(10)
-    for i in range(3):  # writes to other kinds: only bookmarks tell the node watch
-        sim.store.create("configmaps", {"metadata": {"name": f"cm{i}"}}, "jhub")
-    target = str(sim.store.resource_version)
-    await wait_for(lambda: cache.health["informers"]["nodes"]["resource_version"] == target, what="bookmark")
-    sim.faults.close_watches()
-    await wait_for(lambda: sim.counters.count("watch", "nodes") >= 2, what="node watch resumed")
-    assert sim.counters.count("list", "nodes") == 1
+    for i in range(3):
+        made = await real.create("configmaps", {"metadata": {"name": f"cm{i}"}}, "jhub")
+    target = int(made["metadata"]["resourceVersion"])
+    await wait_for(lambda: int(cache.health["informers"]["nodes"]["resource_version"] or 0) >= target,
+                   timeout=90, what="a bookmark")
+    real.proxy.close_watches()
+    await wait_for(lambda: real.proxy.counts("watch", "nodes") >= 2, what="node watch resumed")
+    assert real.proxy.counts("list", "nodes") == 1
 
 
 @pytest.mark.integration
-async def test_sim_relists_after_410(sim):
-    cache = sim.make_cache()
+async def test_real_relists_after_410(real):
+    cache = real.make_cache(NO_DRA)
     assert await cache.wait_synced(10)
-    await wait_for(lambda: sim.open_watches == 2)
-    sim.faults.fail_next(1, 410, verb="watch", resource="nodes")
-    sim.faults.close_watches()
-    sim.store.delete("nodes", "n2")  # must disappear through the re-list or the watch
-    await wait_for(lambda: sim.counters.count("list", "nodes") == 2, what="re-list")
+    await wait_for(lambda: watching_both(real))
+    real.proxy.fail(410, 1, verb="watch", resource="nodes")
+    real.proxy.close_watches()
+    await real.delete("nodes", "n2")  # must disappear through the re-list or the watch
+    await wait_for(lambda: real.proxy.counts("list", "nodes") == 2, what="re-list")
     await wait_for(lambda: free(cache) == (1, 5))
     assert cache.health["relists"] == 1
-    assert sim.counters.count("list", "pods") == 1  # the pod informer just resumed
+    assert real.proxy.counts("list", "pods") == 1  # the pod informer just resumed
 
 
 @pytest.mark.integration
-async def test_sim_backs_off_after_500s(sim):
+async def test_real_backs_off_after_500s(real):
     sleeps = Sleeps()
-    sim.faults.fail_next(3, 500, verb="list", resource="pods")
-    cache = sim.make_cache(sleep=sleeps, rand=lambda: 0.5, backoff_base=1.0, backoff_cap=30.0)
+    real.proxy.fail(500, 3, verb="list", resource="pods")
+    cache = real.make_cache(NO_DRA, sleep=sleeps, rand=lambda: 0.5, backoff_base=1.0, backoff_cap=30.0)
     assert await cache.wait_synced(10)
     assert sleeps == [0.5, 1.0, 2.0]
-    assert sim.counters.count("list", "pods") == 4
+    assert real.proxy.counts("list", "pods") == 4  # three answered 500, the fourth listed
     assert cache.health["consecutive_failures"] == 0 and cache.snapshot().healthy
 
 
 @pytest.mark.integration
-async def test_sim_honours_retry_after_on_429(sim):
+async def test_real_honours_retry_after_on_429(real):
     sleeps = Sleeps()
-    sim.faults.fail_next(1, 429, verb="list", resource="nodes", retry_after=7)
-    cache = sim.make_cache(sleep=sleeps, rand=lambda: 0.5, backoff_base=1.0, backoff_cap=30.0)
+    real.proxy.fail(429, 1, verb="list", resource="nodes", retry_after=7)
+    cache = real.make_cache(NO_DRA, sleep=sleeps, rand=lambda: 0.5, backoff_base=1.0, backoff_cap=30.0)
     assert await cache.wait_synced(10)
     assert sleeps == [7.0]  # the server's Retry-After, not the 0.5 s of the first backoff step
 
 
 @pytest.mark.integration
-async def test_sim_recovers_after_refused_connections(sim):
-    cache = sim.make_cache()
+async def test_real_recovers_after_refused_connections(real):
+    cache = real.make_cache(NO_DRA)
     assert await cache.wait_synced(10)
-    await wait_for(lambda: sim.open_watches == 2)
-    # the API server goes away (kept-alive connections die with it; new ones are refused) ...
-    port = sim.port
-    await sim.stop()
+    await wait_for(lambda: watching_both(real))
+    # the API server goes away (its connections die; new ones are refused) ...
+    port = real.restart_proxy()
     await wait_for(lambda: cache.health["consecutive_failures"] >= 2, what="failures while refused")
     snap = cache.snapshot()
     assert snap.healthy is False and snap.error
     assert free(cache) == (2, 13)  # the last known state is still served, marked unhealthy
     # ... and comes back on the same address, with a change made meanwhile
-    sim.store.create("pods", pod("b", 1, "n2"))
-    from gpuspawner.sim.apiserver import ApiServer
-
-    again = ApiServer(sim.store, port=port, bookmark_interval=0.2)
-    await again.start()
-    try:
-        await wait_for(lambda: free(cache) == (2, 12), what="recovered")
-        await wait_for(lambda: cache.snapshot().healthy, what="healthy again")
-        assert cache.health["relists"] == 0
-        assert again.counters.count("list") == 0  # resumed from the last resourceVersion
-    finally:
-        await cache.stop()
-        await again.stop()
+    await real.create("pods", pod("b", 1, "n2"), "jhub")
+    real.start_proxy(port)
+    await wait_for(lambda: free(cache) == (2, 12), what="recovered")
+    await wait_for(lambda: cache.snapshot().healthy, what="healthy again")
+    assert cache.health["relists"] == 0
+    assert real.proxy.counts("list") == 0  # resumed from the last resourceVersion
 
 
 @pytest.mark.integration
-async def test_sim_stuck_watch_is_restarted(sim):
-    cache = sim.make_cache(stall_timeout=0.3)
+async def test_real_stuck_watch_is_restarted(real):
+    cache = real.make_cache(NO_DRA, stall_timeout=0.3)
     assert await cache.wait_synced(10)
-    await wait_for(lambda: sim.open_watches == 2)
-    sim.faults.stall(5, verb="watch", resource="nodes", count=1)  # the next node watch hangs
-    sim.faults.close_watches()
+    await wait_for(lambda: watching_both(real))
+    real.proxy.stall(5, verb="watch", resource="nodes", count=1)  # the next node watch hangs
+    real.proxy.close_watches()
     await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="stuck detected")
-    sim.store.patch("nodes", "n2", json.dumps({"spec": {"unschedulable": True}}).encode(),
-                    "application/merge-patch+json")
+    await real.patch("nodes", "n2", {"spec": {"unschedulable": True}})
     await wait_for(lambda: free(cache) == (1, 5), what="watch working again")
-    assert sim.counters.count("list", "nodes") == 2  # a stuck watch is followed by a fresh list
+    assert real.proxy.counts("list", "nodes") >= 2  # a stuck watch is followed by a fresh list
 
 
 @pytest.mark.integration
-async def test_sim_silent_watch_stream_is_restarted(sim):
-    sim.bookmark_interval = 1000  # no bookmarks: an open stream with nothing on it
-    cache = sim.make_cache(stall_timeout=0.3)
+async def test_real_silent_watch_stream_is_restarted(real):
+    """kube-apiserver sends a watch bookmark about once a minute: a node watch with nothing to say for
+    longer than the stall timeout is taken for stuck, restarted after a fresh list."""
+    cache = real.make_cache(NO_DRA, stall_timeout=0.3)
     assert await cache.wait_synced(10)
     await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="silence detected")
-    await wait_for(lambda: sim.counters.count("watch", "nodes") >= 2, what="watch restarted")
-    assert sim.counters.count("list", "nodes") >= 2  # after a fresh list
-    assert not cache.snapshot().healthy  # lists answer, but no watch has delivered since
-    sim.store.create("pods", pod("b", 2, "n2"))
+    await wait_for(lambda: real.proxy.counts("watch", "nodes") >= 2, what="watch restarted")
+    assert real.proxy.counts("list", "nodes") >= 2  # after a fresh list
+    await real.create("pods", pod("b", 2, "n2"), "jhub")
     await wait_for(lambda: free(cache) == (2, 11), what="events still flow")
 
 
 @pytest.mark.integration
-async def test_http_403_names_the_missing_cluster_role_rules(sim):
-    """The hub's ServiceAccount without the ClusterRole: the API server answers 403 (injected, worded as
-    RBAC words it) to the cluster-wide lists; the snapshot says which rules are missing."""
-    sim.faults.fail_next(1000, 403, verb="list", resource="nodes")
-    sim.faults.fail_next(1000, 403, verb="list", resource="pods")
-    cache = sim.make_cache()
+async def test_http_403_names_the_missing_cluster_role_rules(real):
+    """The hub's ServiceAccount without the ClusterRole: kube-apiserver's RBAC answers 403 to the
+    cluster-wide lists; the snapshot says which rules are missing."""
+    cache = real.make_cache(NO_DRA, token=await real.token("hub-without-rules"))
     assert await cache.wait_synced(3) is False
     await wait_for(lambda: all(i["forbidden"] for i in cache.health["informers"].values()), what="forbidden")
     err = cache.snapshot().error

@@ -1,6 +1,7 @@
 """The capacity cache on a cluster that serves resource.k8s.io/v1: discovery, the DRA informers,
 DRA pools beside device-plugin pools, and DRA trouble that never breaks the device-plugin path.
-Scripted API (``test_cache.ScriptedApi``); the simulated cluster's DRA is tested end to end."""
+Scripted API (``test_cache.ScriptedApi``); then end to end on kube-apiserver (resource.k8s.io/v1) through the
+fault proxy."""
 
 from __future__ import annotations
 
@@ -168,41 +169,25 @@ async def test_no_dra_drivers_turns_dra_off(make_cache):
 
 
 # ---------------------------------------------------------------------------
-# integration: the simulated API server (resource.k8s.io/v1) over real HTTP with kubernetes_asyncio
+# integration: kube-apiserver (resource.k8s.io/v1) through the fault proxy, with kubernetes_asyncio
 
 
 @pytest.fixture
-async def dra_sim():
-    from gpuspawner.capacity.cache import CapacityCache
-    from gpuspawner.capacity.config import CapacityConfig
-    from gpuspawner.sim.apiserver import ApiServer
-    from gpuspawner.sim.store import Store
+async def dra_real(control_plane):
+    """An A100 device-plugin node n1; DRA nodes d1 (4 GPUs) and d2 (2) with their slices; NVIDIA's classes."""
+    from tests.builders.realapi import proxied
 
-    from .test_cache import a100, sim_api
+    from .test_cache import a100
 
-    store = Store(history=500)
-    store.create("namespaces", {"metadata": {"name": "jhub"}})
-    for obj in (a100("n1"), group_node("d1", "dra-a100"), group_node("d2", "dra-a100")):
-        store.create("nodes", obj)
-    for obj in (device_class("gpu.nvidia.com", device_type="gpu"), device_class("mig.nvidia.com", device_type="mig")):
-        store.create("deviceclasses", obj)
-    store.create("resourceslices", resource_slice("d1-gpus", "d1", [gpu_device(f"gpu-{i}") for i in range(4)]))
-    store.create("resourceslices", resource_slice("d2-gpus", "d2", [gpu_device(f"gpu-{i}") for i in range(2)]))
-    server = ApiServer(store, bookmark_interval=0.2)
-    url = await server.start()
-    caches = []
-
-    def make(**kw):
-        c = CapacityCache(CapacityConfig(), api_factory=sim_api(url), backoff_base=0.02, backoff_cap=0.1, **kw)
-        caches.append(c)
-        c.start()
-        return c
-
-    server.make_cache = make
-    yield server
-    for c in caches:
-        await c.stop()
-    await server.stop()
+    async with proxied(control_plane) as c:
+        for obj in (a100("n1"), group_node("d1", "dra-a100"), group_node("d2", "dra-a100")):
+            await c.create("nodes", obj)
+        for obj in (device_class("gpu.nvidia.com", device_type="gpu"), device_class("mig.nvidia.com", device_type="mig")):
+            await c.create("deviceclasses", obj)
+        await c.create("resourceslices", resource_slice("d1-gpus", "d1", [gpu_device(f"gpu-{i}") for i in range(4)]))
+        await c.create("resourceslices", resource_slice("d2-gpus", "d2", [gpu_device(f"gpu-{i}") for i in range(2)]))
+        c.proxy.reset_counts()
+        yield c
 
 
 def dra_counts(cache):
@@ -210,46 +195,42 @@ def dra_counts(cache):
     return None if p is None else (p.nodes, p.total, p.free)
 
 
-def allocate(store, name, devices):
+async def allocate(real, name, devices):
     """A claim, then its allocation written through the status subresource (as the scheduler does)."""
-    claim = resource_claim(name, devices=devices)
-    status = claim.pop("status")
-    created = store.create("resourceclaims", claim, "jhub")
-    store.replace("resourceclaims", name, {**created, "status": status}, "jhub", subresource="status")
+    await real.create("resourceclaims", resource_claim(name, devices=devices), "jhub", status=True)
 
 
 @pytest.mark.integration
-async def test_sim_dra_pools_and_claims_live(dra_sim):
-    cache = dra_sim.make_cache()
+async def test_real_dra_pools_and_claims_live(dra_real):
+    cache = dra_real.make_cache()
     assert await cache.wait_synced(10)
     assert dra_counts(cache) == (2, 6, 6)
     assert cache.snapshot().pool(A100).allocation == "device-plugin"
-    allocate(dra_sim.store, "ada-gpus", [("d1", "gpu-0"), ("d1", "gpu-1")])
+    await allocate(dra_real, "ada-gpus", [("d1", "gpu-0"), ("d1", "gpu-1")])
     await wait_for(lambda: dra_counts(cache) == (2, 6, 4), what="allocated claim counted")
-    dra_sim.store.delete("resourceclaims", "ada-gpus", "jhub")
+    await dra_real.delete("resourceclaims", "ada-gpus", "jhub")
     await wait_for(lambda: dra_counts(cache) == (2, 6, 6), what="deleted claim gives its devices back")
-    assert dra_sim.counters.count("list", "resourceclaims") == 1  # watched, never re-listed
+    assert dra_real.proxy.counts("list", "resourceclaims") == 1  # watched, never re-listed
 
 
 @pytest.mark.integration
-async def test_sim_new_generation_is_used_only_when_complete(dra_sim):
-    cache = dra_sim.make_cache()
+async def test_real_new_generation_is_used_only_when_complete(dra_real):
+    cache = dra_real.make_cache()
     assert await cache.wait_synced(10)
-    store = dra_sim.store
     # the driver republishes d2's pool as generation 2 in two slices; the old slice stays meanwhile
-    store.create("resourceslices", resource_slice("d2-gen2-a", "d2", [gpu_device("gpu-0")], pool="d2",
-                                                  generation=2, count=2))
+    await dra_real.create("resourceslices", resource_slice("d2-gen2-a", "d2", [gpu_device("gpu-0")], pool="d2",
+                                                           generation=2, count=2))
     await wait_for(lambda: dra_counts(cache) == (1, 4, 4), what="d2's pool untrusted while incomplete")
     assert cache.health["dra"]["incomplete_pools"] == ["gpu.nvidia.com/d2"]
-    store.create("resourceslices", resource_slice("d2-gen2-b", "d2", [gpu_device("gpu-1"), gpu_device("gpu-2")],
-                                                  pool="d2", generation=2, count=2))
+    await dra_real.create("resourceslices", resource_slice("d2-gen2-b", "d2", [gpu_device("gpu-1"), gpu_device("gpu-2")],
+                                                           pool="d2", generation=2, count=2))
     await wait_for(lambda: dra_counts(cache) == (2, 7, 7), what="the complete new generation counted")
 
 
 @pytest.mark.integration
-async def test_sim_dra_forbidden_leaves_device_plugin_pools(dra_sim):
-    dra_sim.faults.fail_next(1000, 403, verb="list", resource="resourceslices")
-    cache = dra_sim.make_cache()
+async def test_real_dra_forbidden_leaves_device_plugin_pools(dra_real):
+    dra_real.proxy.fail(403, 1000, verb="list", resource="resourceslices")
+    cache = dra_real.make_cache()
     assert await cache.wait_synced(10)
     await wait_for(lambda: cache.health["dra"]["informers"]["resourceslices"]["forbidden"], what="forbidden")
     snap = cache.snapshot()
@@ -259,30 +240,38 @@ async def test_sim_dra_forbidden_leaves_device_plugin_pools(dra_sim):
 
 
 @pytest.mark.integration
-async def test_sim_stalled_dra_watches_take_dra_pools_off_until_one_delivers(dra_sim):
+async def test_real_stalled_dra_watches_take_dra_pools_off_until_one_delivers(dra_real):
     """DRA watches stalled while their lists answer: the DRA pools go off within the window, stay off
-    through re-lists, and come back only once the DRA watches deliver again; the device-plugin pools stay."""
+    through re-lists, and come back only once the DRA watches deliver again (kube-apiserver's bookmarks
+    come about once a minute: here changes to each DRA kind deliver); the device-plugin pools stay."""
     import asyncio
 
+    from tests.builders.realapi import ticking
+
     window = 1.0
-    cache = dra_sim.make_cache(stall_timeout=window)
+    await dra_real.create("resourceclaims", resource_claim("tick"), "jhub")
+
+    cache = dra_real.make_cache(stall_timeout=window)
     assert await cache.wait_synced(10)
     assert dra_counts(cache) == (2, 6, 6)
     for kind in ("resourceslices", "resourceclaims", "deviceclasses"):
-        dra_sim.faults.stall(3600, verb="watch", resource=kind)
-    dra_sim.faults.close_watches()
+        dra_real.proxy.stall(3600, verb="watch", resource=kind)
+    dra_real.proxy.close_watches()
     await wait_for(lambda: dra_counts(cache) is None, timeout=window + 3, what="DRA pools off within the window")
-    lists = dra_sim.counters.count("list", "resourceslices")
+    lists = dra_real.proxy.counts("list", "resourceslices")
     seen = []
     for _ in range(40):  # two windows of re-lists (each stuck DRA watch is re-listed), the pools stay off
         await asyncio.sleep(0.05)
         seen.append(dra_counts(cache))
-    assert dra_sim.counters.count("list", "resourceslices") > lists
+    assert dra_real.proxy.counts("list", "resourceslices") > lists
     assert seen == [None] * len(seen)
     assert cache.snapshot().pool(A100) is not None  # the device-plugin path is not touched
-    dra_sim.faults.clear()
-    await wait_for(lambda: dra_counts(cache) == (2, 6, 6), timeout=10, what="DRA pools back after a delivery")
-    assert not any(i["stalled"] for i in cache.health["dra"]["informers"].values())
+    dra_real.proxy.clear()
+    async with ticking(dra_real, [("deviceclasses", "mig.nvidia.com", None), ("resourceclaims", "tick", "jhub"),
+                                  ("resourceslices", "d1-gpus", None)]):
+        await wait_for(lambda: dra_counts(cache) == (2, 6, 6)
+                       and not any(i["stalled"] for i in cache.health["dra"]["informers"].values()),
+                       timeout=10, what="DRA pools back after a delivery")
 
 
 async def test_a_failing_dra_watch_takes_dra_pools_off_until_it_works_again(make_cache):

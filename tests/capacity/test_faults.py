@@ -18,9 +18,10 @@ from gpuspawner.capacity.plugin_accounts import PluginAccounts
 from gpuspawner.spawn.profiles import capacity_problem
 from scripts.faults import watch_fuzz
 from scripts.faults.recount import counted, differences, from_api, recount
+from tests.builders.realapi import proxied, ticking
 
 from tests.builders import node, pod
-from .test_cache import A100, NODE_LIST, POD_LIST, ScriptedApi, a100, listing, sim_api, wait_for
+from .test_cache import A100, NODE_LIST, POD_LIST, ScriptedApi, a100, listing, wait_for
 
 
 class _Parked:
@@ -136,87 +137,71 @@ async def test_a_410_on_a_quiet_watch_is_no_stall(caches):
 
 
 @pytest.mark.integration
-async def test_a_watch_request_that_is_never_answered_is_stale_then_restarted():
+async def test_a_watch_request_that_is_never_answered_is_stale_then_restarted(control_plane):
     """The hostile tester's stalled watch: the API server takes the watch request and never answers.
-    The figures turn stale after the bound and the watch is restarted; live again afterwards."""
-    from gpuspawner.sim.apiserver import ApiServer
-    from gpuspawner.sim.store import Store
-
-    store = Store()
-    store.create("namespaces", {"metadata": {"name": "jhub"}})
-    store.create("nodes", a100("n1"))
-    server = ApiServer(store, bookmark_interval=0.2)
-    url = await server.start()
-    # DRA off: its three watches would take the stalled requests meant for nodes and pods
-    cache = CapacityCache(CapacityConfig(stall_timeout=1.0, dra_drivers=()), api_factory=sim_api(url),
-                          backoff_base=0.01, backoff_cap=0.05)
-    cache.start()
-    try:
-        assert await cache.wait_synced(10)
-        await wait_for(lambda: server.open_watches == 2, what="both watches")
-        server.faults.stall(3.0, verb="watch", count=2)  # the next two watch requests hang
-        server.faults.close_watches()
-        await wait_for(lambda: not cache.snapshot().healthy, timeout=5, what="stale while unanswered")
-        assert "Kubernetes API server" in cache.snapshot().error
-        await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="restarted")
-        await wait_for(lambda: cache.snapshot().healthy, timeout=10, what="live again")
-    finally:
-        await cache.stop()
-        await server.stop()
+    The figures turn stale after the bound and the watch is restarted; live again afterwards (a node
+    and a pod change every 0.2 s, so that each working watch delivers within the bound)."""
+    async with proxied(control_plane) as real:
+        await real.create("nodes", a100("n1"))
+        await real.create("pods", pod("web", 0, "n1"), "jhub")
+        # DRA off: its three watches would take the stalled requests meant for nodes and pods
+        cache = real.make_cache(CapacityConfig(stall_timeout=1.0, dra_drivers=()), backoff_base=0.01,
+                                backoff_cap=0.05)
+        async with ticking(real, [("nodes", "n1", None), ("pods", "web", "jhub")]):
+            assert await cache.wait_synced(10)
+            await wait_for(lambda: cache.snapshot().healthy, what="healthy")
+            real.proxy.stall(3.0, verb="watch", count=2)  # the next two watch requests hang
+            real.proxy.close_watches()
+            await wait_for(lambda: not cache.snapshot().healthy, timeout=5, what="stale while unanswered")
+            # the words say it is the watch, whichever the cache saw first under this load: a request left
+            # unanswered, a silent watch (kube-apiserver sends no bookmark within 1 s), or watches that end at once
+            error = cache.snapshot().error
+            assert "the hub's watch" in error, error
+            await wait_for(lambda: cache.health["informers"]["nodes"]["stuck_watches"] >= 1, what="restarted")
+            await wait_for(lambda: cache.snapshot().healthy, timeout=10, what="live again")
 
 
 @pytest.mark.integration
-async def test_stalled_watches_with_lists_answering_are_never_trusted_until_a_watch_delivers():
+async def test_stalled_watches_with_lists_answering_are_never_trusted_until_a_watch_delivers(control_plane):
     """Every watch request hangs while lists still answer (the hostile tester's stall): the pools turn
     unhealthy within the window, re-lists (the spawns' re-checks) do not make them healthy again, a
     spawn would get the 503 of an outage; once watches answer, health comes back only after a fresh
-    list and a watch that delivered."""
-    from gpuspawner.sim.apiserver import ApiServer
-    from gpuspawner.sim.store import Store
-
-    store = Store()
-    store.create("namespaces", {"metadata": {"name": "jhub"}})
-    for obj in (a100("n1"), a100("n2")):
-        store.create("nodes", obj)
-    server = ApiServer(store, bookmark_interval=0.2)
-    url = await server.start()
-    window = 1.0
-    cache = CapacityCache(CapacityConfig(stall_timeout=window, dra_drivers=()), api_factory=sim_api(url),
-                          backoff_base=0.01, backoff_cap=0.05, recheck_interval=0.0)
-    cache.start()
-    loop = asyncio.get_running_loop()
-    try:
-        assert await cache.wait_synced(10)
-        await wait_for(lambda: server.open_watches == 2, what="both watches")
-        await wait_for(lambda: cache.snapshot().healthy, what="healthy")
-        server.faults.stall(3600, verb="watch")  # every watch request hangs; lists answer
-        server.faults.close_watches()
-        began = loop.time()
-        await wait_for(lambda: cache.snapshot().age_seconds > window, timeout=window + 2, what="a window of silence")
-        assert loop.time() - began <= window + 1.0
-        assert not cache.snapshot().healthy
-        # the spawns' re-checks re-list for three windows: the lists answer, and still nothing is trusted
-        lists = server.counters.count("list")
-        healthy_seen = []
-        end = loop.time() + 3 * window
-        while loop.time() < end:
-            cache.recheck()
-            await asyncio.sleep(0.05)
-            healthy_seen.append(cache.snapshot().healthy)
-        assert server.counters.count("list") >= lists + 4  # re-listed, answered ...
-        assert not any(healthy_seen)  # ... and never trusted for that
-        problem = capacity_problem(cache.snapshot())
-        assert problem.startswith("GPU capacity is unknown: the hub's watch of the cluster's")  # the 503's words
-        assert cache.health["informers"]["nodes"].get("stalled") is True
-        # the watches answer again: a fresh list, then a delivering watch (a bookmark), then healthy
-        server.faults.clear()
-        lists = server.counters.count("list")
-        await wait_for(lambda: cache.snapshot().healthy, timeout=10, what="healthy after a delivering watch")
-        assert server.counters.count("list") > lists
-        assert not any(i.get("stalled") for i in cache.health["informers"].values())
-    finally:
-        await cache.stop()
-        await server.stop()
+    list and a watch that delivered (a node and a pod change every 0.2 s)."""
+    async with proxied(control_plane) as real:
+        for obj in (a100("n1"), a100("n2")):
+            await real.create("nodes", obj)
+        await real.create("pods", pod("web", 0, "n1"), "jhub")
+        window = 1.0
+        cache = real.make_cache(CapacityConfig(stall_timeout=window, dra_drivers=()), backoff_base=0.01,
+                                backoff_cap=0.05, recheck_interval=0.0)
+        loop = asyncio.get_running_loop()
+        async with ticking(real, [("nodes", "n1", None), ("pods", "web", "jhub")]):
+            assert await cache.wait_synced(10)
+            await wait_for(lambda: cache.snapshot().healthy, what="healthy")
+            real.proxy.stall(3600, verb="watch")  # every watch request hangs; lists answer
+            real.proxy.close_watches()
+            began = loop.time()
+            await wait_for(lambda: cache.snapshot().age_seconds > window, timeout=window + 2,
+                           what="a window of silence")
+            assert loop.time() - began <= window + 1.0
+            assert not cache.snapshot().healthy
+            # the spawns' re-checks re-list for three windows: the lists answer, and still nothing is trusted
+            lists = real.proxy.counts("list")
+            healthy_seen = []
+            end = loop.time() + 3 * window
+            while loop.time() < end:
+                cache.recheck()
+                await asyncio.sleep(0.05)
+                healthy_seen.append(cache.snapshot().healthy)
+            assert real.proxy.counts("list") >= lists + 4  # re-listed, answered ...
+            assert not any(healthy_seen)  # ... and never trusted for that
+            problem = capacity_problem(cache.snapshot())
+            assert problem.startswith("GPU capacity is unknown: the hub's watch of the cluster's")  # the 503's words
+            assert cache.health["informers"]["nodes"].get("stalled") is True
+            # the watches answer again: the held ones, started after the re-checks' fresh lists, deliver: healthy
+            real.proxy.clear()
+            await wait_for(lambda: cache.snapshot().healthy, timeout=10, what="healthy after a delivering watch")
+            assert not any(i.get("stalled") for i in cache.health["informers"].values())
 
 
 # --- plain words, never exception names --------------------------------------------------------------
@@ -287,30 +272,22 @@ def test_ages_in_words(seconds, words):
 
 
 @pytest.mark.integration
-async def test_a_failing_api_server_is_described_without_internal_names():
+async def test_a_failing_api_server_is_described_without_internal_names(control_plane):
     """The hostile tester read ``nodes: _HttpError: HTTP 500: ...`` in a 503; now the words say what failed."""
-    from gpuspawner.sim.apiserver import ApiServer
-    from gpuspawner.sim.store import Store
-
-    store = Store()
-    store.create("nodes", a100("n1"))
-    server = ApiServer(store)
-    url = await server.start()
-    server.faults.fail_next(1000, 500, verb="list")
-    cache = CapacityCache(CapacityConfig(), api_factory=sim_api(url), backoff_base=0.01, backoff_cap=0.02)
-    cache.start()
-    try:
+    async with proxied(control_plane) as real:
+        await real.create("nodes", a100("n1"))
+        real.proxy.fail(500, 1000, verb="list")
+        cache = real.make_cache(backoff_base=0.01, backoff_cap=0.02)
         await wait_for(lambda: cache.health["consecutive_failures"] >= 1
                        and all(i["error"] for i in cache.health["informers"].values()), what="both failing")
         error = cache.snapshot().error
-        assert error == ("the hub cannot read the cluster's nodes and pods: the Kubernetes API server failed "
-                         "(HTTP 500 InternalError): Internal error occurred: injected fault")
+        assert error == "; ".join(
+            f"the hub cannot read the cluster's {kind}: the Kubernetes API server failed (HTTP 500 InternalError): "
+            f'an error on the server ("injected by the fault proxy for {kind}") has prevented the request from '
+            f"succeeding (list {kind})" for kind in ("nodes", "pods"))
         assert "_HttpError" not in error and "HTTP 500:" not in error
         problem = capacity_problem(cache.snapshot())
         assert problem == f"GPU capacity is unknown: {error}"  # not synced: no figures, so no age
-    finally:
-        await cache.stop()
-        await server.stop()
 
 
 # --- re-check on demand ---------------------------------------------------------------------------
@@ -344,37 +321,26 @@ async def test_recheck_relists_both_kinds_once_per_interval(caches):
 # --- the API server gone for minutes, then back ------------------------------------------------------------
 
 @pytest.mark.integration
-async def test_api_server_unreachable_for_five_minutes_then_back():
+async def test_api_server_unreachable_for_five_minutes_then_back(control_plane):
     """Scenario 1 in seconds: the server goes away (connections refused), five minutes pass on the
     cache's clock, the cluster changes meanwhile; the figures say unknown and their age, and once the
     server is back the counts equal a recount of the cluster from scratch."""
-    from gpuspawner.sim.apiserver import ApiServer
-    from gpuspawner.sim.store import Store
-
-    store = Store(history=100)
-    store.create("namespaces", {"metadata": {"name": "jhub"}})
-    for obj in (a100("n1"), a100("n2"), node("cpu-1")):
-        store.create("nodes", obj)
-    store.create("pods", pod("a", 3, "n1"))
-    server = ApiServer(store, bookmark_interval=0.2)
-    url = await server.start()
-    port = server.port
-    offset = [0.0]
-    cache = CapacityCache(CapacityConfig(), api_factory=sim_api(url), clock=lambda: time.monotonic() + offset[0],
-                          backoff_base=0.05, backoff_cap=0.2)
-    cache.start()
-    again = None
-    try:
+    async with proxied(control_plane) as real:
+        for obj in (a100("n1"), a100("n2"), node("cpu-1")):
+            await real.create("nodes", obj)
+        await real.create("pods", pod("a", 3, "n1"), "jhub")
+        offset = [0.0]
+        cache = real.make_cache(clock=lambda: time.monotonic() + offset[0], backoff_base=0.05, backoff_cap=0.2)
         assert await cache.wait_synced(10)
-        await server.stop()  # unreachable: open connections die, new ones are refused
+        port = real.restart_proxy()  # unreachable: open connections die, new ones are refused
         await wait_for(lambda: all(i["consecutive_failures"] >= 2 for i in cache.health["informers"].values()),
                        what="both informers failing while it is away")
         offset[0] += 300  # five minutes pass
-        # the cluster changes while the hub cannot see it; far more writes than the history holds
-        store.create("pods", pod("b", 8, "n2"))
-        store.delete("pods", "a", "jhub", grace_period_seconds=0)
+        # the cluster changes while the hub cannot see it
+        await real.create("pods", pod("b", 8, "n2"), "jhub")
+        await real.delete("pods", "a", "jhub")
         for i in range(150):
-            store.create("configmaps", {"metadata": {"name": f"c{i}"}}, "jhub")
+            await real.create("configmaps", {"metadata": {"name": f"c{i}"}}, "jhub")
         snap = cache.snapshot()
         assert snap.healthy is False
         assert snap.error == "the hub cannot read the cluster's nodes and pods: cannot connect to the " \
@@ -382,17 +348,14 @@ async def test_api_server_unreachable_for_five_minutes_then_back():
         assert snap.age_seconds >= 300
         assert capacity_problem(snap).endswith("; the last figures are 5 min old")
         assert snap.pool(A100).free == 13  # the last figures are still served, marked unknown
-        again = ApiServer(store, port=port, bookmark_interval=0.2)
-        await again.start()
+        real.start_proxy(port)
         await wait_for(lambda: cache.snapshot().healthy, timeout=20, what="live again")
-        expected = recount(store.list("nodes")["items"], store.list("pods")["items"], CapacityConfig())
+        nodes = await real.client.list(await real.resource("nodes"))
+        pods = await real.client.list(await real.resource("pods"))
+        expected = recount(nodes[1], pods[1], CapacityConfig())
         await wait_for(lambda: not differences(expected, counted(cache.snapshot())), timeout=10,
                        what="the counts of a fresh recount")
-        assert cache.health["relists"] >= 1  # away longer than the window (and the history moved on): a re-list
-    finally:
-        await cache.stop()
-        if again is not None:
-            await again.stop()
+        assert cache.health["relists"] >= 1  # away longer than the window: a re-list
 
 
 # --- random watch events against a recount from scratch ------------------------------------------------------
@@ -407,10 +370,21 @@ async def test_100000_random_watch_events_match_a_recount():
 
 
 @pytest.mark.integration
-async def test_random_watch_events_through_the_simulated_api_server_match_a_recount():
-    report = await watch_fuzz.run_sim(2_000, seed=3, checkpoint=200)
+async def test_random_watch_events_written_to_kube_apiserver_match_a_recount(control_plane):
+    """CI's size (``python -m scripts.faults.watch_fuzz --real`` runs 5,000): 400 writes, with watches
+    dropped and 410s injected more often than the default mix does, so that a short run has both."""
+    from tests.builders.realapi import no_nodes
+    from testcluster.nodeagent.client import Client
+
+    client = await Client(control_plane.kubeconfig).open()
+    try:
+        await no_nodes(client)  # the pools count every node of the cluster
+    finally:
+        await client.close()
+    report = await watch_fuzz.run_real(400, control_plane, seed=3, checkpoint=100,
+                                       mix=watch_fuzz.Mix(drop_watch=4, gone=2))
     assert report.problems == []
-    assert report.checkpoints == 10 and report.dropped_watches and report.gone
+    assert report.checkpoints == 4 and report.dropped_watches and report.gone
 
 
 async def test_the_fuzz_catches_a_ledger_that_forgets(monkeypatch):

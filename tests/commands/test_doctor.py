@@ -1,11 +1,9 @@
-"""``gpuspawner doctor`` against simulated clusters over HTTP, one problem per cluster file.
+"""``gpuspawner doctor`` against the test cluster, one problem per cluster file.
 
-Most cases run the command in-process (``commands.doctor.run``) against a
-``SimCluster`` served on loopback, so the sim and doctor share the test's
-event loop; two cases run the real command line as a subprocess.  Missing
-RBAC is served by a tiny API stand-in, because it also answers the
-authorization.k8s.io access reviews, an API group the simulated API server
-does not serve.
+Each cluster file is loaded by the node agent into a control plane of this module's own (Kubernetes'
+API server, scheduler and controllers; each case's objects are the whole cluster, deleted after it);
+most cases run the command in-process (``commands.doctor.run``), two run the real command line as a
+subprocess.  Missing RBAC is served by a tiny API stand-in that forbids what a namespaced Role forbids.
 """
 
 from __future__ import annotations
@@ -17,13 +15,17 @@ import json
 import os
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from gpuspawner.commands import doctor
-from gpuspawner.sim.cluster import SimCluster
+from testcluster import ControlPlane
+from testcluster.nodeagent.client import KNOWN, Client
+from tests.builders.nodeagent import loaded, wait_for, write_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -56,14 +58,28 @@ def found(doc: dict) -> dict[str, set[str]]:
     return out
 
 
+@dataclass
+class Loaded:
+    """A cluster file on the module's control plane: the admin kubeconfig and the API server's URL."""
+
+    kubeconfig: str
+    server: str
+    agent: Any
+
+
+@pytest.fixture(scope="module")
+def doctor_plane(tmp_path_factory):
+    """A control plane of this module's own: the doctor reads the whole cluster."""
+    cp = ControlPlane(tmp_path_factory.mktemp("doctor-plane"))
+    cp.start()
+    yield cp
+    cp.stop()
+
+
 @pytest.fixture
-async def sim(request):
-    cluster = SimCluster(cluster_file=CLUSTERS / f"doctor-{request.param}.yaml", port=0, run_pods=False)
-    await cluster.start()
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
+async def cluster(request, doctor_plane):
+    async with loaded(doctor_plane.kubeconfig, CLUSTERS / f"doctor-{request.param}.yaml") as agent:
+        yield Loaded(str(doctor_plane.kubeconfig), doctor_plane.server, agent)
 
 
 HUB_CONFIG = """
@@ -101,10 +117,10 @@ CASES = [
 
 
 @pytest.mark.parametrize(
-    "sim, expected, absent", [pytest.param(c, e, a, id=c) for c, e, a in CASES], indirect=["sim"]
+    "cluster, expected, absent", [pytest.param(c, e, a, id=c) for c, e, a in CASES], indirect=["cluster"]
 )
-async def test_each_problem_is_found(sim, expected, absent):
-    rc, doc = await run_json("--server", sim.url)
+async def test_each_problem_is_found(cluster, expected, absent):
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig)
     got = found(doc)
     problems = {k: v for k, v in got.items() if k not in ("profile-checks-skipped",)}
     assert problems == expected
@@ -116,9 +132,9 @@ async def test_each_problem_is_found(sim, expected, absent):
     assert "profile-checks-skipped" in got
 
 
-@pytest.mark.parametrize("sim", ["dra"], indirect=True)
-async def test_dra_problems_are_found(sim):
-    rc, doc = await run_json("--server", sim.url, "--pending-after", "0")
+@pytest.mark.parametrize("cluster", ["dra"], indirect=True)
+async def test_dra_problems_are_found(cluster):
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--pending-after", "0")
     got = found(doc)
     assert rc == 1
     assert got["dra-no-deviceclass"] == {"dra-0"}
@@ -130,58 +146,63 @@ async def test_dra_problems_are_found(sim):
     assert not {"gpu-node-no-allocatable", "no-gpu-nodes"} & set(got)
     assert doc["summary"]["dra"] == {"classes": 1, "slices": 3, "claims": 1}
     assert doc["summary"]["gpu_nodes"] == 3
-    rc, out, _ = await run_doctor("--server", sim.url)
+    rc, out, _ = await run_doctor("--kubeconfig", cluster.kubeconfig)
     assert "Dynamic Resource Allocation (resource.k8s.io/v1): 1 DeviceClasses, 3 ResourceSlices, 1 ResourceClaims" in out
-    rc, doc = await run_json("--server", sim.url)
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig)
     assert "dra-claim-unallocated" not in found(doc)  # younger than the default 5m
 
 
-@pytest.mark.parametrize("sim", ["healthy"], indirect=True)
-async def test_healthy_cluster_json_shape(sim):
-    rc, doc = await run_json("--server", sim.url)
+@pytest.mark.parametrize("cluster", ["healthy"], indirect=True)
+async def test_healthy_cluster_json_shape(cluster):
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig)
     assert rc == 0
     assert set(doc) == {"findings", "summary"}
     s = doc["summary"]
     assert (s["errors"], s["warnings"], s["server"], s["nodes"], s["gpu_nodes"], s["pods"]) == (
-        0, 0, sim.url, 3, 2, 1)
+        0, 0, cluster.server, 3, 2, 1)
     for f in doc["findings"]:
         assert set(f) == {"id", "severity", "summary", "fix", "objects", "details"}
         assert f["severity"] == "info"
 
 
-@pytest.mark.parametrize("sim", ["healthy"], indirect=True)
-async def test_healthy_cluster_with_hub_config_has_no_finding_at_all(sim, tmp_path):
-    rc, doc = await run_json("--server", sim.url, "--config", write_config(tmp_path, "12.4"))
+@pytest.mark.parametrize("cluster", ["healthy"], indirect=True)
+async def test_healthy_cluster_with_hub_config_has_no_finding_at_all(cluster, tmp_path):
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--config", write_config(tmp_path, "12.4"))
     assert (rc, doc["findings"]) == (0, [])
     assert doc["summary"]["config"].endswith("jupyterhub_config.py")
 
 
-@pytest.mark.parametrize("sim", ["healthy"], indirect=True)
-async def test_policy_and_check_come_from_the_hub_config(sim, tmp_path):
+@pytest.mark.parametrize("cluster", ["healthy"], indirect=True)
+async def test_policy_and_check_come_from_the_hub_config(cluster, tmp_path):
     # CUDA 12.9 on driver 570 (CUDA 12.8) needs minor-version compatibility:
     # refused under the hub's strict policy, accepted when --cuda-policy overrides it
     path = write_config(tmp_path, "12.9")
     with open(path, "a") as f:
         f.write('c.GPUSpawner.cuda_policy = "strict"\nc.GPUSpawner.cuda_check = "gpuspawner.cuda:decide"\n')
-    rc, doc = await run_json("--server", sim.url, "--config", path)
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--config", path)
     assert rc == 1 and set(found(doc)) == {"image-driver-mismatch"}
     assert doc["summary"]["cuda_policy"] == "strict"
-    rc, doc = await run_json("--server", sim.url, "--config", path, "--cuda-policy", "minor")
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--config", path, "--cuda-policy", "minor")
     assert (rc, doc["findings"]) == (0, [])
 
 
-@pytest.mark.parametrize("sim", ["pending"], indirect=True)
-async def test_pending_gpu_pod(sim):
-    def unschedulable():
-        p = sim.pod("jhub", "jupyter-bob")
-        conds = (p or {}).get("status", {}).get("conditions") or []
+@pytest.mark.parametrize("cluster", ["pending"], indirect=True)
+async def test_pending_gpu_pod(cluster):
+    client = await Client(cluster.kubeconfig).open()
+
+    async def unschedulable():
+        p = await client.get(KNOWN["Pod"], "jupyter-bob", namespace="jhub")
+        conds = p.get("status", {}).get("conditions") or []
         return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conds)
 
-    await sim.wait_for(unschedulable, timeout=30, what="the scheduler to give up on jupyter-bob")
+    try:
+        await wait_for(unschedulable, "the scheduler to give up on jupyter-bob")
+    finally:
+        await client.close()
     # younger than the default threshold (5m): not reported yet
-    rc, doc = await run_json("--server", sim.url)
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig)
     assert "pod-pending-on-gpu" not in found(doc)
-    rc, doc = await run_json("--server", sim.url, "--pending-after", "0")
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--pending-after", "0")
     assert rc == 1
     (f,) = [f for f in doc["findings"] if f["id"] == "pod-pending-on-gpu"]
     assert f["objects"] == [{"kind": "Pod", "name": "jupyter-bob", "namespace": "jhub"}]
@@ -190,9 +211,9 @@ async def test_pending_gpu_pod(sim):
     assert "No node has 4 x nvidia.com/gpu free" in f["fix"]
 
 
-@pytest.mark.parametrize("sim", ["old-driver"], indirect=True)
-async def test_profile_image_fits_no_driver(sim, tmp_path):
-    rc, doc = await run_json("--server", sim.url, "--config", write_config(tmp_path, "12.4"))
+@pytest.mark.parametrize("cluster", ["old-driver"], indirect=True)
+async def test_profile_image_fits_no_driver(cluster, tmp_path):
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--config", write_config(tmp_path, "12.4"))
     assert rc == 1
     got = found(doc)
     assert got == {"image-driver-mismatch": {"gpu", "aks-t4-0", "aks-t4-1"}}
@@ -200,26 +221,26 @@ async def test_profile_image_fits_no_driver(sim, tmp_path):
     assert f["severity"] == "error" and f["details"]["image_cuda"] == "12.4"
     assert "470.256.02" in f["summary"]
     # an image built for the node's CUDA fits
-    rc, doc = await run_json("--server", sim.url, "--config", write_config(tmp_path, "11.4"))
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--config", write_config(tmp_path, "11.4"))
     assert (rc, doc["findings"]) == (0, [])
 
 
-@pytest.mark.parametrize("sim", ["untolerated-taint"], indirect=True)
-async def test_config_tolerated_keys_are_used(sim, tmp_path):
-    rc, doc = await run_json("--server", sim.url, "--config", write_config(tmp_path))
+@pytest.mark.parametrize("cluster", ["untolerated-taint"], indirect=True)
+async def test_config_tolerated_keys_are_used(cluster, tmp_path):
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--config", write_config(tmp_path))
     assert "untolerated-gpu-taint" not in found(doc)
     assert rc == 0
 
 
-@pytest.mark.parametrize("sim", ["healthy"], indirect=True)
-async def test_pages_through_lists(sim):
-    rc, doc = await run_json("--server", sim.url, "--page-size", "1")
+@pytest.mark.parametrize("cluster", ["healthy"], indirect=True)
+async def test_pages_through_lists(cluster):
+    rc, doc = await run_json("--kubeconfig", cluster.kubeconfig, "--page-size", "1")
     assert (rc, doc["summary"]["nodes"], doc["summary"]["pods"]) == (0, 3, 1)
 
 
-@pytest.mark.parametrize("sim", ["node-state"], indirect=True)
-async def test_text_output_groups_by_severity(sim):
-    rc, out, err = await run_doctor("--server", sim.url)
+@pytest.mark.parametrize("cluster", ["node-state"], indirect=True)
+async def test_text_output_groups_by_severity(cluster):
+    rc, out, err = await run_doctor("--kubeconfig", cluster.kubeconfig)
     assert rc == 1 and err == ""
     assert out.index("ERRORS (1)") < out.index("WARNINGS (1)") < out.index("INFO (1)")
     assert "  [gpu-node-not-ready] GPU node gpu-0 is not Ready" in out
@@ -378,10 +399,9 @@ async def _cli(*argv: str, timeout: float = 120) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-@pytest.mark.parametrize("sim", ["no-allocatable"], indirect=True)
-async def test_command_line(sim, tmp_path):
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    rc, out, err = await _cli("--kubeconfig", str(kubeconfig), "--json")
+@pytest.mark.parametrize("cluster", ["no-allocatable"], indirect=True)
+async def test_command_line(cluster, tmp_path):
+    rc, out, err = await _cli("--kubeconfig", cluster.kubeconfig, "--json")
     assert rc == 1, err
     doc = json.loads(out)
     assert "gpu-node-no-allocatable" in found(doc)
@@ -413,8 +433,13 @@ CULL_NODES = [
 ]
 
 
-def _exporter_ready(cluster: SimCluster) -> list[dict]:
-    return [p for p in cluster.store.list("pods", namespace="gpu-operator")["items"]
+async def _exporter_ready(kubeconfig: str) -> list[dict]:
+    client = await Client(kubeconfig).open()
+    try:
+        _, pods = await client.list(KNOWN["Pod"], namespace="gpu-operator")
+    finally:
+        await client.close()
+    return [p for p in pods
             if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
 
 
@@ -433,33 +458,36 @@ async def fake_prometheus(hostnames: list[str]) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
-async def test_cull_finds_gpu_nodes_without_a_dcgm_exporter():
-    async with SimCluster(manifests=CULL_NODES, port=0, run_pods=True) as c:
-        rc, doc = await run_json("--server", c.url, "--cull")
+async def test_cull_finds_gpu_nodes_without_a_dcgm_exporter(doctor_plane, tmp_path):
+    kubeconfig = str(doctor_plane.kubeconfig)
+    async with loaded(kubeconfig, write_cluster(tmp_path / "cull.yaml", CULL_NODES)):
+        rc, doc = await run_json("--kubeconfig", kubeconfig, "--cull")
         assert found(doc)["cull-no-gpu-metrics"] == {"gpu-a"}  # the CPU node needs none
         (f,) = [f for f in doc["findings"] if f["id"] == "cull-no-gpu-metrics"]
         assert f["details"]["missing"] == "exporter" and rc == 1
-        rc, doc = await run_json("--server", c.url)
+        rc, doc = await run_json("--kubeconfig", kubeconfig)
         assert "cull-no-gpu-metrics" not in found(doc)  # culling not configured: not asked
 
 
-async def test_cull_with_exporters_finds_nothing_and_prometheus_is_asked():
-    async with SimCluster(manifests=CULL_NODES, port=0, dcgm_exporter=True) as c:
-        await c.wait_for(lambda: _exporter_ready(c), 60, what="the exporter pod to be ready")
-        rc, doc = await run_json("--server", c.url, "--cull")
+async def test_cull_with_exporters_finds_nothing_and_prometheus_is_asked(doctor_plane, tmp_path):
+    kubeconfig = str(doctor_plane.kubeconfig)
+    async with loaded(kubeconfig, write_cluster(tmp_path / "cull.yaml", CULL_NODES), run_pods=True,
+                      dcgm_exporter=True, workdir=str(tmp_path / "agent")):
+        await wait_for(lambda: _exporter_ready(kubeconfig), "the exporter pod to be ready", timeout=60)
+        rc, doc = await run_json("--kubeconfig", kubeconfig, "--cull")
         assert "cull-no-gpu-metrics" not in found(doc)
         runner, url = await fake_prometheus([])
         try:
-            rc, doc = await run_json("--server", c.url, "--prometheus-url", url)
+            rc, doc = await run_json("--kubeconfig", kubeconfig, "--prometheus-url", url)
         finally:
             await runner.cleanup()
         (f,) = [f for f in doc["findings"] if f["id"] == "cull-no-gpu-metrics"]
         assert f["details"]["missing"] == "series" and f["objects"][0]["name"] == "gpu-a" and rc == 1
         runner, url = await fake_prometheus(["gpu-a"])
         try:
-            rc, doc = await run_json("--server", c.url, "--prometheus-url", url)
+            rc, doc = await run_json("--kubeconfig", kubeconfig, "--prometheus-url", url)
         finally:
             await runner.cleanup()
         assert "cull-no-gpu-metrics" not in found(doc)
-        rc, out, err = await run_doctor("--server", c.url, "--prometheus-url", closed_port_url())
+        rc, out, err = await run_doctor("--kubeconfig", kubeconfig, "--prometheus-url", closed_port_url())
         assert rc == 2 and "cannot query Prometheus at" in err and "Traceback" not in err

@@ -11,7 +11,7 @@ import pytest
 
 from gpuspawner.commands.demo import DEMO_CONFIG
 from gpuspawner.doctor import gather
-from gpuspawner.sim.cluster import SimCluster
+from tests.builders.nodeagent import loaded
 from tests.commands.test_doctor import CLUSTERS, run_doctor
 
 
@@ -29,17 +29,13 @@ def outside_a_cluster(monkeypatch, tmp_path):
     return tmp_path
 
 
-async def test_the_kubeconfig_and_the_demos_config_are_used_outside_a_cluster(outside_a_cluster, monkeypatch):
-    cluster = SimCluster(cluster_file=CLUSTERS / "doctor-healthy.yaml", port=0, run_pods=False)
-    await cluster.start()
-    try:
-        kubeconfig = cluster.write_kubeconfig(str(outside_a_cluster / "kubeconfig"))
-        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+async def test_the_kubeconfig_and_the_demos_config_are_used_outside_a_cluster(outside_a_cluster, monkeypatch,
+                                                                             control_plane):
+    async with loaded(control_plane.kubeconfig, CLUSTERS / "doctor-healthy.yaml"):
+        monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
         rc, out, err = await run_doctor("--config", str(DEMO_CONFIG))
-    finally:
-        await cluster.stop()
     assert rc in (0, 1) and err == "", err
-    assert out.startswith(f"gpuspawner doctor: {cluster.url} ") and f"hub config: {DEMO_CONFIG}" in out
+    assert out.startswith(f"gpuspawner doctor: {control_plane.server} ") and f"hub config: {DEMO_CONFIG}" in out
     assert ".kube/config" not in out
 
 

@@ -39,11 +39,11 @@ def test_the_test_extra_includes_the_demo_extra():
 
 @pytest.mark.parametrize("command", ["sim", "demo"])
 def test_without_the_extra_the_command_names_it(command, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "jsonpatch", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "ipykernel", None)  # as if it were not installed
     assert main([command]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert f"gpuspawner {command} needs" in err and "missing: jsonpatch" in err
+    assert f"gpuspawner {command} needs" in err and "missing: ipykernel" in err
     assert "pip install 'gpuspawner[demo]'" in err
 
 

@@ -10,7 +10,7 @@ from tests.builders.prometheus import HOSTILE, UNAVAILABLE, FakePrometheus, Quer
 from gpuspawner.cull.activity import ACTIVITY_METRICS, GR_ENGINE, SourceError, plan_steps
 from gpuspawner.cull.prometheus import PrometheusSource, windows_from_matrix
 from gpuspawner.cull.scrape import ScrapeSource, exporter_targets, parse_exposition
-from gpuspawner.sim.dcgm_exporter import render
+from testcluster.node.dcgm_exporter import render
 
 
 def test_windows_from_matrix_places_points_by_time_and_sees_gaps():

@@ -194,36 +194,52 @@ def test_unused_templates():
     assert dra_claim.unused_templates(templates, pods, {"spawning"}, now, grace=120) == ["stale"]
 
 
-# --- the selectors evaluated as the scheduler's allocator evaluates them (the simulated cluster's
-# DRA CEL environment: cel-python with Kubernetes' semver library, gpuspawner/sim/dra/cel_environment.py)
+# --- the selectors as kube-scheduler's DRA allocator evaluates them (the session's control plane):
+# each device alone on a node of its own, a claim with the selectors, pinned to that node
 
 
-def selects(expressions, device):
-    from gpuspawner.sim.dra.cel_environment import compile_expression, device_variable
+async def selected(kubeconfig, expressions, devices):
+    """For each device: does kube-scheduler allocate it to a claim with ``expressions``?"""
+    from tests.builders.dra import claim_template, device_class, request
+    from tests.builders.scheduling import on_node, real_scheduler
+    from tests.testcluster.scheduler_agrees import SERVERS_NS
 
-    return all(compile_expression(e).matches(device_variable("gpu.nvidia.com", device)) for e in expressions)
+    names = [f"cel-{i}" for i in range(len(devices))]
+    any_nvidia = device_class("any.gpu.nvidia.com")  # the driver only: the selectors alone decide
+    slices = [resource_slice(f"{n}-slice", n, [d]) for n, d in zip(names, devices)]
+    out = []
+    async with real_scheduler(kubeconfig, [group_node(n) for n in names], slices, [any_nvidia]) as scheduler:
+        for i, n in enumerate(names):
+            template = claim_template(f"cel-{i}", request(cls="any.gpu.nvidia.com", selectors=expressions),
+                                      namespace=SERVERS_NS)
+            spec = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": f"cel-{i}"}]}
+            pod = on_node(n, spec, resources={"claims": [{"name": "gpu"}]})
+            out.append(await scheduler.binds(pod, template))
+            await scheduler.h.res.delete_namespaced_resource_claim_template(f"cel-{i}", SERVERS_NS)
+    return out
 
 
-def test_product_selectors_take_the_pools_devices_only():
+async def test_product_selectors_take_the_pools_devices_only(real_cluster):
     a100, h100 = gpu_device("gpu-0"), gpu_device("gpu-1", "NVIDIA H100 80GB HBM3")
     mig, other_mig = mig_device("gpu-2-mig-0", "1g.10gb"), mig_device("gpu-2-mig-1", "3g.40gb")
     full = dra_claim.product_selectors(pool_of(("g1", gpus())))
     one_g = dra_claim.product_selectors(pool_of(("m1", [mig_device("gpu-0-mig-0", "1g.10gb")])))
-    assert [selects(full, d) for d in (a100, h100, mig)] == [True, False, False]
-    assert [selects(one_g, d) for d in (a100, mig, other_mig)] == [False, True, False]
+    assert await selected(real_cluster, full, [a100, h100, mig]) == [True, False, False]
+    assert await selected(real_cluster, one_g, [a100, mig, other_mig]) == [False, True, False]
 
 
-def test_cuda_floor_takes_fitting_drivers_and_devices_without_the_attribute():
+async def test_cuda_floor_takes_fitting_drivers_and_devices_without_the_attribute(real_cluster):
     pool = pool_of(("a", gpus(driver="570.172.08", cuda="12.8.0")), ("b", gpus(driver="535.183.01", cuda="12.2.0")))
     (floor_expr,) = [dra_claim.cuda_selector(pool, fit_of(pool, "12.4", "strict"))]
     new, old = gpu_device("gpu-0", driver="570.172.08", cuda="12.8.0"), gpu_device("gpu-0", cuda="12.2.0")
     newer = gpu_device("gpu-0", driver="580.65.06", cuda="13.0.0")
     unknown = gpu_device("gpu-0")
     del unknown["attributes"]["cudaDriverVersion"]
-    assert [selects([floor_expr], d) for d in (new, old, newer, unknown)] == [True, False, True, True]
+    assert await selected(real_cluster, [floor_expr], [new, old, newer, unknown]) == [True, False, True, True]
 
 
-def test_excluded_drivers_are_left_out_one_by_one():
+async def test_excluded_drivers_are_left_out_one_by_one(real_cluster):
     expr = f"!('driverVersion' in {Q}) || ({Q}.driverVersion.compareTo(semver('550.54.15')) != 0)"
-    assert not selects([expr], gpu_device("gpu-0", driver="550.54.15"))
-    assert selects([expr], gpu_device("gpu-0", driver="570.172.8"))
+    got = await selected(real_cluster, [expr], [gpu_device("gpu-0", driver="550.54.15"),
+                                                gpu_device("gpu-0", driver="570.172.8")])
+    assert got == [False, True]

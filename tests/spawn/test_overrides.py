@@ -1,4 +1,5 @@
-"""Pod overrides for a chosen pool and count (gpuspawner.spawn.overrides): pure, no network."""
+"""Pod overrides for a chosen pool and count (gpuspawner.spawn.overrides): pure, no network; the pools'
+node affinity is also put to the real kube-scheduler."""
 
 from __future__ import annotations
 
@@ -192,16 +193,15 @@ PIN_NODES = [
 ]
 
 
-def test_a_pool_is_pinned_by_labels_to_its_nodes_and_no_other():
+async def test_a_pool_is_pinned_by_labels_to_its_nodes_and_no_other(real_cluster):
     """Every pool's expressions hold on each of its nodes and on no other node with its GPU
-    resource (the scheduler's NodeResourcesFit keeps the pod off nodes without it), as the
-    simulated scheduler's NodeAffinity filter (kube-scheduler's rules) evaluates them."""
+    resource: kube-scheduler (the session's control plane) binds a pod asking for one of the pool's
+    GPUs, with the pool's node affinity, to each member and to no other node."""
     from gpuspawner.capacity.config import CapacityConfig
     from gpuspawner.capacity.labels import node_record
     from gpuspawner.capacity.plugin_accounts import PluginAccounts
-    from gpuspawner.sim.plugins import node_affinity_matches
-
     from tests.builders import node
+    from tests.builders.scheduling import on_node, real_scheduler
 
     objs = [node(name, gpus, labels) for name, gpus, labels in PIN_NODES]
     ledger = PluginAccounts()
@@ -209,18 +209,23 @@ def test_a_pool_is_pinned_by_labels_to_its_nodes_and_no_other():
         ledger.upsert_node(node_record(obj, CapacityConfig()))
     pools = ledger.ledger.pools()
     assert len(pools) == 10  # a pool id names the group's value, not its label: the four "a100" groups are one
-    for p in pools:
-        o = build_overrides(p, 1, allowed_taint_keys=())
-        assert all(e["key"] != "kubernetes.io/hostname" for t in o.node_affinity_required for e in t["matchExpressions"])
-        pod = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": o.node_affinity_required}}}}}
-        if p.id == "default:nvidia-a100-sxm4-80gb-mig-1g.10gb:nvidia.com/mig-1g.10gb":
-            # its product is read from the MIG label on one node, derived from the GPU's on the other
-            assert len(o.node_affinity_required) == 2
-        members = {v.name for v in p.node_views}
-        landing = {obj["metadata"]["name"] for obj in objs
-                   if p.resource in obj["status"]["allocatable"] and node_affinity_matches(pod, obj)}
-        assert landing == members, (p.id, o.node_affinity_required)
+    async with real_scheduler(real_cluster, objs) as scheduler:
+        for p in pools:
+            o = build_overrides(p, 1, allowed_taint_keys=())
+            assert all(e["key"] != "kubernetes.io/hostname"
+                       for t in o.node_affinity_required for e in t["matchExpressions"])
+            if p.id == "default:nvidia-a100-sxm4-80gb-mig-1g.10gb:nvidia.com/mig-1g.10gb":
+                # its product is read from the MIG label on one node, derived from the GPU's on the other
+                assert len(o.node_affinity_required) == 2
+            spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": o.node_affinity_required}}}}
+            members = {v.name for v in p.node_views}
+            landing = set()
+            for obj in objs:
+                name = obj["metadata"]["name"]
+                if await scheduler.binds(on_node(name, spec, resources={"limits": {p.resource: "1"}})):
+                    landing.add(name)
+            assert landing == members, (p.id, o.node_affinity_required)
 
 
 def test_an_unlabelled_pool_of_thousands_of_nodes_is_pinned_by_a_few_expressions():

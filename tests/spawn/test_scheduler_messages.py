@@ -1,17 +1,22 @@
 """The grammar of the scheduler's, autoscalers' and kubelet's messages (gpuspawner.spawn.scheduler_messages).
 
-The messages are the real formats (sources in the module's docstring); the sim's scheduler,
-which words FailedScheduling like kube-scheduler, is a second source at the end.
+The messages are the real formats (sources in the module's docstring); kube-scheduler's own messages,
+recorded from the test cluster into tests/fixtures/scheduler_messages.json
+(tests/testcluster/scheduler_messages.py, checked by tests/testcluster/test_scheduler_messages.py), are a
+second source at the end.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from gpuspawner.sim.plugins import MessageStyle, Status, fit_error_message
 from gpuspawner.spawn.scheduler_messages import (
     AFFINITY,
     CONDITION_TAINT,
+    DRA,
     INSUFFICIENT,
     TAINT,
     UNKNOWN,
@@ -110,6 +115,14 @@ PARSE_CASES = [
         [(6, VOLUME_ZONE, None)],
         False,
         id="volume-zone",
+    ),
+    pytest.param(  # kube-scheduler v1.37 (tests/doctor/checks/test_pending_volumes.py gets it from the test cluster)
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match PersistentVolume's node "
+        "affinity. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
+        2,
+        [(1, INSUFFICIENT, "nvidia.com/gpu"), (1, VOLUME_ZONE, None)],
+        True,
+        id="volume-zone-1.37",
     ),
     pytest.param(
         "0/2 nodes are available: 1 node(s) didn't match PersistentVolume's node affinity, 1 node(s) didn't match "
@@ -278,23 +291,30 @@ def test_message_readers(read, message, expected):
 
 
 # ---------------------------------------------------------------------------
-# a second source: the simulated scheduler words messages like kube-scheduler
+# a second source: kube-scheduler's own messages (Kubernetes v1.37), recorded from the test cluster
 # ---------------------------------------------------------------------------
 
+RECORDED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "scheduler_messages.json").read_text())
+HELPLESS = "Preemption is not helpful for scheduling."
+RECORDED_CASES = [
+    ("mixed", 4, [(1, INSUFFICIENT, "cpu"), (1, AFFINITY, None), (1, TAINT, None), (2, INSUFFICIENT, "nvidia.com/gpu")],
+     HELPLESS),
+    ("cordoned", 2, [(2, UNSCHEDULABLE, None)], HELPLESS),
+    ("mig", 2, [(2, INSUFFICIENT, "nvidia.com/mig-1g.10gb")], HELPLESS),
+    ("too-many-pods", 2, [(1, INSUFFICIENT, "pods"), (1, AFFINITY, None)], HELPLESS),
+    ("dra", 2, [(2, DRA, None)], HELPLESS),
+    # a claim that no volume can bind: the PreFilter message, then the PostFilter's bare error
+    ("unbound-claim", 1, [(None, VOLUME, None)], "not found"),
+]
 
-@pytest.mark.parametrize("style", [MessageStyle(), MessageStyle(taint_details=False, dra_postfilter=True)],
-                         ids=["1.34", "1.35-dra"])
-def test_messages_of_the_simulated_scheduler_parse_back(style):
-    taint = ("node(s) had untolerated taint {sku: gpu}" if style.taint_details
-             else "node(s) had untolerated taint(s)")
-    statuses = {
-        "gpu-1": Status("NodeResourcesFit", ("Insufficient cpu", "Insufficient nvidia.com/gpu"), False),
-        "gpu-2": Status("NodeResourcesFit", ("Insufficient nvidia.com/gpu",), False),
-        "other-1": Status("TaintToleration", (taint,), True),
-        "cpu-1": Status("NodeAffinity", ("node(s) didn't match Pod's node affinity/selector",), True),
-    }
-    got = parse_scheduling_message(fit_error_message(4, statuses, style=style))
-    assert got.total_nodes == 4
-    assert got.insufficient("nvidia.com/gpu") == 2
-    assert got.count(TAINT) == 1 and got.count(AFFINITY) == 1
-    assert got.post_filter.endswith("Preemption is not helpful for scheduling.")
+
+def test_every_recorded_message_has_a_case():
+    assert sorted(RECORDED) == sorted(c[0] for c in RECORDED_CASES)
+
+
+@pytest.mark.parametrize("scenario, total, reasons, post", RECORDED_CASES, ids=[c[0] for c in RECORDED_CASES])
+def test_kube_schedulers_own_messages_parse(scenario, total, reasons, post):
+    got = parse_scheduling_message(RECORDED[scenario])
+    assert got.total_nodes == total
+    assert [(r.count, r.kind, r.detail) for r in got.reasons] == reasons
+    assert got.post_filter.endswith(post)

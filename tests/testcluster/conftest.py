@@ -1,14 +1,12 @@
-"""The test cluster's fixtures: one real control plane (``gpuspawner-cluster controlplane``) for the
-whole session, the real kubectl of the same version pointed at it, and the API servers the node
+"""The test cluster's fixtures: the real kubectl of the same version pointed at the session's control
+plane (``control_plane``, in tests/conftest.py, shared by every test), and the API servers the node
 agent's tests run against.
 
 ``GPUSPAWNER_TEST_KUBECONFIG=PATH`` points the ``kubectl`` fixture at another cluster (a real one)
 instead; the tests of the test cluster itself (``local_kubectl``, ``control_plane``) still start
-their own. ``api`` is parametrized: ``sim`` is the project's simulated API server (scheduler and
-controllers, no nodes of its own); ``real`` is the session's control plane. Each test gets a name
-prefix of its own, and on the shared real cluster the nodes it registered are deleted afterwards.
-``agent_and_cache`` runs the node agent on the session's control plane with a capacity cache
-reading it (the pre-puller's and warm images' tests).
+their own. ``api`` is the session's control plane with a client; each test gets a name prefix of its
+own, and the nodes it registered are deleted afterwards. ``agent_and_cache`` runs the node agent on the
+session's control plane with a capacity cache reading it (the pre-puller's and warm images' tests).
 """
 
 from __future__ import annotations
@@ -25,35 +23,12 @@ import pytest
 
 from gpuspawner.capacity.cache import CapacityCache, _default_api
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.sim.cluster import SimCluster
-from testcluster import ControlPlane, ControlPlaneError, find_binary
 from testcluster.nodeagent import NodeAgent
 from testcluster.nodeagent.client import KNOWN, ApiError, Client
 from tests.builders.nodeagent import write_cluster
 
 KUBECONFIG_ENV = "GPUSPAWNER_TEST_KUBECONFIG"
 _serial = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory):
-    """A started control plane; fails (never skips) when the binary is missing: setup builds it."""
-    try:
-        find_binary()
-    except ControlPlaneError as e:
-        pytest.fail(str(e))
-    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
-    cp.start()
-    print(f"\ncontrol plane {cp.server} ready in {cp.ready_seconds:.1f}s")
-    yield cp
-    cp.stop()
-
-
-@pytest.fixture(scope="session")
-def real_cluster(control_plane):
-    """The kubeconfig of the session's real control plane (kube-apiserver, kube-scheduler,
-    kube-controller-manager)."""
-    return Path(control_plane.kubeconfig)
 
 
 def _kubectl_for(kubeconfig, cache_dir):
@@ -90,7 +65,6 @@ def kubectl(request, tmp_path_factory):
 class Api:
     """A started API server: its kubeconfig, a client, and a prefix for this test's names."""
 
-    kind: str
     kubeconfig: Path
     client: Client
     prefix: str
@@ -99,23 +73,14 @@ class Api:
         return f"{self.prefix}{base}"
 
 
-@pytest.fixture(params=["sim", "real"])
-async def api(request, tmp_path):
+@pytest.fixture
+async def api(real_cluster):
     n = next(_serial)
-    if request.param == "sim":
-        async with SimCluster(manifests=[], simulate_nodes=False) as sim:
-            kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-            client = await Client(kubeconfig).open()
-            try:
-                yield Api("sim", kubeconfig, client, f"t{n}-")
-            finally:
-                await client.close()
-        return
-    kubeconfig = request.getfixturevalue("real_cluster")
+    kubeconfig = real_cluster
     client = await Client(kubeconfig).open()
     prefix = f"t{n}-"
     try:
-        yield Api("real", kubeconfig, client, prefix)
+        yield Api(kubeconfig, client, prefix)
     finally:
         # a shared cluster: this test's nodes go, so that no later pod is bound to them
         _, nodes = await client.list(KNOWN["Node"])

@@ -9,11 +9,11 @@ import asyncio
 import aiohttp
 import pytest
 
-from gpuspawner.sim.pod_resources import parse_quantity
+from testcluster.node.pod_resources import parse_quantity
 from testcluster.nodeagent import NodeAgent
 from testcluster.nodeagent.client import KNOWN, ssl_context
 from tests.builders import GFD_A100_40GB, node
-from tests.builders.dra import claim_template, device_classes, dra_node, gpu_slice
+from tests.builders.dra import claim_template, device_classes, dra_node, gpu_slice, request
 from tests.builders.kubelet import marker, pids_with_marker
 from tests.builders.nodeagent import (PORT, TOLERATE_ALL, LoopStalls, env_server_pod, pod_where, running_with_ip,
                                       wait_for, write_cluster)
@@ -264,3 +264,18 @@ async def test_a_pods_service_account_token_is_one_the_api_server_accepts(api, t
                               ssl=ssl_context(dict(api.client.config, cert=None, key=None))) as r:
                 got = await r.json()
         assert got["status"]["userInfo"]["username"] == "system:serviceaccount:default:default"
+
+
+async def test_a_dra_object_the_api_server_refuses_names_its_place_in_the_file_and_the_servers_words(api, tmp_path):
+    """The loader leaves DRA validation to the API server: a claim template asking for -2 devices
+    stops the agent with where it is in the file and the server's own message."""
+    from testcluster.nodeagent.register import RegisterError
+
+    bad = claim_template(api.name("minus-two"), request(count=-2))
+    cluster = write_cluster(tmp_path / "cluster.yaml", [bad])
+    with pytest.raises(RegisterError) as e:
+        async with NodeAgent(api.kubeconfig, cluster, kubelet_port=10350):
+            pass
+    words = str(e.value)
+    assert f"document 1, item 0 (ResourceClaimTemplate {api.name('minus-two')})" in words
+    assert "spec.spec.devices.requests[0].exactly.count: Invalid value: -2: must be greater than zero" in words

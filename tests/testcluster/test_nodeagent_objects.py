@@ -89,17 +89,18 @@ def test_owner_references_point_at_the_servers_uids_and_server_fields_go():
     assert obj["metadata"]["uid"] == "old"  # the file's object is left as it was
 
 
-def test_the_agent_imports_nothing_of_the_product_but_the_simulated_nodes_parts():
+def test_the_agent_and_the_node_parts_import_nothing_of_gpuspawner():
     import ast
     from pathlib import Path
 
+    import testcluster.node
     import testcluster.nodeagent
 
     outside = []
-    for path in Path(testcluster.nodeagent.__file__).parent.glob("*.py"):
-        for n in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in n.names] if isinstance(n, ast.Import) else (
-                [n.module or ""] if isinstance(n, ast.ImportFrom) and not n.level else [])
-            outside += [f"{path.name}: {m}" for m in names
-                        if m.split(".")[0] == "gpuspawner" and not m.startswith("gpuspawner.sim")]
+    for pkg in (testcluster.node, testcluster.nodeagent):
+        for path in Path(pkg.__file__).parent.rglob("*.py"):
+            for n in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in n.names] if isinstance(n, ast.Import) else (
+                    [n.module or ""] if isinstance(n, ast.ImportFrom) and not n.level else [])
+                outside += [f"{path.name}: {m}" for m in names if m.split(".")[0] == "gpuspawner"]
     assert outside == []
