@@ -296,8 +296,8 @@ def test_choose_pool_and_image_spawn_arrive_and_the_choice_is_kept(
     screenshot(page, "chosen")
 
     page.get_by_role("button", name="Start").click()
-    # JupyterHub sends the browser through spawn-pending to the server itself
-    page.wait_for_url(re.compile(r"/user/cleo/"), timeout=120_000)
+    # JupyterHub sends the browser through spawn-pending to the server itself, which opens JupyterLab
+    page.wait_for_url(re.compile(r"/user/cleo/lab"), timeout=120_000)
     server = hub.wait_ready("cleo")
     options = server["user_options"]
     assert (options["profile"], options["gpu_pool"], str(options["gpus"]), options["image"]) == (
@@ -312,7 +312,9 @@ def test_choose_pool_and_image_spawn_arrive_and_the_choice_is_kept(
     assert node["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == "gpu-a100-pool"
     screenshot(page, "server")
 
-    # the last choice is preselected on the next visit while it is still possible
+    # the last choice is preselected on the next visit while it is still possible; the user leaves
+    # JupyterLab first (it reports a server stopped under it as an error, and rightly so)
+    page.goto("about:blank")
     r = hub.api("DELETE", "/users/cleo/server")
     assert r.status_code in (202, 204), r.text
     hub.wait_stopped("cleo")
