@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from gpuspawner.sim.kubelet.run_as import RunAs, RunAsError, for_process, image_user, resolve
+from testcluster.node.kubelet.run_as import RunAs, RunAsError, for_process, image_user, resolve
 from testcluster.nodeagent import NodeAgent
 from testcluster.nodeagent.client import KNOWN
 from tests.builders.kubelet import node_manifest
