@@ -86,7 +86,7 @@ sys.path.insert(0, str(HERE))
 import requests  # noqa: E402
 
 from bigcluster import make_pod  # noqa: E402
-from processes import stop_group  # noqa: E402
+from testcluster.processes import stop_process  # noqa: E402
 from realcluster import RealCluster  # noqa: E402
 
 NAMESPACE = "jupyterhub"
@@ -273,7 +273,7 @@ class Hub:
         return self.get("/hub/bench/probe", params=params).json()
 
     def stop(self) -> None:
-        stop_group(self.proc, timeout=60)  # the hub stops its proxy; past 60 s both are killed
+        stop_process(self.proc, 60)  # the hub stops its proxy; past 60 s both are killed
         if getattr(self, "_log", None):
             self._log.close()
 

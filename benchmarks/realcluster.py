@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from bigcluster import SPAWN_LABEL, cluster_objects, make_pod  # noqa: E402
-from processes import stop_group  # noqa: E402
+from testcluster.processes import stop_process  # noqa: E402
 from testcluster import ControlPlane, find_binary  # noqa: E402
 from testcluster.faultproxy import FaultProxy  # noqa: E402
 from testcluster.stack import child_env  # noqa: E402
@@ -198,14 +198,14 @@ class RealCluster:
             stdout=subprocess.DEVNULL, stderr=(self.dir / "stream.log").open("ab"), start_new_session=True)
 
     def pause(self) -> None:
-        stop_group(self.streamer, timeout=30)
+        stop_process(self.streamer, 30)
         self.streamer = None
 
     def stop(self, keep_logs: bool = False) -> None:
         """Stop everything; the work directory goes (with ``keep_logs``, only etcd's data)."""
         self.pause()
-        stop_group(self.agent, timeout=30)
-        stop_group(self.runner, timeout=60)  # it stops the pods' processes first
+        stop_process(self.agent, 30)
+        stop_process(self.runner, 60)  # it stops the pods' processes first
         if self.proxy is not None:
             self.proxy.stop()
         self.control_plane.stop()

@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Callable
 
 import yaml
+
+from .processes import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "kueue-build.sh"
@@ -375,13 +376,7 @@ class Kueue:
         self.kubectl("delete", "validatingwebhookconfiguration", "kueue-validating-webhook-configuration",
                      "--ignore-not-found", check=False)
         p, self.process = self.process, None
-        if p is not None and p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_process(p, 10, group=True, kill_wait=None)
         shutil.rmtree(self.workdir / "etc-layer", ignore_errors=True)
 
     def __enter__(self) -> Kueue:

@@ -11,11 +11,12 @@ import os
 import pathlib
 import selectors
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from typing import Any, TypeVar
+
+from .processes import stop_process
 
 #: The environment variable that names the binary (else ``gpuspawner-cluster`` on PATH).
 BINARY_ENV = "GPUSPAWNER_CLUSTER_BIN"
@@ -164,17 +165,7 @@ class Launched:
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
                 stream.close()
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            # Not stopped in time: the group ends at once (checked before the process is reaped,
-            # so its id cannot belong to anyone else yet).
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, timeout, group=True, kill_wait=None)
 
     def __enter__(self: _L) -> _L:
         return self.start()

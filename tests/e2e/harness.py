@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import pathlib
 import re
 import secrets
@@ -20,6 +19,8 @@ import tempfile
 import time
 
 import requests
+
+from testcluster.processes import stop_process
 
 READY_TIMEOUT = 120
 AGENT_READY_TIMEOUT = 120
@@ -46,25 +47,6 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
                 return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_exc!r})")
-
-
-def stop_process(proc: subprocess.Popen | None, grace: float, sig: int = signal.SIGTERM, *,
-                 group: bool = False, kill_wait: float = 10.0) -> None:
-    """Send ``sig`` to ``proc`` (to its process group with ``group``), give it ``grace`` seconds, then
-    SIGKILL its whole process group and wait for it."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        if group:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(kill_wait)
 
 
 def admin_session(cp) -> requests.Session:
