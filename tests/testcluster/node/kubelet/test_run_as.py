@@ -93,15 +93,19 @@ def test_without_root_another_user_is_refused_with_what_to_do():
     assert "run the node agent as root, or drop runAsUser" in str(e.value)
 
 
+CLOSED = "/home-of-root"  # a made-up directory that the fake stat_fn says only its owner may enter
+
+
 def test_an_image_user_who_cannot_reach_the_stand_in_image_leaves_the_process_root():
     """The stand-in image is this machine's Python environment: under a directory only root may
-    enter (a checkout in /root), jovyan could not run it, so the container runs as root as before."""
+    enter (``CLOSED``, as a checkout in root's home), jovyan could not run it, so the container runs as root
+    as before."""
     def stat_fn(p: str) -> os.stat_result:
-        return _dir(0o700) if p == "/root" else _dir(0o755)
-    assert for_process(RunAs(*JOVYAN), ["/root/venv"], euid=0, egid=0, stat_fn=stat_fn) is None
+        return _dir(0o700) if p == CLOSED else _dir(0o755)
+    assert for_process(RunAs(*JOVYAN), [f"{CLOSED}/venv"], euid=0, egid=0, stat_fn=stat_fn) is None
     assert for_process(RunAs(*JOVYAN), ["/opt/venv"], euid=0, egid=0, stat_fn=stat_fn) == RunAs(*JOVYAN)
     # asked for by the pod, the user is taken all the same (the exec then fails as runc's would)
-    assert for_process(RunAs(1000, 100, (), True), ["/root/venv"], euid=0, egid=0, stat_fn=stat_fn) \
+    assert for_process(RunAs(1000, 100, (), True), [f"{CLOSED}/venv"], euid=0, egid=0, stat_fn=stat_fn) \
         == RunAs(1000, 100, (), True)
 
 
