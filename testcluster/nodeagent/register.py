@@ -27,6 +27,13 @@ NAMESPACES, NODES, PODS, LEASES = KNOWN["Namespace"], KNOWN["Node"], KNOWN["Pod"
 SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "selfLink", "generation",
               "deletionTimestamp", "deletionGracePeriodSeconds")
 SA_WAIT = 30.0  # seconds a pod waits for its namespace's default ServiceAccount
+# The NodeTaint admission plugin (TaintNodesByCondition, on by default) puts this taint on every
+# new Node; the node lifecycle controller lifts it once it has seen the node Ready
+# (pkg/controller/nodelifecycle, doNoScheduleTaintingPass). The agent is up once that happened, as
+# a cluster's nodes are: a file's pod created earlier gets a first verdict that names the taint,
+# and a page read earlier offers nothing on the node.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+READY_WAIT = 60.0  # seconds the file's Ready nodes get to lose it
 
 
 class RegisterError(Exception):
@@ -77,6 +84,8 @@ class Registrar:
         self.kubelet_port = kubelet_port
         self.concurrency = concurrency
         self.uids: dict[str, str] = {}  # the file's uid -> the server's
+        self.file_taints = {n["metadata"]["name"]: list((n.get("spec") or {}).get("taints") or [])
+                            for n in manifests.nodes}
         self.out = Registered()
 
     def _where(self, obj: dict) -> str:
@@ -96,9 +105,38 @@ class Registrar:
         rest = [x for x in self.m.others if x not in cluster]
         for group in (cluster, rest):
             await bounded(group, self._other, self.concurrency)
+        await self._schedulable()
         await bounded(self.m.pods, self._pod, self.concurrency)
         self.out.seconds = time.perf_counter() - t0
         return self.out
+
+    def _tainted(self) -> set[str]:
+        """The registered nodes the file says are Ready that still carry the not-ready taint the
+        file does not give them."""
+        out = set()
+        for name, node in self.out.nodes.items():
+            if N.ready_status(node) == "True" and not any(
+                    (t or {}).get("key") == NOT_READY_TAINT for t in self.file_taints.get(name, [])):
+                out.add(name)
+        return out
+
+    async def _schedulable(self) -> None:
+        """Wait until the node lifecycle controller lifted the not-ready taint off the file's Ready
+        nodes: a list of all nodes every half second (not a read per node), usually just one."""
+        waiting = self._tainted()
+        deadline = time.monotonic() + READY_WAIT
+        while waiting:
+            _, items = await self.client.list(NODES)
+            still = {n["metadata"]["name"] for n in items
+                     if any((t or {}).get("key") == NOT_READY_TAINT for t in (n.get("spec") or {}).get("taints") or [])}
+            waiting &= still
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                log.warning("%d Ready nodes still carry %s after %.0f s (e.g. %s); the file's pods go on",
+                            len(waiting), NOT_READY_TAINT, READY_WAIT, sorted(waiting)[0])
+                return
+            await asyncio.sleep(0.5)
 
     async def _create(self, obj: dict, namespace: str | None = None) -> tuple[dict, bool]:
         """(the server's object, True if this call created it); an existing one is read back."""
@@ -166,7 +204,7 @@ class Registrar:
                 # made its "default" ServiceAccount
                 if "serviceaccount" not in str(e).lower() or time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.5)
         self._remember(pod, created)
         if not new:
             if (created.get("spec") or {}).get("nodeName"):
