@@ -604,13 +604,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="sample the GPU hub's loop during stalls over 12 ms and print the top stacks, "
                         "and the loop callbacks that ran over 12 ms")
     p.add_argument("--quick", action="store_true",
-                   help="500 nodes, 15,000 pods, 100 views, 50 events a second, 2 change rounds, 2 spawns, "
+                   help="500 nodes, 15,000 pods, 100 views, 50 events a second, 2 change rounds, 10 spawns, "
                         "unless given explicitly")
     p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = p.parse_args(argv)
     # --quick sets the sizes not given explicitly
     for name, full, quick in (("nodes", 5000, 500), ("pods", 150_000, 15_000), ("views", 1000, 100),
-                              ("changes", 10, 2), ("spawns", 30, 2), ("rate", 200.0, 50.0)):
+                              ("changes", 10, 2), ("spawns", 30, 10), ("rate", 200.0, 50.0)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     if args.nodes < 10 or args.pods < 0 or args.views < 1 or args.changes < 1 or args.spawns < 1:
