@@ -17,7 +17,7 @@ from gpuspawner.capacity.model import Taint
 
 __all__ = ["NEVER_TOLERATED_PREFIXES", "DEFAULT_TOLERATED_TAINT_KEYS", "HARD_EFFECTS", "PASSING_TAINT_KEYS",
            "UNSCHEDULABLE_TAINT", "check_tolerated_keys", "taint_key_allowed", "keeps_pods_off", "refuses_servers",
-           "is_passing_taint", "tolerates", "NodeTaints", "node_taints_of", "TaintExclusion", "taint_exclusion"]
+           "is_passing_taint", "tolerates", "NodeTaints", "node_taints_of", "TaintExclusion", "taint_exclusion", "pod_taint_exclusion"]
 
 # Taint keys owned by Kubernetes itself (node lifecycle controller, kubelet):
 # see kubernetes.io "Taints and Tolerations", section "Taint based Evictions".
@@ -199,3 +199,10 @@ def taint_exclusion(nodes: Iterable[tuple[NodeTaints, int]],
             passing += n
     order = sorted(per_taint.items(), key=lambda kv: (-kv[1], kv[0].key, kv[0].value or "", kv[0].effect))
     return TaintExclusion(lasting, passing, tuple(order))
+
+
+def pod_taint_exclusion(nodes: Iterable[tuple[NodeTaints, int]], pod: Mapping[str, Any]) -> TaintExclusion:
+    """:func:`taint_exclusion` of a core/v1 Pod dict's own ``spec.tolerations`` (none, when malformed)."""
+    spec = pod.get("spec")
+    tolerations = spec.get("tolerations") if isinstance(spec, Mapping) else None
+    return taint_exclusion(nodes, tolerations if isinstance(tolerations, list) else ())

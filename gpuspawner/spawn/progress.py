@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
 from gpuspawner.capacity.node_resources import request_words, shortfall_words
-from gpuspawner.capacity.taintrule import TaintExclusion, taint_exclusion
+from gpuspawner.capacity.taintrule import TaintExclusion, pod_taint_exclusion
 from gpuspawner.kube import objects
 from gpuspawner.spawn.scheduler_messages import (
     AFFINITY,
@@ -159,8 +159,7 @@ class SpawnContext:
         (``excluded``); either None: not known."""
         excluded = None
         if pool is not None and node_taints is not None and isinstance(pod, Mapping):
-            tolerations = objects.section(pod, "spec").get("tolerations")
-            excluded = taint_exclusion(node_taints, tolerations if isinstance(tolerations, list) else ())
+            excluded = pod_taint_exclusion(node_taints, pod)
         if pool is None:
             return cls(
                 pool_id=pool_id,
