@@ -354,16 +354,16 @@ def _keyless_lasting(count: int, ctx: SpawnContext) -> int:
 
 
 def _pool_taint_evidence(ctx: SpawnContext, keys: set[str]) -> tuple[Taint, ...]:
-    """The pool's own taints that keep this pod off its nodes, and that the scheduler names too
-    (all, when it names none: the 1.35 wording).  With ``ctx.excluded``: those of the pool's
-    taints the pod's own tolerations leave untolerated on some node; else the taints the
-    spawner does not tolerate (:meth:`SpawnContext.hard_taints`)."""
+    """The pool's own taints that keep this pod off its nodes: those the spawner does not tolerate
+    (:meth:`SpawnContext.hard_taints`) that the scheduler names too.  When it names none (the 1.35
+    wording) and every node's taints are known (``ctx.excluded``): those of the pool's taints the
+    pod's own tolerations leave untolerated on some node."""
+    if keys:
+        return tuple(t for t in ctx.hard_taints() if t.key in keys)
     if ctx.excluded is not None:
         untolerated = {t for t, _ in ctx.excluded.taints}
-        found = tuple(t for t in ctx.taints if t in untolerated)
-    else:
-        found = ctx.hard_taints()
-    return tuple(t for t in found if not keys or t.key in keys)
+        return tuple(t for t in ctx.taints if t in untolerated)
+    return ctx.hard_taints()
 
 
 def _too_big(ctx: SpawnContext) -> bool:
