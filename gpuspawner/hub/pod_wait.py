@@ -158,7 +158,7 @@ def _full_pool_verdict(spawner: Any, pod: Mapping[str, Any], ctx: Any) -> Any:
     cache re-list; once ``gpu_full_pool_grace`` has passed and the re-list is done, fail when no
     node of the pool has room and it cannot grow (``no_room_verdict``); else keep waiting."""
     info = spawner._spawn.info
-    if not short_of_gpus(scheduling_failure(pod, spawner.events), info.resource):
+    if not short_of_gpus(scheduling_failure(pod, spawner.events), info.resource, ctx.excluded if ctx else None):
         spawner._spawn = replace(spawner._spawn, short=None)
         return None
     now = _clock()
