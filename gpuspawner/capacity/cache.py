@@ -716,6 +716,7 @@ class CapacityCache:
             healthy=self._healthy(age),
             error=self._error(age),
             pools_by_id=by_id,
+            node_taints=self._plugin.taints.summary(),
         )
 
     def track_requests(self, requests: Iterable[tuple[int, ...]]) -> bool:

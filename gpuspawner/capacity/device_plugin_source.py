@@ -9,6 +9,7 @@ from typing import Any, Callable
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.model import PoolView
+from gpuspawner.capacity.node_taints import NodeTaintCounts, node_filter_taints
 from gpuspawner.capacity.nodeimages import NodeImages, note_node
 from gpuspawner.capacity.plugin_accounts import PluginAccounts
 from gpuspawner.capacity.pod_requests import base_record, pod_key, pod_record
@@ -37,20 +38,26 @@ class DevicePluginSource:
         # only GPU nodes' (while DRA pools, whose nodes come from ResourceSlices, may take any node)
         self.images = NodeImages()
         self._any_node_images = any_node_images
+        # every node's cordon and hard taints, per distinct set (what the pending verdicts weigh
+        # kube-scheduler's "node(s) had untolerated taint(s)" with)
+        self.taints = NodeTaintCounts()
 
     def pools(self) -> tuple[PoolView, ...]:
         return self.ledger.pools()
 
     def apply(self, kind: str, obj: dict[str, Any]) -> str | None:
-        """Record one listed or watched object; returns its key for the re-list's retain."""
+        """Record one listed or watched object; returns its key for the re-list's retain (every
+        named node is kept, GPU or not: its taints count)."""
         if kind == "nodes":
             rec = node_record(obj, self.config)
             note_node(self.images, obj, rec, dra=self._any_node_images())
-            if rec is None:  # no GPUs (or unreadable): the node leaves the pools it was in
-                name = (obj.get("metadata") or {}).get("name")
-                if isinstance(name, str) and name:
-                    self.accounts.remove_node(name)
+            name = (obj.get("metadata") or {}).get("name")
+            if not isinstance(name, str) or not name:
                 return None
+            self.taints.put(name, node_filter_taints(obj))
+            if rec is None:  # no GPUs (or unreadable): the node leaves the pools it was in
+                self.accounts.remove_node(name)
+                return name
             self.accounts.upsert_node(rec)
             return rec.name
         prec = pod_record(obj, self.config.is_gpu_resource)
@@ -74,6 +81,7 @@ class DevicePluginSource:
             if name:
                 self.accounts.remove_node(name)
                 self.images.remove(name)
+                self.taints.remove(name)
         else:
             key = pod_key(obj)
             if key is not None:
@@ -82,5 +90,6 @@ class DevicePluginSource:
     def retain(self, kind: str, keep: set[str]) -> int:
         if kind == "nodes":
             self.images.retain(keep)
+            self.taints.retain(keep)
             return self.accounts.retain_nodes(keep)
         return self.accounts.retain_pods(keep)

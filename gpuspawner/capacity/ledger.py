@@ -10,9 +10,9 @@ from typing import Callable, Iterable, Protocol
 
 from gpuspawner.capacity import node_resources
 from gpuspawner.capacity.model import NodeView, PoolView
-from gpuspawner.capacity.pool_totals import TRANSIENT_TAINT_PREFIXES, PoolNodes, bump, check_count
+from gpuspawner.capacity.pool_totals import PoolNodes, bump, check_count
 
-__all__ = ["Ledger", "PoolSource", "Reservation", "Supply", "TRANSIENT_TAINT_PREFIXES"]
+__all__ = ["Ledger", "PoolSource", "Reservation", "Supply"]
 
 Requests = tuple[tuple[int, ...], ...]
 

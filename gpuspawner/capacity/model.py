@@ -345,6 +345,9 @@ class CapacitySnapshot:
     healthy: bool = True
     error: str | None = None  # e.g. "forbidden: list nodes at the cluster scope"
     pools_by_id: dict[str, PoolView] = field(default_factory=dict, compare=False)
+    # every node's cordon and NoSchedule/NoExecute taints: each distinct ``taintrule.NodeTaints``
+    # with how many nodes have it (a handful of rows, whatever the size of the cluster)
+    node_taints: tuple[tuple[Any, int], ...] = ()
 
     def pool(self, pool_id: str) -> PoolView | None:
         if not self.pools_by_id and self.pools:

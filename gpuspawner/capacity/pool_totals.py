@@ -10,9 +10,9 @@ from typing import Iterable
 
 from gpuspawner.capacity.labels import version_key
 from gpuspawner.capacity.model import DriverGroup, FitCount, NodeView, Taint, driver_key, group_order
+from gpuspawner.capacity.taintrule import is_passing_taint
 
 __all__ = [
-    "TRANSIENT_TAINT_PREFIXES",
     "NodeTally",
     "PoolNodes",
     "bump",
@@ -22,25 +22,10 @@ __all__ = [
     "sorted_taints",
 ]
 
-#: Taints that describe a node's passing state, not its pool: the node
-#: lifecycle controller's ``node.kubernetes.io/*`` (not-ready, unreachable,
-#: unschedulable, ...; Kubernetes docs "Taints and Tolerations", taint-based
-#: evictions), the cloud controller's ``node.cloudprovider.kubernetes.io/*``,
-#: Karpenter's disruption taints and the cluster autoscaler's scale-down marks.
-#: They are left out of a pool's taints: a spawn must not tolerate them.
-TRANSIENT_TAINT_PREFIXES: tuple[str, ...] = (
-    "node.kubernetes.io/",
-    "node.cloudprovider.kubernetes.io/",
-    "karpenter.sh/disrupted",
-    "karpenter.sh/unregistered",
-    "ToBeDeletedByClusterAutoscaler",
-    "DeletionCandidateOfClusterAutoscaler",
-)
-
-
 def pool_taints(taints: Iterable[Taint]) -> tuple[Taint, ...]:
-    """The taints of a node that describe its pool: the passing ones left out."""
-    return tuple(t for t in taints if not t.key.startswith(TRANSIENT_TAINT_PREFIXES))
+    """The taints of a node that describe its pool: the passing ones (``taintrule.is_passing_taint``:
+    a node's state, not its pool's; a spawn must not tolerate them) left out."""
+    return tuple(t for t in taints if not is_passing_taint(t.key))
 
 
 def sorted_taints(taints: Iterable[Taint]) -> tuple[Taint, ...]:

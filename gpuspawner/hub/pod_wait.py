@@ -95,12 +95,13 @@ def spawn_context(spawner: Any, pod: Any = None) -> SpawnContext | None:
     info = spawner._spawn.info
     if info is None:
         return None
-    pool = None
+    pool = node_taints = None
     cache = spawner.capacity_cache()
     if cache is not None:
         snapshot = cache.snapshot()
         if snapshot.synced and snapshot.healthy:
             pool = snapshot.pool(info.pool_id)
+            node_taints = snapshot.node_taints  # weighed with the pod's tolerations (SpawnContext.excluded)
     if pod is None:
         pod = spawner._reflected_pod()
     return SpawnContext.from_pool(
@@ -112,6 +113,8 @@ def spawn_context(spawner: Any, pod: Any = None) -> SpawnContext | None:
         pool_name=info.pool_name,
         resource=info.resource,
         request=info.request,
+        node_taints=node_taints,
+        pod=pod,
         **poolimages.pull_context(spawner),  # a cold node's pull estimate (hub/poolimages.py)
     )
 
@@ -155,7 +158,7 @@ def _full_pool_verdict(spawner: Any, pod: Mapping[str, Any], ctx: Any) -> Any:
     cache re-list; once ``gpu_full_pool_grace`` has passed and the re-list is done, fail when no
     node of the pool has room and it cannot grow (``no_room_verdict``); else keep waiting."""
     info = spawner._spawn.info
-    if not short_of_gpus(scheduling_failure(pod, spawner.events), info.resource):
+    if not short_of_gpus(scheduling_failure(pod, spawner.events), info.resource, ctx.excluded if ctx else None):
         spawner._spawn = replace(spawner._spawn, short=None)
         return None
     now = _clock()

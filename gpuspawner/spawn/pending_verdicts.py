@@ -8,7 +8,14 @@ from typing import Any
 
 from gpuspawner.kube import objects
 from gpuspawner.spawn.progress import SpawnContext, Translation, translate, translate_pod
-from gpuspawner.spawn.scheduler_messages import CONDITION_TAINT, UNSCHEDULABLE, SchedulingFailure, parse_scheduling_message
+from gpuspawner.capacity.taintrule import TaintExclusion
+from gpuspawner.spawn.scheduler_messages import (
+    CONDITION_TAINT,
+    TAINT,
+    UNSCHEDULABLE,
+    SchedulingFailure,
+    parse_scheduling_message,
+)
 
 __all__ = [
     "POOL_ANNOTATION",
@@ -153,14 +160,25 @@ def scheduling_failure(pod: Any, events: Iterable[Any]) -> SchedulingFailure | N
     return parse_scheduling_message(newest.get("message")) if newest is not None else None
 
 
-def short_of_gpus(failure: SchedulingFailure | None, resource: str) -> bool:
+def short_of_gpus(failure: SchedulingFailure | None, resource: str, excluded: TaintExclusion | None = None) -> bool:
     """Whether the scheduler turned the pod away for lack of ``resource`` (``Insufficient
     nvidia.com/gpu``), with no node out for a passing reason: a cordoned node
     (``node(s) were unschedulable``) or a not-ready one (a node-condition taint) may be back
-    soon, and the scheduler's message does not say which pool such a node is in."""
+    soon, and the scheduler's message does not say which pool such a node is in.  kube-scheduler
+    1.35+ names no taint: with ``excluded`` (every node's taints against the pod's tolerations,
+    ``SpawnContext.excluded``), a keyless taint reason that does not surely stay counts as a
+    not-ready node."""
     if failure is None or not failure.insufficient(resource):
         return False
-    return not failure.count(UNSCHEDULABLE, CONDITION_TAINT)
+    if failure.count(UNSCHEDULABLE, CONDITION_TAINT):
+        return False
+    if excluded is not None:
+        for r in failure.reasons:
+            if r.kind == TAINT and r.detail is None:
+                count = r.count if r.count is not None else failure.total_nodes
+                if excluded.lasting_among(count) < count:
+                    return False
+    return True
 
 
 def no_room_verdict(ctx: SpawnContext) -> Translation | None:

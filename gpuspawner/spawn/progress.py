@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuspawner.capacity.model import PoolView, ScaleUp, Taint
 from gpuspawner.capacity.node_resources import request_words, shortfall_words
+from gpuspawner.capacity.taintrule import TaintExclusion, pod_taint_exclusion
 from gpuspawner.kube import objects
 from gpuspawner.spawn.scheduler_messages import (
     AFFINITY,
@@ -84,6 +85,9 @@ class SpawnContext:
     cache).  ``max_node_allocatable``: GPUs allocatable on the pool's largest
     node; None when unknown.  ``taints``: the pool's taints (``PoolView.taints``);
     ``tolerated_taint_keys``: ``GPUSpawner.gpu_tolerated_taint_keys`` (globs).
+    ``excluded``: how many nodes of the whole cluster the pod's own tolerations leave it off
+    for good or for now (``taintrule.taint_exclusion`` over the snapshot's ``node_taints``);
+    None when unknown (no pod yet, no healthy snapshot).
     Numbers that are None are unknown, and nothing is concluded from them.
     """
 
@@ -110,6 +114,7 @@ class SpawnContext:
     image: str | None = None
     image_bytes: int | None = None
     pull_rate: float | None = None
+    excluded: TaintExclusion | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.pool_id, str) or not self.pool_id:
@@ -144,9 +149,17 @@ class SpawnContext:
         image: str | None = None,
         image_bytes: int | None = None,
         pull_rate: float | None = None,
+        node_taints: Iterable[tuple[Any, int]] | None = None,
+        pod: Any = None,
     ) -> SpawnContext:
         """The context for a spawn into ``pool`` (as the capacity cache sees it
-        now; None when the pool is not in the snapshot, so nothing is known)."""
+        now; None when the pool is not in the snapshot, so nothing is known).
+        ``node_taints``: the snapshot's (``CapacitySnapshot.node_taints``) and ``pod``: the
+        server's pod as the API server has it, whose tolerations they are weighed with
+        (``excluded``); either None: not known."""
+        excluded = None
+        if pool is not None and node_taints is not None and isinstance(pod, Mapping):
+            excluded = pod_taint_exclusion(node_taints, pod)
         if pool is None:
             return cls(
                 pool_id=pool_id,
@@ -181,6 +194,7 @@ class SpawnContext:
             image=image,
             image_bytes=image_bytes,
             pull_rate=pull_rate,
+            excluded=excluded,
         )
 
     @property
@@ -280,10 +294,31 @@ def _message_taint_text(key: str | None, reasons: Iterable[ReasonCount]) -> str:
     return key
 
 
-def _summary(reasons: Iterable[ReasonCount], limit: int = 3) -> str:
+def _summary(reasons: Iterable[ReasonCount], limit: int = 3, excluded: TaintExclusion | None = None) -> str:
+    """The largest ``limit`` reasons as the scheduler wrote them; with ``excluded``, a taint reason
+    without its key (kube-scheduler 1.35+) is followed by the taints that keep the server off."""
     items = sorted(reasons, key=lambda r: -(r.count or 0))
-    shown = [f"{r.count} {r.text}" if r.count is not None else r.text for r in items[:limit]]
+    shown = []
+    for r in items[:limit]:
+        text = f"{r.count} {r.text}" if r.count is not None else r.text
+        if r.kind == TAINT and r.detail is None and excluded is not None:
+            text += _excluded_words(excluded)
+        shown.append(text)
     return "; ".join(shown)
+
+
+def _excluded_words(excluded: TaintExclusion, limit: int = 3) -> str:
+    """What keeps the server off the nodes a keyless taint reason counts, in words:
+    ``": sku=gpu:NoSchedule on 3 nodes and 1 node not ready or being removed for now"``; empty
+    when nothing is known."""
+    parts = [f"{taint_text(t)} on {_n(n, 'node')}" for t, n in excluded.taints[:limit]]
+    if len(excluded.taints) > limit:
+        parts.append(_n(len(excluded.taints) - limit, "other taint"))
+    if excluded.passing:
+        parts.append(f"{_n(excluded.passing, 'node')} not ready or being removed for now")
+    if not parts:
+        return ""
+    return ": " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
 
 
 # ---------------------------------------------------------------------------
@@ -296,19 +331,39 @@ def _permanent_count(failure: SchedulingFailure, ctx: SpawnContext) -> int:
     rejects it, and only NodeResourcesFit gives a node more than one reason, so
     the counts of single-reason kinds add up per node.  A taint without its key
     (the 1.35 wording) may be a passing node-condition taint (a NotReady node
-    after a driver update, say): count it only when the cache shows the pool's
-    nodes carrying a taint this pod does not tolerate (``PoolView.taints``
-    leaves node-condition taints out, docs/capacity.md)."""
+    after a driver update, say): :func:`_keyless_lasting` counts those that stay."""
     n = 0
-    keyless_is_permanent = bool(ctx.hard_taints())
     for r in failure.reasons:
         count = r.count if r.count is not None else failure.total_nodes
         if r.kind == TAINT and r.detail is None:
-            if keyless_is_permanent:
-                n += count
+            n += _keyless_lasting(count, ctx)
         elif r.kind in PERMANENT_KINDS:
             n += count
     return n
+
+
+def _keyless_lasting(count: int, ctx: SpawnContext) -> int:
+    """Of ``count`` nodes that kube-scheduler says had an untolerated taint, without naming it, how
+    many stay out for good.  Known: every node's taints weighed with the pod's own tolerations
+    (``ctx.excluded``, ``TaintExclusion.lasting_among``).  Else the old evidence: all of them when
+    the cache shows the pool's nodes carrying a taint this pod does not tolerate
+    (``PoolView.taints`` leaves node-condition taints out, docs/capacity.md), none otherwise."""
+    if ctx.excluded is not None:
+        return ctx.excluded.lasting_among(count)
+    return count if ctx.hard_taints() else 0
+
+
+def _pool_taint_evidence(ctx: SpawnContext, keys: set[str]) -> tuple[Taint, ...]:
+    """The pool's own taints that keep this pod off its nodes: those the spawner does not tolerate
+    (:meth:`SpawnContext.hard_taints`) that the scheduler names too.  When it names none (the 1.35
+    wording) and every node's taints are known (``ctx.excluded``): those of the pool's taints the
+    pod's own tolerations leave untolerated on some node."""
+    if keys:
+        return tuple(t for t in ctx.hard_taints() if t.key in keys)
+    if ctx.excluded is not None:
+        untolerated = {t for t, _ in ctx.excluded.taints}
+        return tuple(t for t in ctx.taints if t in untolerated)
+    return ctx.hard_taints()
 
 
 def _too_big(ctx: SpawnContext) -> bool:
@@ -377,20 +432,30 @@ def _never_fits(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | 
     # nodes add taint and affinity entries of their own.
     taints = [r for r in failure.reasons if r.kind == TAINT]
     keys = {r.detail for r in taints if r.detail}
-    # the cache's evidence: a taint of the pool this pod does not tolerate and
-    # that the scheduler names too (or cannot name, in the 1.35 wording)
-    hard = tuple(t for t in ctx.hard_taints() if not keys or t.key in keys)
+    hard = _pool_taint_evidence(ctx, keys)
     if taints and (hard or not failure.count(AFFINITY, NODE_NAME, VOLUME_ZONE)):
         key = hard[0].key if hard else taints[0].detail
         shown = taint_text(hard[0]) if hard else _message_taint_text(key, taints)
-        reason = (
-            f"the nodes of pool {ctx.label} carry the taint {shown}, which this server does not tolerate; "
-            f"an administrator can allow it with c.GPUSpawner.gpu_tolerated_taint_keys "
-            f"(add {key!r}) or remove the taint"
-            if key
-            else "every node that could run this server carries a taint it does not tolerate; "
-            "an administrator can allow the taint's key with c.GPUSpawner.gpu_tolerated_taint_keys"
-        )
+        if key:
+            reason = (
+                f"the nodes of pool {ctx.label} carry the taint {shown}, which this server does not tolerate; "
+                f"an administrator can allow it with c.GPUSpawner.gpu_tolerated_taint_keys "
+                f"(add {key!r}) or remove the taint"
+            )
+        elif ctx.excluded is not None and ctx.excluded.taints:
+            named = [t for t, _ in ctx.excluded.taints]
+            add = " and ".join(repr(k) for k in dict.fromkeys(t.key for t in named))
+            s, them = ("s", "them") if len(named) > 1 else ("", "it")
+            reason = (
+                f"every node that could run this server carries a taint it does not tolerate "
+                f"({', '.join(taint_text(t) for t in named)}); an administrator can allow {them} with "
+                f"c.GPUSpawner.gpu_tolerated_taint_keys (add {add}) or remove the taint{s}"
+            )
+        else:
+            reason = (
+                "every node that could run this server carries a taint it does not tolerate; "
+                "an administrator can allow the taint's key with c.GPUSpawner.gpu_tolerated_taint_keys"
+            )
         return Translation(f"Cannot start: {reason}.", "untolerated_taint", fatal=True, reason=reason)
     if failure.count(VOLUME_ZONE):
         reason = (
@@ -402,7 +467,7 @@ def _never_fits(failure: SchedulingFailure, ctx: SpawnContext) -> Translation | 
         )
         return Translation(f"Cannot start: {reason}.", "volume_zone", fatal=True, reason=reason)
     reason = (
-        f"no node of pool {ctx.label} can ever take this server ({_summary(failure.reasons)}); "
+        f"no node of pool {ctx.label} can ever take this server ({_summary(failure.reasons, excluded=ctx.excluded)}); "
         "the pool's labels or taints may have changed: reload the page and choose again, "
         "or ask your administrator"
     )
@@ -535,7 +600,7 @@ def _failed_scheduling(failure: SchedulingFailure, ctx: SpawnContext) -> Transla
             "waiting_for_scale_up",
             PROGRESS_SCHEDULING,
         )
-    summary = _summary(failure.reasons) or "no reason given"
+    summary = _summary(failure.reasons, excluded=ctx.excluded) or "no reason given"
     return Translation(
         f"Waiting for a node in pool {ctx.label} ({summary}); {_queue(ctx)}.",
         "waiting_for_node",

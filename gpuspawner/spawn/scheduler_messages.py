@@ -1,6 +1,6 @@
 """The grammar of the messages Kubernetes writes about a pod that waits: the kube-scheduler's
 ``FailedScheduling``, the cluster autoscaler's and Karpenter's scale-up events, the kubelet's
-image, container and admission events.  Pure, stdlib (and the taint policy's own key prefixes)."""
+image, container and admission events.  Pure, stdlib (and the taint policy's rule of passing taints)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspawner.spawn.tolerations import NEVER_TOLERATED_PREFIXES
+from gpuspawner.capacity.taintrule import is_passing_taint
 
 __all__ = [
     "INSUFFICIENT", "TAINT", "CONDITION_TAINT", "AFFINITY", "NODE_NAME", "UNSCHEDULABLE", "VOLUME_ZONE",
@@ -35,21 +35,6 @@ PORTS = "ports"
 DRA = "dra"
 UNKNOWN = "unknown"
 PERMANENT_KINDS = frozenset({TAINT, AFFINITY, NODE_NAME, VOLUME_ZONE})
-
-# Taints that come and go with a node's health or life cycle, so a node that
-# has one now may take the pod later: the node lifecycle controller's and the
-# kubelet's (kubernetes.io "Taints and Tolerations", "Taint based Evictions";
-# the cloud node controller's ``uninitialized``), the cluster autoscaler's
-# ``ToBeDeletedByClusterAutoscaler`` (utils/taints/taints.go) and Karpenter's
-# ``karpenter.sh/disrupted`` / ``karpenter.sh/unregistered``.
-_CONDITION_TAINT_KEYS = frozenset(
-    {
-        "ToBeDeletedByClusterAutoscaler",
-        "karpenter.sh/disrupted",
-        "karpenter.sh/unregistered",
-    }
-)
-
 
 @dataclass(frozen=True, slots=True)
 class ReasonCount:
@@ -95,8 +80,9 @@ _TAINT_DETAIL = re.compile(r"^node\(s\) had (?:untolerated )?taint \{([^{}:]*):\
 
 
 def is_condition_taint(key: str) -> bool:
-    """Whether a taint comes and goes with a node's health or life cycle (see above)."""
-    return key.startswith(NEVER_TOLERATED_PREFIXES) or key in _CONDITION_TAINT_KEYS
+    """Whether a taint comes and goes with a node's health or life cycle (the one rule:
+    ``capacity.taintrule.is_passing_taint``)."""
+    return is_passing_taint(key)
 
 
 def classify_reason(text: str) -> tuple[str, str | None]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from gpuspawner.capacity.model import PoolView, Taint
@@ -13,6 +13,7 @@ from gpuspawner.capacity.taintrule import (
     check_tolerated_keys,
     keeps_pods_off,
     taint_key_allowed,
+    tolerates,
 )
 
 __all__ = ["NEVER_TOLERATED_PREFIXES", "DEFAULT_TOLERATED_TAINT_KEYS", "HARD_EFFECTS", "check_tolerated_keys",
@@ -30,23 +31,6 @@ def toleration_for(taint: Taint) -> dict[str, Any]:
     else:
         tol["operator"] = "Exists"
     return tol
-
-
-def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
-    """Whether a pod's toleration (a core/v1 Toleration dict) tolerates ``taint``, as
-    ``Toleration.ToleratesTaint`` decides (k8s.io/api/core/v1/toleration.go): an empty effect
-    matches every effect, an empty key every key; ``Exists`` matches every value, ``Equal``
-    (or no operator) the same value; any other operator matches nothing."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.effect:
-        return False
-    key = toleration.get("key") or ""
-    if key and key != taint.key:
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    return operator == "Equal" and (toleration.get("value") or "") == (taint.value or "")
 
 
 def untolerated_taints(pool: PoolView, allowed_taint_keys: Iterable[str]) -> tuple[Taint, ...]:

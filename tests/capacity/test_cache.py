@@ -13,7 +13,8 @@ import pytest
 
 from gpuspawner.capacity.cache import CapacityCache
 from gpuspawner.capacity.config import CapacityConfig
-from gpuspawner.capacity.model import pool_id
+from gpuspawner.capacity.model import Taint, pool_id
+from gpuspawner.capacity.taintrule import NodeTaints
 
 from tests.builders import GFD_A100, node, pod
 
@@ -245,6 +246,28 @@ async def test_watch_resumes_after_a_normal_close_and_bookmarks_advance_it(make_
     assert len(api.list_calls("list_node")) == 1  # no re-list
     assert cache.snapshot().pool(A100).nodes == 1  # n1 cordoned
     assert cache.health["watch_restarts"] >= 1 and cache.health["relists"] == 0
+
+
+async def test_the_snapshot_counts_every_nodes_taints_as_the_watch_moves_them(make_cache):
+    sku = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+    control = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+    tainted = node("cpu-2", taints=[sku])
+    api = ScriptedApi(
+        list_node=[
+            listing([*NODE_LIST, node("cp-0", taints=[control]), tainted], rv="100"),
+            watching(
+                {"type": "MODIFIED", "object": {**a100("n1", unschedulable=True),
+                                                "metadata": {**a100("n1")["metadata"], "resourceVersion": "105"}}},
+                {"type": "DELETED", "object": {**tainted, "metadata": {**tainted["metadata"], "resourceVersion": "106"}}},
+            ),
+        ],
+        list_pod_for_all_namespaces=[listing(POD_LIST)],
+    )
+    cache = make_cache(api)
+    assert await cache.wait_synced(10)
+    await wait_for(lambda: len(api.watch_calls("list_node")) == 2, what="the watch's events")
+    control_plane = Taint("node-role.kubernetes.io/control-plane", None, "NoSchedule")
+    assert cache.snapshot().node_taints == ((NodeTaints(False, (control_plane,)), 1), (NodeTaints(True, ()), 1))
 
 
 @pytest.mark.parametrize("how", ["error-event", "http-410"])

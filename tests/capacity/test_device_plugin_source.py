@@ -25,7 +25,7 @@ def free_and_total(src: DevicePluginSource) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize(("kind", "obj", "key"), [
     ("nodes", gpu_node("gpu-0", 4), "gpu-0"),
-    ("nodes", node("cpu-0"), None),
+    ("nodes", node("cpu-0"), "cpu-0"),  # every node is kept: its taints count
     ("pods", pod("jupyter-ada", 1, "gpu-0"), "jhub/jupyter-ada"),
     ("pods", pod("web", 0, "gpu-0"), "jhub/web"),
     ("pods", pod("unbound", 0), None),

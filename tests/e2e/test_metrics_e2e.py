@@ -4,10 +4,13 @@ carry a taint no server tolerates is refused before any pod with that taint and 
 a GPU), on the demo's hub and its default cluster (Kubernetes' own control plane).
 
 The hopeless spawn: the admin's ``modify_pod_hook`` gives one user's pods a ``nodeSelector`` for
-a rack label no node has (and a toleration of every taint).  The capacity model does not read what a hook adds, so the A100 pool
-is offered, the pod is created, and the scheduler answers ``didn't match Pod's node affinity/
-selector`` for every node: no node can ever take it, and the pool declares no scale-up, so the
-spawn must fail at once with the reason rather than after the demo's 180 s ``start_timeout``.
+a rack label no node has.  The capacity model does not read what a hook adds, so the A100 pool is
+offered, the pod is created, and the scheduler answers ``didn't match Pod's node affinity/
+selector`` for the nodes whose taints the pod tolerates and, naming no taint (kube-scheduler 1.35
+on), ``had untolerated taint(s)`` for the other pools' tainted nodes.  The hub weighs that with
+every node's taints and the pod's own tolerations: those taints stay, so no node can ever take
+it, and the pool declares no scale-up, so the spawn must fail at once with the reason rather than
+after the demo's 180 s ``start_timeout``.
 
 The refused pool: the hub is configured (``gpu_tolerated_taint_keys`` without ``sku``) so that GPU
 servers may not tolerate the AKS T4 pool's ``sku=gpu:NoSchedule`` taint.  kube-scheduler would
@@ -47,16 +50,10 @@ c = get_config()  # noqa: F821
 c.GPUSpawner.gpu_tolerated_taint_keys = ["nvidia.com/gpu", "amd.com/gpu"]
 
 
-# the admin's own pod hook pins erin's servers to a rack no node is in, and lets them tolerate every taint:
-# kube-scheduler (1.35 on) names no key in "N node(s) had untolerated taint(s)", and the hub does not call
-# a taint it cannot name permanent unless the pool's own nodes carry one (it may be a node condition's,
-# which passes), so the other pools' tainted nodes would keep it waiting out the start timeout
+# the admin's own pod hook pins erin's servers to a rack no node is in
 def pin_erin(spawner, pod):
-    from kubernetes_asyncio.client import V1Toleration
-
     if spawner.user.name == "erin":
         pod.spec.node_selector = {**(pod.spec.node_selector or {}), "example.com/rack": "9"}
-        pod.spec.tolerations = [*(pod.spec.tolerations or []), V1Toleration(operator="Exists")]
     return pod
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspawner.capacity.model import ScaleUp
+from gpuspawner.capacity.model import ScaleUp, Taint
+from gpuspawner.capacity.taintrule import TaintExclusion
 from gpuspawner.spawn.pending_verdicts import no_room_verdict, scheduling_failure, short_of_gpus
 from gpuspawner.spawn.progress import FATAL_KINDS, SpawnContext
 
@@ -61,6 +62,23 @@ def test_a_bound_pod_has_no_scheduling_failure():
 )
 def test_short_of_gpus(message, short):
     assert short_of_gpus(scheduling_failure(pending_pod(message), []), "nvidia.com/gpu") is short
+
+
+KEYLESS = ("0/6 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint(s), "
+           "4 node(s) didn't match Pod's node affinity/selector.")
+SKU = Taint("sku", "gpu", "NoSchedule")
+
+
+# kube-scheduler 1.35+ names no taint: every node's taints against the pod's tolerations say whether the
+# tainted node is another pool's for good, or a node that is not ready and may be back soon
+@pytest.mark.parametrize("excluded, short", [
+    (TaintExclusion(1, 0, ((SKU, 1),)), True),
+    (TaintExclusion(0, 1), False),
+    (TaintExclusion(1, 1, ((SKU, 1),)), False),
+    (None, True),
+], ids=["another-pools-taint", "a-not-ready-node-may-come-back", "not-sure-which", "unknown-as-before"])
+def test_short_of_gpus_with_a_keyless_taint(excluded, short):
+    assert short_of_gpus(scheduling_failure(pending_pod(KEYLESS), []), "nvidia.com/gpu", excluded) is short
 
 
 def ctx(**kw):

@@ -8,6 +8,7 @@ their parsing is tested in test_schedmsg.py).
 import pytest
 
 from gpuspawner.capacity.model import ScaleUp, Taint
+from gpuspawner.capacity.taintrule import NodeTaints, TaintExclusion
 from gpuspawner.spawn.progress import FATAL_KINDS, SpawnContext, rewrite_progress_event, translate, translate_pod
 from tests.builders import MALFORMED_PODS, node_view, pool_view
 
@@ -714,6 +715,82 @@ def test_context_from_pool_view():
     assert c.hard_taints() == (SKU,)
     unknown = SpawnContext.from_pool(None, pool_id=POOL, gpus=1)
     assert (unknown.nodes, unknown.free, unknown.max_node_allocatable) == (None, None, None)
+
+
+# ---------------------------------------------------------------------------
+# kube-scheduler 1.35+: "N node(s) had untolerated taint(s)", no key; every node's taints weighed
+# with the pod's own tolerations (SpawnContext.excluded) say how many stay out for good
+# ---------------------------------------------------------------------------
+
+GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
+CONTROL = Taint("node-role.kubernetes.io/control-plane", None, "NoSchedule")
+KEYLESS_AND_AFFINITY = ("0/7 nodes are available: 2 node(s) had untolerated taint(s), 5 node(s) didn't match "
+                        "Pod's node affinity/selector. preemption: 0/7 nodes are available: 7 Preemption is not "
+                        "helpful for scheduling.")
+KEYLESS_ONLY = "0/3 nodes are available: 3 node(s) had untolerated taint(s)."
+
+# (message, context overrides, kind, fatal, fragments of the message)
+KEYLESS_CASES = [
+    # an admin's hook pins the pod to a rack no node is in; another pool's nodes carry sku=gpu
+    pytest.param(KEYLESS_AND_AFFINITY, {"taints": (GPU_TAINT,), "excluded": TaintExclusion(2, 0, ((SKU, 2),))},
+                 "no_matching_node", True,
+                 ["can ever take this server", "node affinity/selector", "2 node(s) had untolerated taint(s): "
+                  "sku=gpu:NoSchedule on 2 nodes)"], id="other-pools-taint-and-a-selector-nothing-matches"),
+    pytest.param(KEYLESS_AND_AFFINITY, {"taints": (GPU_TAINT,), "excluded": TaintExclusion(0, 2)},
+                 "waiting_for_node", False, ["had untolerated taint(s): 2 nodes not ready or being removed for now)"],
+                 id="not-ready-nodes-may-come-back"),
+    pytest.param(KEYLESS_AND_AFFINITY, {"taints": (GPU_TAINT,), "excluded": TaintExclusion(1, 1, ((SKU, 1),))},
+                 "waiting_for_node", False, ["sku=gpu:NoSchedule on 1 node and 1 node not ready or being removed"],
+                 id="one-lasting-one-passing"),
+    # the scheduler counted 2, the cache now sees 2 lasting and 1 passing: not sure the 2 are the lasting ones
+    pytest.param(KEYLESS_AND_AFFINITY, {"taints": (GPU_TAINT,), "excluded": TaintExclusion(2, 1, ((SKU, 2),))},
+                 "waiting_for_node", False, [], id="cluster-changed-since-the-schedulers-word"),
+    pytest.param(KEYLESS_AND_AFFINITY, {"taints": (GPU_TAINT,), "excluded": TaintExclusion(2, 0, ((SKU, 2),)),
+                                        "scale_up": SCALE},
+                 "waiting_for_scale_up", False, [], id="a-pool-that-can-grow-waits"),
+    pytest.param(KEYLESS_ONLY, {"taints": (SKU,), "excluded": TaintExclusion(3, 0, ((SKU, 3),))},
+                 "untolerated_taint", True,
+                 ["the nodes of pool A100 80GB carry the taint sku=gpu:NoSchedule", "(add 'sku')"],
+                 id="the-pools-own-taint"),
+    pytest.param(KEYLESS_ONLY, {"taints": (), "excluded": TaintExclusion(3, 0, ((SKU, 2), (CONTROL, 1)))},
+                 "untolerated_taint", True,
+                 ["every node that could run this server carries a taint it does not tolerate (sku=gpu:NoSchedule, "
+                  "node-role.kubernetes.io/control-plane:NoSchedule)", "allow them with", "(add 'sku' and "
+                  "'node-role.kubernetes.io/control-plane') or remove the taints"], id="taints-on-every-node"),
+    # the old evidence (the pool's taint not among the tolerated keys) would say fatal; the pod's own
+    # tolerations (an admin's hook) tolerate it, and its nodes are not ready
+    pytest.param(KEYLESS_ONLY, {"taints": (SKU,), "excluded": TaintExclusion(0, 3)},
+                 "waiting_for_node", False, ["3 nodes not ready or being removed for now"], id="the-pods-own-tolerations-decide"),
+]
+
+
+@pytest.mark.parametrize("message, overrides, kind, fatal, fragments", KEYLESS_CASES)
+def test_a_keyless_taint_is_weighed_with_every_nodes_taints(message, overrides, kind, fatal, fragments):
+    t = translate(ev("FailedScheduling", message, "Warning"), ctx(**overrides))
+    assert (t.kind, t.fatal) == (kind, fatal), t
+    for fragment in fragments:
+        assert fragment in t.message, t.message
+    if fatal:
+        assert kind in FATAL_KINDS and t.reason in t.message
+
+
+SKU_NODES = ((NodeTaints(False, (SKU,)), 2), (NodeTaints(False, (GPU_TAINT,)), 4))
+
+
+@pytest.mark.parametrize("pool, node_taints, pod, excluded", [
+    (pool_view(id=POOL), SKU_NODES, {"spec": {"tolerations": [GPU_TAINT.to_k8s() | {"operator": "Equal"}]}},
+     TaintExclusion(2, 0, ((SKU, 2),))),
+    (pool_view(id=POOL), SKU_NODES, {"spec": {"tolerations": [{"operator": "Exists"}]}}, TaintExclusion(0, 0)),
+    (pool_view(id=POOL), SKU_NODES, {"spec": {}}, TaintExclusion(6, 0, ((GPU_TAINT, 4), (SKU, 2)))),
+    (pool_view(id=POOL), SKU_NODES, {"spec": {"tolerations": "not a list"}}, TaintExclusion(6, 0, ((GPU_TAINT, 4), (SKU, 2)))),
+    (pool_view(id=POOL), SKU_NODES, None, None),
+    (pool_view(id=POOL), None, {"spec": {}}, None),
+    (None, SKU_NODES, {"spec": {}}, None),
+], ids=["gpu-taint-tolerated", "tolerates-everything", "no-tolerations", "malformed-tolerations", "no-pod-yet",
+        "no-snapshot", "pool-unknown"])
+def test_the_context_weighs_the_nodes_taints_with_the_pods_tolerations(pool, node_taints, pod, excluded):
+    c = SpawnContext.from_pool(pool, pool_id=POOL, gpus=1, node_taints=node_taints, pod=pod)
+    assert c.excluded == excluded
 
 
 def test_condition_taints_are_never_hard():

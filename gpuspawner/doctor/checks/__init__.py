@@ -111,7 +111,7 @@ def run_checks(
         if cull is not None:
             out += check_cull_coverage(nodes, pods, cull.series, cull.prometheus_url)
     if pods is not None:
-        out += check_pending_pods(pods, config, now, pending_after)
+        out += check_pending_pods(pods, config, now, pending_after, nodes)
     out += check_scale_up(config.declared_pools, hub)
     out += _skipped(nodes, pods)
     out += _profiles_skipped(hub)

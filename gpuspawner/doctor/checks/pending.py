@@ -9,7 +9,9 @@ from typing import Any
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.node_resources import request_words
+from gpuspawner.capacity.node_taints import NodeTaintCounts, node_filter_taints
 from gpuspawner.capacity.pod_requests import pod_base, pod_usage
+from gpuspawner.capacity.taintrule import NodeTaints, TaintExclusion, pod_taint_exclusion
 from gpuspawner.doctor.findings import Finding, ObjectRef
 from gpuspawner.kube import objects
 from gpuspawner.kube.times import format_duration
@@ -26,6 +28,7 @@ from gpuspawner.spawn.scheduler_messages import (
     missing_claim,
     parse_scheduling_message,
 )
+from gpuspawner.spawn.tolerations import taint_text
 
 __all__ = ["check_pending_pods"]
 
@@ -101,13 +104,43 @@ def _base_fix(failure: Any, describe: str, request: tuple[int, ...] | None) -> s
     )
 
 
+def _taint_fix(failure: SchedulingFailure, excluded: TaintExclusion | None, describe: str) -> str | None:
+    """The fix for the scheduler's taint reasons.  Its 1.35+ wording names no taint: with the nodes'
+    taints weighed against the pod's tolerations (``excluded``, ``capacity.taintrule``, the rule the
+    spawn's verdict uses) the fix names the taints that stay, and a reason whose nodes are only
+    out for now (not ready, being removed) is no taint's to fix (None)."""
+    count = failure.count(TAINT)
+    if not count:
+        return None
+    keyless = not any(r.detail for r in failure.reasons if r.kind == TAINT)
+    if not keyless or excluded is None:
+        return (
+            f"A taint keeps it off the GPU nodes: allow its key in c.GPUSpawner.gpu_tolerated_taint_keys "
+            f"(see untolerated-gpu-taint) or remove the taint; details: {describe}"
+        )
+    lasting = excluded.lasting_among(count)
+    if not lasting:
+        return None
+    named = ", ".join(f"{taint_text(t)} on {n} node{'s' if n != 1 else ''}" for t, n in excluded.taints[:3])
+    others = ""
+    if failure.count(AFFINITY, NODE_NAME):
+        others = (" The other nodes do not match its node affinity/selector: check the profile's node_selector "
+                  "and what a modify_pod_hook adds.")
+    return (
+        f"Taints it does not tolerate keep it off {lasting} of the {failure.total_nodes} nodes ({named}): if it "
+        "should run there, allow the key in c.GPUSpawner.gpu_tolerated_taint_keys (see untolerated-gpu-taint) or "
+        f"remove the taint.{others} Details: {describe}"
+    )
+
+
 def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int], claims: Sequence[str] = (),
-                 request: tuple[int, ...] | None = None) -> str:
+                 request: tuple[int, ...] | None = None, excluded: TaintExclusion | None = None) -> str:
     """The fix for what the scheduler's ``FailedScheduling`` message (the ``PodScheduled``
     condition's) names, read with the spawner's own parser (``spawn.schedmsg``); the first of
     a taint, a volume problem (``claims``: the claims the pod mounts), too few free resources,
     node affinity, cordoned nodes wins.  A volume conflict goes before ``Insufficient``: the
-    nodes without GPUs say ``Insufficient`` while the GPU nodes are excluded by the volume."""
+    nodes without GPUs say ``Insufficient`` while the GPU nodes are excluded by the volume.
+    ``excluded``: the nodes' taints against the pod's tolerations (:func:`_taint_fix`)."""
     describe = f"kubectl describe pod -n {ns} {name}"
     failure = parse_scheduling_message(message)
     if failure is None:
@@ -116,11 +149,9 @@ def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int], cla
     base = _base_fix(failure, describe, request)
     if base is not None:
         return base
-    if failure.count(TAINT):
-        return (
-            f"A taint keeps it off the GPU nodes: allow its key in c.GPUSpawner.gpu_tolerated_taint_keys "
-            f"(see untolerated-gpu-taint) or remove the taint; details: {describe}"
-        )
+    taint = _taint_fix(failure, excluded, describe)
+    if taint is not None:
+        return taint
     storage = _storage_fix(failure, ns, claims, describe)
     if storage is not None:
         return storage
@@ -137,6 +168,9 @@ def _pending_fix(message: str, ns: str, name: str, usage: Mapping[str, int], cla
         )
     if failure.count(UNSCHEDULABLE):
         return f"The GPU nodes it fits are cordoned (see gpu-node-cordoned): kubectl uncordon NODE; {describe}"
+    if failure.count(TAINT):
+        return (f"The nodes it may use are not ready or are being removed (their node.kubernetes.io/* or "
+                f"autoscaler taints keep pods off until they recover; see gpu-node-not-ready): {describe}")
     return describe
 
 
@@ -149,22 +183,35 @@ def _stuck(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _pending(pod: Mapping[str, Any], cond: Mapping[str, Any], usage: Mapping[str, int],
-             age: float | None) -> Finding:
+             age: float | None, node_taints: tuple[tuple[NodeTaints, int], ...] | None = None) -> Finding:
     meta = objects.section(pod, "metadata")
     ns = meta.get("namespace") or "default"
     name = objects.name(pod) or "?"
     message = str(cond.get("message") or cond.get("reason") or "no message from the scheduler")
     wanted = ", ".join(f"{n} x {r}" for r, n in sorted(usage.items()))
     age_text = f"for {format_duration(age)}" if age is not None else "(age unknown)"
+    excluded = pod_taint_exclusion(node_taints, pod) if node_taints is not None else None
     return Finding(
         "pod-pending-on-gpu",
         "warning",
         f"Pod {ns}/{name} asks for {wanted} and has been Pending {age_text}: {message}",
-        _pending_fix(message, ns, name, usage, claim_names(pod), (*pod_base(objects.section(pod, "spec")), 1)),
+        _pending_fix(message, ns, name, usage, claim_names(pod), (*pod_base(objects.section(pod, "spec")), 1),
+                     excluded),
         (ObjectRef("Pod", name, ns),),
         {"requests": dict(usage), "age_seconds": round(age, 1) if age is not None else None,
          "reason": cond.get("reason"), "message": message},
     )
+
+
+def node_taint_sets(nodes: Sequence[Mapping[str, Any]]) -> tuple[tuple[NodeTaints, int], ...]:
+    """Each distinct set of cordon and hard taints among ``nodes``, with how many nodes have it (the
+    capacity cache's own count, ``capacity.node_taints``)."""
+    counts = NodeTaintCounts()
+    for node in nodes:
+        name = objects.name(node)
+        if name:
+            counts.put(name, node_filter_taints(node))
+    return counts.summary()
 
 
 def check_pending_pods(
@@ -172,10 +219,13 @@ def check_pending_pods(
     config: CapacityConfig,
     now: float,
     pending_after: float,
+    nodes: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[Finding]:
     """``pod-pending-on-gpu``: Pending pods that request GPUs, have
-    ``PodScheduled=False`` and are older than ``pending_after`` seconds."""
+    ``PodScheduled=False`` and are older than ``pending_after`` seconds.  ``nodes`` (None: not
+    listed): every node, whose taints a taint reason without its key is weighed with."""
     out: list[Finding] = []
+    node_taints = node_taint_sets(nodes) if nodes is not None else None
     for pod in pods:
         cond = _stuck(pod)
         if cond is None:
@@ -187,5 +237,5 @@ def check_pending_pods(
         age = (now - created.timestamp()) if created is not None else None
         if age is not None and age < pending_after:
             continue
-        out.append(_pending(pod, cond, usage, age))
+        out.append(_pending(pod, cond, usage, age, node_taints))
     return out

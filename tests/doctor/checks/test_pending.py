@@ -6,7 +6,7 @@ import pytest
 
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.doctor import checks
-from tests.builders import finding_ids as ids
+from tests.builders import finding_ids as ids, gpu_node, node
 
 CONFIG = CapacityConfig()
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -82,3 +82,37 @@ def test_pending_fix_without_a_scheduler_message_describes_the_pod():
     (f,) = checks.check_pending_pods([pod(message=None)], CONFIG, NOW, 300)
     assert f.summary.endswith(": Unschedulable")
     assert f.fix == "kubectl describe pod -n jhub jupyter-a"
+
+
+# kube-scheduler 1.35+ names no taint: every node's taints, weighed with the pod's own tolerations (the
+# spawn verdict's rule, capacity.taintrule), say which taints stay and whether the taint is the cause at all
+SKU = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+KEYLESS_AND_AFFINITY = ("0/5 nodes are available: 2 node(s) had untolerated taint(s), "
+                        "3 node(s) didn't match Pod's node affinity/selector.")
+KEYLESS_AND_GPUS = "0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient nvidia.com/gpu."
+
+
+def cluster(taints):
+    return [node("t4-0", taints=[taints]), node("t4-1", taints=[taints]), *(gpu_node(f"a100-{i}") for i in range(3))]
+
+
+@pytest.mark.parametrize("message, nodes, fix_part, not_in_fix", [
+    pytest.param(KEYLESS_AND_AFFINITY, cluster(SKU),
+                 "Taints it does not tolerate keep it off 2 of the 5 nodes (sku=gpu:NoSchedule on 2 nodes)",
+                 None, id="names-the-taint-that-stays"),
+    pytest.param(KEYLESS_AND_AFFINITY, cluster(SKU), "The other nodes do not match its node affinity/selector",
+                 None, id="and-the-affinity-of-the-others"),
+    pytest.param(KEYLESS_AND_AFFINITY, cluster(NOT_READY), "No GPU node matches the pod's node affinity/selector",
+                 "gpu_tolerated_taint_keys", id="not-ready-nodes-are-no-taint-to-allow"),
+    pytest.param(KEYLESS_AND_GPUS, cluster(NOT_READY), "No node has 1 x nvidia.com/gpu free",
+                 "gpu_tolerated_taint_keys", id="then-the-gpus-are-the-cause"),
+    pytest.param("0/2 nodes are available: 2 node(s) had untolerated taint(s).", cluster(NOT_READY)[:2],
+                 "are not ready or are being removed", "gpu_tolerated_taint_keys", id="only-not-ready-nodes"),
+    pytest.param(KEYLESS_AND_AFFINITY, None, "A taint keeps it off the GPU nodes", None, id="nodes-not-listed"),
+])
+def test_a_keyless_taint_is_weighed_with_the_nodes_taints(message, nodes, fix_part, not_in_fix):
+    (f,) = checks.check_pending_pods([pod(message=message)], CONFIG, NOW, 300, nodes)
+    assert fix_part in f.fix, f.fix
+    if not_in_fix:
+        assert not_in_fix not in f.fix, f.fix
