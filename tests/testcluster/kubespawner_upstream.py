@@ -71,7 +71,7 @@ def node(name: str) -> dict:
 AUTOGROUP = Path("/proc/self/autogroup")
 
 
-def _autogroup_nice() -> int | None:
+def autogroup_nice() -> int | None:
     """The niceness of this session's scheduling group (Linux's autogroup: "/autogroup-12 nice 0"),
     None where the kernel has none."""
     try:
@@ -91,7 +91,7 @@ def niceness(nice: int) -> Iterator[int]:
     """This thread and its session's scheduling group, and what they start meanwhile, at ``nice``
     (only ever raised: a lower value than the current one); the old niceness back afterwards.
     Yields the niceness in effect: the old one where the machine refuses (a raise needs root)."""
-    before, group = os.getpriority(os.PRIO_PROCESS, 0), _autogroup_nice()
+    before, group = os.getpriority(os.PRIO_PROCESS, 0), autogroup_nice()
     try:
         _set_nice(min(before, nice), None if group is None else min(group, nice))
     except OSError as e:
