@@ -81,6 +81,7 @@ def autogroup_nice() -> int | None:
 
 
 def _set_nice(nice: int, group: int | None) -> None:
+    """This thread at ``nice``, then its session's group at ``group`` (None: left as it is)."""
     os.setpriority(os.PRIO_PROCESS, 0, nice)
     if group is not None:  # the session's group weighs as its niceness, whatever its processes' (sched(7))
         AUTOGROUP.write_text(str(group))
@@ -95,8 +96,9 @@ def niceness(nice: int) -> Iterator[int]:
     try:
         _set_nice(min(before, nice), None if group is None else min(group, nice))
     except OSError as e:
-        print(f"kubespawner_upstream: running at niceness {before}, not {nice} ({e.strerror}): on a busy "
-              "machine the suite's spawn tests may find their server not listening yet", file=sys.stderr)
+        print(f"kubespawner_upstream: running at niceness {os.getpriority(os.PRIO_PROCESS, 0)} (session group: "
+              f"{autogroup_nice()}), not {nice} ({e.strerror}): on a busy machine the suite's spawn tests may "
+              "find their server not listening yet", file=sys.stderr)
     try:
         yield os.getpriority(os.PRIO_PROCESS, 0)
     finally:
