@@ -24,21 +24,8 @@ CANNOT_RUN: dict[str, str] = {
     "test_spawner.py::test_variable_expansion": _SSL_APP,
 }
 
-_SLOW_START = ("the node agent runs the server as its image's user (jovyan), as a kubelet does, but on the 2-core "
-               "development machine under load jupyterhub-singleuser (with JupyterLab) listens 6 s or more after "
-               "the pod is Running, while the suite's check_up tries 4 times a second apart: connection refused")
-_LEFT = "the pod jupyter-start that the failed test_spawn_start_in_different_namespace left in that namespace"
 # test id -> why it fails on the test cluster today; a gap to close in the node agent, not an exclusion
-CLUSTER_GAP: dict[str, str] = {
-    "test_spawner.py::test_spawn_start": _SLOW_START,
-    "test_spawner.py::test_spawn_start_in_different_namespace": _SLOW_START,
-    "test_spawner.py::test_spawn_start_enable_user_namespaces": _SLOW_START,
-    "test_spawner.py::test_spawn_start_restore_pod_name": _SLOW_START,
-    "test_spawner.py::test_spawn_start_restore_namespace[True]": _SLOW_START,
-    "test_spawner.py::test_spawn_start_restore_namespace[False]": _SLOW_START,
-    "test_spawner.py::test_spawn_start_profile_list_override_namespace": _LEFT,
-    "test_spawner.py::test_spawn_start_profile_callback_override_namespace": _LEFT,
-}
+CLUSTER_GAP: dict[str, str] = {}
 
 
 def outcomes(junit: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ import signal
 import stat
 import sys
 import termios
+import time
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, CLONE_NEWUTS = 0x00020000, 0x20000000, 0x10000000, 0x04000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -265,11 +266,30 @@ def report(status_fd: int, event: dict) -> None:
         f.write(json.dumps(event) + "\n")
 
 
+def keep_priority() -> None:
+    """A new session is a new scheduling group of its own (Linux's autogroup), weighted as nice 0
+    whatever the niceness of its processes: give it this process's niceness, so that a container's
+    processes get the CPU share of the kubelet that started them.  Before the user switch (a
+    negative value needs CAP_SYS_NICE); nothing to do where the kernel has no autogroups."""
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    for _ in range(15 if nice else 0):
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(str(nice))
+            return
+        except OSError as e:
+            if e.errno != errno.EAGAIN:
+                return
+            # without CAP_SYS_ADMIN (a user namespace) the kernel takes one change per 100 ms
+            time.sleep(0.02)
+
+
 def exec_command(cfg: dict, status_fd: int) -> None:
-    """In the forked child: a session of its own (the controlling tty when it has one), the
-    working directory, then ``execve``; a failure goes to the status pipe."""
+    """In the forked child: a session of its own (the controlling tty when it has one) at the
+    kubelet's CPU priority, the working directory, then ``execve``; a failure goes to the status pipe."""
     try:
         os.setsid()
+        keep_priority()
         if cfg.get("tty"):
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         for sig in FORWARDED + (signal.SIGCHLD, signal.SIGPIPE):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 import pytest
 
@@ -106,6 +107,35 @@ async def test_a_terminal_and_its_size(tmp_path):
     assert await p.wait() == 0
     text = b"".join(out).decode()
     assert text.splitlines()[0] == "40 120" and "/dev/pts/" in text
+
+
+@pytest.mark.parametrize("isolation", ALL)
+def test_a_container_runs_at_the_cpu_priority_of_its_kubelet(tmp_path, isolation):
+    # its own session is a scheduling group of its own (Linux's autogroup), which would weigh as
+    # nice 0 whatever its processes' niceness: it gets the kubelet's niceness, as its processes do
+    result: dict[str, object] = {}
+
+    def kubelet() -> None:  # niceness is per thread on Linux: a thread of its own at nice 3
+        os.setpriority(os.PRIO_PROCESS, 0, 3)
+
+        async def go() -> str:
+            p, out = await _run(tmp_path, isolation, ["sh", "-c", "cat /proc/self/stat; cat /proc/self/autogroup"])
+            assert await p.wait() == 0
+            return b"".join(out).decode()
+        try:
+            result["out"] = asyncio.run(go())
+        except BaseException as e:
+            result["error"] = e
+
+    t = threading.Thread(target=kubelet)
+    t.start()
+    t.join(60)
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    lines = str(result["out"]).splitlines()
+    assert lines[0].rsplit(")", 1)[1].split()[16] == "3"  # the process's niceness (proc(5), field 19)
+    if os.path.exists("/proc/self/autogroup"):
+        assert lines[1].endswith(" nice 3"), lines[1]
 
 
 def test_image_paths_keep_a_python_environment_in_tmp_visible(monkeypatch, tmp_path):
