@@ -21,7 +21,7 @@ from .. import pod_resources
 from ..controller import MERGE, now_rfc3339, pod_key
 from ..dra import kubelet_env
 from .env import ConfigError, container_env, expand
-from . import run_as, runtime
+from . import admission, run_as, runtime
 from .volumes import PodVolumes, container_mounts, unmountable
 from .logs import STDERR, STDOUT, ContainerLog
 from .probes import LIVENESS, READINESS, STARTUP, ProbeConfig, ProbeWorker
@@ -75,6 +75,7 @@ class PodWorker:
         ] + [Container(c, "app") for c in spec.get("containers") or []]
         self.initialized = not any(c.kind == "init" for c in self.containers)
         self.phase = "Pending"
+        self.admitted = False  # counts on its node from admission until it ends
         self.reason: str | None = None
         self.message: str | None = None
         self.deleting = asyncio.Event()
@@ -172,6 +173,18 @@ class PodWorker:
         await self._terminate()
 
     def _admit(self) -> bool:
+        """The kubelet's admission: the pod fits its node beside the pods admitted there
+        (``OutOf<resource>`` else), then the device manager hands out its devices."""
+        try:
+            rejection = admission.admit(self.pod, self.k.allocatable(self.node),
+                                        self.k.admitted_pods(self.node, self.key))
+        except pod_resources.QuantityError as e:
+            rejection = admission.Rejection("UnexpectedAdmissionError", str(e))
+        if rejection is not None:
+            self.phase, self.reason, self.message = "Failed", rejection.reason, admission.REJECTED + rejection.message
+            self.event("Warning", rejection.reason, rejection.message)
+            self.push_status()
+            return False
         try:
             want = {r: n for r, n in pod_resources.pod_requests(self.pod).items() if dev.is_device_resource(r)}
             self.devices = self.k.ledger.allocate(self.key, self.node, kubelet_env.device_plugin_requests(self.pod, want))
@@ -181,6 +194,7 @@ class PodWorker:
             self.push_status()
             return False
         self.per_container = dev.split_for_containers(self.pod, self.devices, pod_resources.container_requests)
+        self.admitted = True
         return True
 
     def _unmountable(self) -> dict[str, str]:
