@@ -88,7 +88,8 @@ func RunPods(ctx context.Context, kube kubernetes.Interface, nodes []string, ips
 	for _, n := range nodes {
 		ours[n] = true
 	}
-	queue := workqueue.NewTyped[*corev1.Pod]()
+	// keys, not pods: each pod is synced by one worker at a time, from its newest version
+	queue := workqueue.NewTyped[cache.ObjectName]()
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	podInformer := factory.Core().V1().Pods().Informer()
 	admitter := NewAdmitter(factory.Core().V1().Nodes().Lister())
@@ -102,9 +103,9 @@ func RunPods(ctx context.Context, kube kubernetes.Interface, nodes []string, ips
 		switch {
 		case pod.DeletionTimestamp != nil:
 			admitter.Forget(pod)
-			queue.Add(pod)
+			queue.Add(cache.MetaObjectToName(pod))
 		case pod.Status.Phase == corev1.PodPending:
-			queue.Add(pod)
+			queue.Add(cache.MetaObjectToName(pod))
 		case pod.Status.Phase == corev1.PodRunning:
 			admitter.Running(pod)
 		default: // Succeeded or Failed: it holds nothing on its node
@@ -136,14 +137,17 @@ func RunPods(ctx context.Context, kube kubernetes.Interface, nodes []string, ips
 		go func() {
 			defer wg.Done()
 			for {
-				pod, shutdown := queue.Get()
+				key, shutdown := queue.Get()
 				if shutdown {
 					return
 				}
-				if err := syncPod(ctx, kube, admitter, events, pod, ips); err != nil && ctx.Err() == nil {
-					klog.ErrorS(err, "pod not synced", "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+				obj, exists, err := podInformer.GetIndexer().GetByKey(key.String())
+				if pod, ok := obj.(*corev1.Pod); err == nil && exists && ok {
+					if err := syncPod(ctx, kube, admitter, events, pod, ips); err != nil && ctx.Err() == nil {
+						klog.ErrorS(err, "pod not synced", "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+					}
 				}
-				queue.Done(pod)
+				queue.Done(key)
 			}
 		}()
 	}
@@ -159,6 +163,9 @@ func RunPods(ctx context.Context, kube kubernetes.Interface, nodes []string, ips
 func syncPod(ctx context.Context, kube kubernetes.Interface, admitter *Admitter, events *eventRecorders, pod *corev1.Pod, ips *PodIPs) error {
 	if pod.DeletionTimestamp != nil {
 		return finishDeletion(ctx, kube, pod)
+	}
+	if pod.Status.Phase != corev1.PodPending {
+		return nil // reported already
 	}
 	result := admitter.Admit(ctx, pod)
 	if !result.Admit {
