@@ -154,7 +154,15 @@ async def remove_file_objects(kubeconfig: Any, cluster_file: Path) -> None:
                     raise
                 return False
 
-            # the namespace controller empties a namespace, then removes it
-            await wait_for(gone, f"{plural} {obj['metadata']['name']} to go", timeout=90)
+            try:
+                # the namespace controller empties a namespace, then removes it
+                await wait_for(gone, f"{plural} {obj['metadata']['name']} to go", timeout=90)
+            except AssertionError as e:
+                try:
+                    left = await client.get(res, obj["metadata"]["name"], namespace=ns)
+                except ApiError as got:
+                    left = got
+                raise AssertionError(f"{e}; it is still there: {left.get('status') if isinstance(left, dict) else left}"
+                                     ) from None
     finally:
         await client.close()
