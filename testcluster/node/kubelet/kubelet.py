@@ -82,6 +82,7 @@ class Kubelet:
         self.workdir = os.path.realpath(workdir or tempfile.mkdtemp(prefix="gpuspawner-sim-"))
         self.pods_dir = os.path.join(self.workdir, "pods")
         self.disks_dir = os.path.join(self.workdir, "disks")
+        self.api_url = api_url
         self.service_env: dict[str, str] = {}
         if api_url:
             u = urlsplit(api_url)
