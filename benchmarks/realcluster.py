@@ -138,7 +138,7 @@ class RealCluster:
     def _wait_settled(self, cp: ControlPlane) -> None:
         """Until no pod bound to a node is Pending (the agents reported each one Running), but for
         pods being deleted: the taint manager evicts the pods of the file's NotReady nodes after
-        300 s, and the bulk agent, which runs no process, never finishes their deletion."""
+        300 s, and a deletion may not be finished yet."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while time.monotonic() < deadline:
             for proc, what in ((self.agent, "gpuspawner-cluster nodes"), (self.runner, "the Python node agent")):

@@ -370,10 +370,14 @@ class Kueue:
             return "(no log)"
 
     def stop(self) -> None:
-        """Stop the manager and take its webhooks out (a pod create would otherwise be refused)."""
+        """Stop the manager and take its webhooks out (a pod create would otherwise be refused), and
+        its visibility APIServices (an unavailable aggregated API stops the namespace controller:
+        no namespace deleted afterwards would go)."""
         self.kubectl("delete", "mutatingwebhookconfiguration", "kueue-mutating-webhook-configuration",
                      "--ignore-not-found", check=False)
         self.kubectl("delete", "validatingwebhookconfiguration", "kueue-validating-webhook-configuration",
+                     "--ignore-not-found", check=False)
+        self.kubectl("delete", "apiservice", *(f"{v}.visibility.kueue.x-k8s.io" for v in ("v1beta2", "v1beta1")),
                      "--ignore-not-found", check=False)
         p, self.process = self.process, None
         stop_process(p, 10, group=True, kill_wait=None)

@@ -5,8 +5,11 @@ scripts/setup.sh installs (node_modules/.bin) findable when pytest is started by
 In CI (``CI=true``) a skipped browser, hub or kubectl test fails the run (``tests/ci_skips.py``).
 """
 
+import json
 import os
 import pathlib
+import ssl
+import urllib.request
 
 import pytest
 
@@ -107,6 +110,10 @@ def db_url(request, tmp_path):
 # shared by every test that asks for it (tests/testcluster/conftest.py has its kubectl and API fixtures)
 
 
+# the session's control plane once started ("cp"), and the nodes already reported on it ("reported")
+_shared: dict = {}
+
+
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory):
     """A started control plane; fails (never skips) when the binary is missing: setup builds it."""
@@ -117,8 +124,45 @@ def control_plane(tmp_path_factory):
     cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
     cp.start()
     print(f"\ncontrol plane {cp.server} ready in {cp.ready_seconds:.1f}s")
+    _shared.update(cp=cp, reported=set())
     yield cp
+    _shared.clear()
     cp.stop()
+
+
+def _admin_call(cp, method: str, path: str) -> dict:
+    """One request to the control plane as its admin (its client certificate, its CA)."""
+    pki = cp.data_dir / "pki"
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    request = urllib.request.Request(f"{cp.server}{path}", method=method, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, context=context, timeout=30) as r:
+        return json.load(r)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_node_left_on_the_shared_control_plane():
+    """The session's control plane is shared: a module that leaves a Node there (kube-scheduler's
+    messages count every node, a pod may be bound to it) fails, naming the nodes, which are then
+    deleted so that the later modules run on a clean cluster.  One list of nodes per module, and
+    only once the control plane runs."""
+    yield
+    cp = _shared.get("cp")
+    if cp is None:
+        return
+    left = sorted({n["metadata"]["name"] for n in _admin_call(cp, "GET", "/api/v1/nodes")["items"]}
+                  - _shared["reported"])
+    if not left:
+        return
+    _shared["reported"].update(left)
+    for name in left:
+        try:
+            _admin_call(cp, "DELETE", f"/api/v1/nodes/{name}")
+        except OSError:  # reported below either way
+            pass
+    pytest.fail(f"this module left {len(left)} node(s) on the session's shared control plane: {', '.join(left)}; "
+                "delete what the module registers (tests/builders/nodeagent.py's loaded or "
+                "remove_file_objects do)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

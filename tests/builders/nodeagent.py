@@ -112,42 +112,57 @@ async def loaded(kubeconfig: Any, cluster_file: Path, **agent: Any) -> AsyncIter
     """A cluster file on a (shared) control plane through the node agent (``run_pods=False`` unless
     given); afterwards every object of the file is deleted again and gone (pods first, nodes and
     namespaces last), so that the next file may reuse its names."""
-    from testcluster.node import loader
     from testcluster.nodeagent import NodeAgent
 
-    m = loader.load_file(cluster_file)
     agent.setdefault("run_pods", False)
     try:
         async with NodeAgent(kubeconfig, cluster_file, **agent) as a:
             yield a
     finally:
-        client = await Client(kubeconfig).open()
-        try:
-            objects = []
-            for obj in m.pods + [o for _, o in m.others] + m.nodes + m.namespaces:
-                kind = loader.KINDS[obj["kind"]]
-                objects.append((kind.plural, obj, await client.resource(kind.api_version, obj["kind"])))
-            for plural, obj, res in objects:
-                ns = obj["metadata"].get("namespace") if res.namespaced else None
+        await remove_file_objects(kubeconfig, cluster_file)
+
+
+async def remove_file_objects(kubeconfig: Any, cluster_file: Path) -> None:
+    """Delete every object of a cluster file from a (shared) control plane and wait until it is
+    gone (pods first, nodes and namespaces last), so that the next file may reuse its names."""
+    from testcluster.node import loader
+
+    m = loader.load_file(cluster_file)
+    client = await Client(kubeconfig).open()
+    try:
+        objects = []
+        for obj in m.pods + [o for _, o in m.others] + m.nodes + m.namespaces:
+            kind = loader.KINDS[obj["kind"]]
+            objects.append((kind.plural, obj, await client.resource(kind.api_version, obj["kind"])))
+        for plural, obj, res in objects:
+            ns = obj["metadata"].get("namespace") if res.namespaced else None
+            try:
+                await client.delete(res, obj["metadata"]["name"], namespace=ns,
+                                    options={"gracePeriodSeconds": 0} if plural == "pods" else None)
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+        for plural, obj, res in objects:
+            ns = obj["metadata"].get("namespace") if res.namespaced else None
+
+            async def gone(res=res, name=obj["metadata"]["name"], ns=ns) -> bool:
                 try:
-                    await client.delete(res, obj["metadata"]["name"], namespace=ns,
-                                        options={"gracePeriodSeconds": 0} if plural == "pods" else None)
+                    await client.get(res, name, namespace=ns)
                 except ApiError as e:
-                    if e.code != 404:
-                        raise
-            for plural, obj, res in objects:
-                ns = obj["metadata"].get("namespace") if res.namespaced else None
+                    if e.code == 404:
+                        return True
+                    raise
+                return False
 
-                async def gone(res=res, name=obj["metadata"]["name"], ns=ns) -> bool:
-                    try:
-                        await client.get(res, name, namespace=ns)
-                    except ApiError as e:
-                        if e.code == 404:
-                            return True
-                        raise
-                    return False
-
+            try:
                 # the namespace controller empties a namespace, then removes it
                 await wait_for(gone, f"{plural} {obj['metadata']['name']} to go", timeout=90)
-        finally:
-            await client.close()
+            except AssertionError as e:
+                try:
+                    left = await client.get(res, obj["metadata"]["name"], namespace=ns)
+                except ApiError as got:
+                    left = got
+                raise AssertionError(f"{e}; it is still there: {left.get('status') if isinstance(left, dict) else left}"
+                                     ) from None
+    finally:
+        await client.close()

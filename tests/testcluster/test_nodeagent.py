@@ -5,6 +5,7 @@ that answer at their pod IP, with their devices; deletion kills them."""
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import aiohttp
 import pytest
@@ -278,3 +279,46 @@ async def test_a_dra_object_the_api_server_refuses_names_its_place_in_the_file_a
     words = str(e.value)
     assert f"document 1, item 0 (ResourceClaimTemplate {api.name('minus-two')})" in words
     assert "spec.spec.devices.requests[0].exactly.count: Invalid value: -2: must be greater than zero" in words
+
+
+# what KubeSpawner's load_config does in a pod: in-cluster config, else the kubeconfig
+IN_CLUSTER_CLIENT = """
+import asyncio
+import sys
+from kubernetes_asyncio import client, config
+
+async def main():
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        await config.load_kube_config()
+    async with client.ApiClient() as api:
+        review = await client.AuthenticationV1Api(api).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    print(review.status.user_info.username)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("api", ["real"], indirect=True)
+async def test_without_mount_namespaces_a_pod_reaches_the_api_server_as_its_service_account(api, tmp_path,
+                                                                                            monkeypatch):
+    # "processes" isolation mounts nothing: the kube-api-access volume's token, ca.crt and namespace
+    # are read where the volume holds them, through the KUBECONFIG the kubelet gives the container
+    monkeypatch.setenv("GPUSPAWNER_SIM_ISOLATION", "processes")
+    cluster = write_cluster(tmp_path / "cluster.yaml", file_nodes(api)[3:])
+    name = api.name("in-cluster")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"restartPolicy": "Never", "tolerations": TOLERATE_ALL,
+                    "containers": [{"name": "main", "image": "python:3.12",
+                                    "command": [sys.executable, "-c", IN_CLUSTER_CLIENT]}]}}
+    async with NodeAgent(api.kubeconfig, cluster) as agent:
+        assert agent.kubelet.isolation == "processes"
+        await api.client.create(PODS, pod, namespace="default")
+        done = await pod_where(api.client, name, lambda p: p["status"].get("phase") in ("Succeeded", "Failed"),
+                               "ended", timeout=60)
+        log = agent.kubelet.logs("default", name)
+        assert done["status"]["phase"] == "Succeeded", (done["status"], log)
+        assert log.strip() == "system:serviceaccount:default:default"
+        await api.client.delete(PODS, name, namespace="default", options={"gracePeriodSeconds": 0})

@@ -1,8 +1,10 @@
 """``gpuspawner-cluster nodes`` registers a cluster file's nodes with the real control plane: the
-real scheduler places pods on them, and the agent reports those pods running."""
+real scheduler places pods on them, and the agent admits those pods as a kubelet does and reports
+them running, or rejected when their node is out of what they ask for."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 import subprocess
@@ -11,13 +13,17 @@ import time
 import pytest
 
 from testcluster import find_binary
+from tests.builders.nodeagent import remove_file_objects
 
+# the pods the tests create in the default namespace
+TEST_PODS = ("wants-a-t4", "bound-past-its-gpus")
 CLUSTER = pathlib.Path(__file__).resolve().parents[2] / "gpuspawner" / "data" / "clusters" / "default.yaml"
 
 
 @pytest.fixture(scope="module")
-def nodes(control_plane, tmp_path_factory):
-    """The agent serving the demo's default cluster file; ``READY <n> nodes`` once applied."""
+def nodes(control_plane, tmp_path_factory, local_kubectl):
+    """The agent serving the demo's default cluster file; ``READY <n> nodes`` once applied.  The
+    control plane is the session's: afterwards the file's objects and the tests' pods are gone."""
     log = tmp_path_factory.mktemp("nodes") / "nodes.log"
     with log.open("w") as err:
         proc = subprocess.Popen(
@@ -26,9 +32,14 @@ def nodes(control_plane, tmp_path_factory):
         )
     line = proc.stdout.readline()
     assert line.startswith("READY "), f"{line!r}: {log.read_text()[-3000:]}"
-    yield int(line.split()[1])
-    proc.terminate()
-    proc.wait(10)
+    try:
+        yield int(line.split()[1])
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        local_kubectl("delete", "pod", *TEST_PODS, "-n", "default", "--ignore-not-found", "--grace-period=0",
+                      "--force")
+        asyncio.run(remove_file_objects(control_plane.kubeconfig, CLUSTER))
 
 
 def get(kubectl, *args):
@@ -82,3 +93,29 @@ def test_the_real_scheduler_places_a_gpu_pod_and_the_agent_runs_it(nodes, local_
     assert got["status"]["phase"] == "Running", got["status"]
     assert got["spec"]["nodeName"].startswith("aks-gput4-")
     assert got["status"]["podIP"].startswith("127.")
+
+
+def test_a_pod_bound_to_a_node_out_of_gpus_is_rejected_as_the_kubelet_rejects_it(nodes, local_kubectl):
+    # train-llm-0 of the file holds 2 of the node's 4 GPUs; this pod skips the scheduler
+    kubectl = local_kubectl
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bound-past-its-gpus", "namespace": "default"},
+        "spec": {
+            "nodeName": "gke-gpu-a100-pool-7f3c-0",
+            "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "3"}}}],
+        },
+    }
+    kubectl("create", "-f", "-", input=json.dumps(pod))
+    deadline = time.monotonic() + 30
+    while True:
+        got = get(kubectl, "pod", "bound-past-its-gpus", "-n", "default")
+        if got["status"].get("phase") not in (None, "Pending") or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert got["status"]["phase"] == "Failed", got["status"]
+    assert got["status"]["reason"] == "OutOfnvidia.com/gpu"
+    assert got["status"]["message"] == ("Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, "
+                                        "requested: 3, used: 2, capacity: 4")
+    events = get(kubectl, "events", "-n", "default", "--field-selector", "involvedObject.name=bound-past-its-gpus")
+    assert [(e["type"], e["reason"], e["source"].get("component")) for e in events["items"]] == [
+        ("Warning", "OutOfnvidia.com/gpu", "kubelet")]

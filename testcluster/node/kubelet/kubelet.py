@@ -82,6 +82,7 @@ class Kubelet:
         self.workdir = os.path.realpath(workdir or tempfile.mkdtemp(prefix="gpuspawner-sim-"))
         self.pods_dir = os.path.join(self.workdir, "pods")
         self.disks_dir = os.path.join(self.workdir, "disks")
+        self.api_url = api_url
         self.service_env: dict[str, str] = {}
         if api_url:
             u = urlsplit(api_url)
@@ -139,6 +140,16 @@ class Kubelet:
     def allocatable(self, node: str) -> dict[str, Any]:
         st = (self.node_objs.get(node) or {}).get("status") or {}
         return dict(st.get("allocatable") or st.get("capacity") or {})
+
+    def admitted_pods(self, node: str, but: str) -> list[dict]:
+        """The pods ``node`` holds room for, but the one keyed ``but``: those its workers admitted
+        and the ones loaded already bound, until they end."""
+        pods = [w.pod for key, w in self.workers.items()
+                if key != but and w.node == node and w.admitted and w.phase not in TERMINAL]
+        pods += [p for key, p in self.static.items()
+                 if key != but and (p.get("spec") or {}).get("nodeName") == node
+                 and (p.get("status") or {}).get("phase") not in TERMINAL]
+        return pods
 
     def pod_pids(self, namespace: str, name: str) -> list[int]:
         """The host pids of the pod's running containers' shims: each the root of one container's
@@ -317,7 +328,9 @@ class Kubelet:
         w = self.workers.get(key)
         if kind == "DELETED":
             if w is not None:
-                # force-deleted (grace 0) or deleted under us: kill at once
+                # force-deleted (grace 0) or deleted under us: kill at once; the kubelet's pod
+                # manager forgets the pod now, so it no longer counts at admission
+                w.admitted = False
                 w.pod = dict(w.pod, metadata=dict(w.pod["metadata"], deletionGracePeriodSeconds=0))
                 w.deleting.set()
             return

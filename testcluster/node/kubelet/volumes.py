@@ -20,7 +20,8 @@ from .env import ConfigError, expand, field_value, resource_value
 from .runtime import Mount
 
 __all__ = ["VolumeError", "ProcessError", "Payload", "atomic_write", "configmap_payload", "secret_payload",
-           "downward_payload", "service_account_token", "PodVolumes", "container_mounts", "DEFAULT_MODE"]
+           "downward_payload", "service_account_token", "PodVolumes", "container_mounts", "DEFAULT_MODE",
+           "SERVICE_ACCOUNT_DIR", "service_account_source", "service_account_kubeconfig"]
 
 DEFAULT_MODE = 0o644
 DATA_DIR = "..data"
@@ -31,6 +32,9 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "persistentVolumeClaim": "kubernetes.io~pvc"}
 READ_ONLY_PLUGINS = ("configMap", "secret", "downwardAPI", "projected")
 API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
+# where the ServiceAccount admission plugin mounts a pod's kube-api-access-* volume
+# (k8s.io/kubernetes/plugin/pkg/admission/serviceaccount/admission.go, DefaultAPITokenMountPath)
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 # path -> (content, mode)
 Payload = dict[str, tuple[bytes, int]]
@@ -417,6 +421,31 @@ def container_mounts(spec: Mapping[str, Any], volumes: Mapping[str, "_Volume"], 
         source = _sub_path(vol.path, sub) if sub else vol.path
         out.append(Mount(source, str(vm.get("mountPath", "")), bool(vm.get("readOnly")) or vol.read_only))
     return out
+
+
+def service_account_source(spec: Mapping[str, Any], volumes: Mapping[str, "_Volume"]) -> str | None:
+    """The directory holding the service account files (``token``, ``ca.crt``, ``namespace``) a
+    container mounts at ``SERVICE_ACCOUNT_DIR``; None when it mounts none there (or a sub path)."""
+    for vm in spec.get("volumeMounts") or []:
+        vol = volumes.get(vm.get("name"))
+        if (str(vm.get("mountPath", "")).rstrip("/") == SERVICE_ACCOUNT_DIR and vol is not None
+                and vol.path is not None and not vm.get("subPath") and not vm.get("subPathExpr")):
+            return vol.path
+    return None
+
+
+def service_account_kubeconfig(server: str, source: str, namespace: str) -> str:
+    """A kubeconfig (JSON, which is YAML) that reaches the API server as a client's in-cluster
+    config does: the service account's token file (read again as the kubelet renews it), the
+    cluster's CA from ``ca.crt``, the pod's namespace."""
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
+        "clusters": [{"name": "in-cluster", "cluster": {"server": server,
+                                                        "certificate-authority": os.path.join(source, "ca.crt")}}],
+        "users": [{"name": "service-account", "user": {"tokenFile": os.path.join(source, "token")}}],
+        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "service-account",
+                                                        "namespace": namespace}}],
+    }, indent=2)
 
 
 def unmountable(source: str, target: str) -> str:

@@ -21,8 +21,9 @@ from .. import pod_resources
 from ..controller import MERGE, now_rfc3339, pod_key
 from ..dra import kubelet_env
 from .env import ConfigError, container_env, expand
-from . import run_as, runtime
-from .volumes import PodVolumes, container_mounts, unmountable
+from . import admission, run_as, runtime
+from .volumes import (SERVICE_ACCOUNT_DIR, PodVolumes, container_mounts, service_account_kubeconfig,
+                      service_account_source, unmountable)
 from .logs import STDERR, STDOUT, ContainerLog
 from .probes import LIVENESS, READINESS, STARTUP, ProbeConfig, ProbeWorker
 from .status import Container, Transitions, container_status, pod_conditions
@@ -75,6 +76,7 @@ class PodWorker:
         ] + [Container(c, "app") for c in spec.get("containers") or []]
         self.initialized = not any(c.kind == "init" for c in self.containers)
         self.phase = "Pending"
+        self.admitted = False  # counts on its node from admission until it ends
         self.reason: str | None = None
         self.message: str | None = None
         self.deleting = asyncio.Event()
@@ -172,6 +174,18 @@ class PodWorker:
         await self._terminate()
 
     def _admit(self) -> bool:
+        """The kubelet's admission: the pod fits its node beside the pods admitted there
+        (``OutOf<resource>`` else), then the device manager hands out its devices."""
+        try:
+            rejection = admission.admit(self.pod, self.k.allocatable(self.node),
+                                        self.k.admitted_pods(self.node, self.key))
+        except pod_resources.QuantityError as e:
+            rejection = admission.Rejection("UnexpectedAdmissionError", str(e))
+        if rejection is not None:
+            self.phase, self.reason, self.message = "Failed", rejection.reason, admission.REJECTED + rejection.message
+            self.event("Warning", rejection.reason, rejection.message)
+            self.push_status()
+            return False
         try:
             want = {r: n for r, n in pod_resources.pod_requests(self.pod).items() if dev.is_device_resource(r)}
             self.devices = self.k.ledger.allocate(self.key, self.node, kubelet_env.device_plugin_requests(self.pod, want))
@@ -181,19 +195,40 @@ class PodWorker:
             self.push_status()
             return False
         self.per_container = dev.split_for_containers(self.pod, self.devices, pod_resources.container_requests)
+        self.admitted = True
         return True
 
     def _unmountable(self) -> dict[str, str]:
-        """Without mount namespaces no volume can appear at its mountPath: each mounted one fails."""
-        if self.k.isolation != "processes" or self.stand_in or not self.k.runs_processes(self.pod):
+        """Without mount namespaces no volume can appear at its mountPath: each mounted one fails,
+        but the service account's, whose files the container finds through ``KUBECONFIG``."""
+        if not self._without_mounts():
             return {}
         out = {}
         for c in self.containers:
             for vm in c.spec.get("volumeMounts") or []:
                 v = self.volumes.volumes.get(vm.get("name"))
-                if v is not None and v.path is not None:
+                if v is not None and v.path is not None and not self._service_account_mount(vm):
                     out[v.name] = unmountable(v.path, str(vm.get("mountPath", "")))
         return out
+
+    def _without_mounts(self) -> bool:
+        return self.k.isolation == "processes" and not self.stand_in and self.k.runs_processes(self.pod)
+
+    @staticmethod
+    def _service_account_mount(vm: dict) -> bool:
+        return (str(vm.get("mountPath", "")).rstrip("/") == SERVICE_ACCOUNT_DIR
+                and not vm.get("subPath") and not vm.get("subPathExpr"))
+
+    def _service_account_env(self, c: Container) -> dict[str, str]:
+        """Without mount namespaces: ``KUBECONFIG``, a kubeconfig that reads the service account's
+        files where the volume holds them (Kubernetes clients fall back to it outside a pod)."""
+        source = service_account_source(c.spec, self.volumes.volumes) if self._without_mounts() else None
+        if source is None or not self.k.api_url:
+            return {}
+        path = self.dir / "serviceaccount.kubeconfig"
+        path.write_text(service_account_kubeconfig(self.k.api_url, source, self.ns))
+        path.chmod(0o644)
+        return {"KUBECONFIG": str(path)}
 
     async def _mount_volumes(self) -> bool:
         """``WaitForAttachAndMount``: every volume set up, or FailedMount events and retries until
@@ -636,6 +671,8 @@ class PodWorker:
             kubelet_env.container_env(self.k.store, self.pod, c.spec)))
         if self.ip:
             env = {k: v.replace("0.0.0.0", self.ip) for k, v in env.items()}
+        if "KUBECONFIG" not in env:
+            env.update(self._service_account_env(c))
         return env
 
     def _argv(self, c: Container, env: dict[str, str]) -> list[str] | None:

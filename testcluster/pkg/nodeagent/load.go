@@ -1,7 +1,8 @@
 // Package nodeagent stands in for what a real node gets from outside the
 // control plane (its kubelet, device plugins, GPU Feature Discovery, the DRA
 // driver): it registers a cluster file's Nodes, keeps their leases fresh,
-// publishes their objects and reports the pods bound to them as running.
+// publishes their objects and admits the pods bound to them as their kubelet
+// does, reporting them running or rejected.
 package nodeagent
 
 import (

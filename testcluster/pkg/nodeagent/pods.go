@@ -77,49 +77,80 @@ func RunningStatus(pod *corev1.Pod, ip net.IP, now metav1.Time) corev1.PodStatus
 	return status
 }
 
-// RunPods reports every pod bound to one of nodes, and not yet running, as
-// running, until ctx ends; workers status updates go to the API server at once
-// (a cluster file of 150,000 pods is reported in minutes, not an hour).
+// RunPods runs the kubelet's part for the pods bound to one of nodes, until
+// ctx ends: it admits each pending pod as the kubelet does (see Admitter) and
+// reports it running, or rejected when it does not fit; it completes the
+// deletion of a pod being deleted (its processes are gone at once). workers
+// status updates go to the API server at once (a cluster file of 150,000 pods
+// is reported in minutes, not an hour).
 func RunPods(ctx context.Context, kube kubernetes.Interface, nodes []string, ips *PodIPs, workers int) error {
 	ours := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		ours[n] = true
 	}
-	queue := workqueue.NewTyped[*corev1.Pod]()
+	// keys, not pods: each pod is synced by one worker at a time, from its newest version
+	queue := workqueue.NewTyped[cache.ObjectName]()
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	podInformer := factory.Core().V1().Pods().Informer()
-	start := func(obj interface{}) {
+	admitter := NewAdmitter(factory.Core().V1().Nodes().Lister())
+	events := newEventRecorders(kube)
+	defer events.shutdown()
+	handle := func(obj interface{}) {
 		pod, ok := obj.(*corev1.Pod)
-		if !ok || !ours[pod.Spec.NodeName] || pod.Status.Phase != corev1.PodPending || pod.DeletionTimestamp != nil {
+		if !ok || !ours[pod.Spec.NodeName] {
 			return
 		}
-		queue.Add(pod)
+		switch {
+		case pod.DeletionTimestamp != nil:
+			admitter.Forget(pod)
+			queue.Add(cache.MetaObjectToName(pod))
+		case pod.Status.Phase == corev1.PodPending:
+			queue.Add(cache.MetaObjectToName(pod))
+		case pod.Status.Phase == corev1.PodRunning:
+			admitter.Running(pod)
+		default: // Succeeded or Failed: it holds nothing on its node
+			admitter.Forget(pod)
+		}
 	}
-	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    start,
-		UpdateFunc: func(_, obj interface{}) { start(obj) },
-	}); err != nil {
+	registration, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj interface{}) { handle(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = gone.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok && ours[pod.Spec.NodeName] {
+				admitter.Forget(pod)
+			}
+		},
+	})
+	if err != nil {
 		return fmt.Errorf("watching pods: %w", err)
 	}
+	factory.Start(ctx.Done())
+	// Every pod already running is counted before the first one is admitted.
+	factory.WaitForCacheSync(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), registration.HasSynced)
 	var wg sync.WaitGroup
 	for range max(workers, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				pod, shutdown := queue.Get()
+				key, shutdown := queue.Get()
 				if shutdown {
 					return
 				}
-				if err := markRunning(ctx, kube, pod, ips); err != nil && ctx.Err() == nil {
-					klog.ErrorS(err, "pod not started", "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+				obj, exists, err := podInformer.GetIndexer().GetByKey(key.String())
+				if pod, ok := obj.(*corev1.Pod); err == nil && exists && ok {
+					if err := syncPod(ctx, kube, admitter, events, pod, ips); err != nil && ctx.Err() == nil {
+						klog.ErrorS(err, "pod not synced", "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+					}
 				}
-				queue.Done(pod)
+				queue.Done(key)
 			}
 		}()
 	}
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
 	<-ctx.Done()
 	queue.ShutDown()
 	factory.Shutdown()
@@ -127,16 +158,52 @@ func RunPods(ctx context.Context, kube kubernetes.Interface, nodes []string, ips
 	return nil
 }
 
-func markRunning(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, ips *PodIPs) error {
+// syncPod completes a pod's deletion, or admits a pending pod and reports it
+// running, or rejected.
+func syncPod(ctx context.Context, kube kubernetes.Interface, admitter *Admitter, events *eventRecorders, pod *corev1.Pod, ips *PodIPs) error {
+	if pod.DeletionTimestamp != nil {
+		return finishDeletion(ctx, kube, pod)
+	}
+	if pod.Status.Phase != corev1.PodPending {
+		return nil // reported already
+	}
+	result := admitter.Admit(ctx, pod)
+	if !result.Admit {
+		events.forNode(pod.Spec.NodeName).Eventf(pod, corev1.EventTypeWarning, result.Reason, "%s", result.Message)
+		return updateStatus(ctx, kube, pod, RejectedStatus(pod, result))
+	}
 	ip, err := ips.For(string(pod.UID))
 	if err != nil {
 		return err
 	}
+	return updateStatus(ctx, kube, pod, RunningStatus(pod, ip, metav1.Now()))
+}
+
+func updateStatus(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, status corev1.PodStatus) error {
 	updated := pod.DeepCopy()
-	updated.Status = RunningStatus(pod, ip, metav1.Now())
-	_, err = kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	updated.Status = status
+	_, err := kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil // a newer version (or none) comes through the watch
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("posting the status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// finishDeletion removes a pod being deleted, as its kubelet does once the
+// pod's containers have stopped: here they stop at once.
+func finishDeletion(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) error {
+	err := kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
 }

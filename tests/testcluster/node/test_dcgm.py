@@ -104,7 +104,7 @@ def cpu_node(name: str) -> dict:
 
 def gpu_pod(name: str, node: str, code: str, annotations: dict | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "main", "image": "python:3.12", "command": ["python", "-c", code],
                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
 

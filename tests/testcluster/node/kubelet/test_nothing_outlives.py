@@ -45,9 +45,6 @@ async def test_nothing_outlives_gpuspawner_sim(tmp_path, isolation):
                 seen.append(line)
             manifest = pod_manifest("d", container(command=["sh", "-c", "setsid sleep 600 & sleep 600"],
                                                    env=[{"name": "SIM_TEST_MARKER", "value": mark}]))
-            # without mount namespaces ("processes") the node agent cannot mount the API server's projected
-            # service account volume (a tmpfs): this pod does without it
-            manifest["spec"]["automountServiceAccountToken"] = False
             (tmp_path / "pod.json").write_text(json.dumps(manifest))
             rc = await (await asyncio.create_subprocess_exec(KUBECTL, "--kubeconfig", str(kubeconfig), "create", "-f",
                                                              str(tmp_path / "pod.json"), env=kubectl_env(tmp_path))).wait()
