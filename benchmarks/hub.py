@@ -537,6 +537,15 @@ def _find_proxy() -> str:
     return found
 
 
+class RunFailed(Exception):
+    """The run failed after ``figures`` were measured (a full-size build alone takes half an hour:
+    its figures are printed rather than lost)."""
+
+    def __init__(self, cause: BaseException, figures: dict[str, Any]):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.figures = figures
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gpuspawner import config_snippet
 
@@ -575,6 +584,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["spawns"]["proxy_retries"] = {mode: hub.proxy_retries for mode, hub in hubs.items()}
         result["gpu_hub_end"] = hubs["gpu"].probe(objects="1", stacks="1")
         result["static_hub_end"] = hubs["static"].probe()
+    except Exception as e:
+        raise RunFailed(e, result) from e
     finally:
         for hub in hubs.values():
             hub.stop()
@@ -617,7 +628,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--nodes must be >= 10, --pods >= 0, --views, --changes and --spawns >= 1")
     try:
         result = run(args)
-    except Exception as e:  # noqa: BLE001 - the run itself failed: say why, exit 2
+    except RunFailed as e:  # the run itself failed: say why and what was measured before, exit 2
+        print(f"benchmarks/hub.py: the run failed: {e}", file=sys.stderr)
+        done = [k for k in ("cluster_build", "cold_sync", "views", "changes", "spawns") if k in e.figures]
+        if done:
+            print(f"figures measured before it failed ({', '.join(done)}), not judged:", file=sys.stderr)
+            print(json.dumps(e.figures, indent=2, default=str), file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - the run could not begin: say why, exit 2
         print(f"benchmarks/hub.py: the run failed: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     rows = verdicts(result)

@@ -94,3 +94,20 @@ def test_a_benchmark_exits_2_when_the_run_itself_fails(tmp_path, script, says):
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert says in out.stderr and "no-such-binary" in out.stderr
     assert "targets:" not in out.stdout and "MISSED" not in out.stdout
+
+
+@pytest.mark.hub
+@pytest.mark.skipif(not shutil.which("configurable-http-proxy"),
+                    reason="configurable-http-proxy is not installed: run scripts/setup.sh (scripts/test.sh does)")
+def test_a_hub_run_that_fails_late_prints_what_it_measured_before():
+    """A run that fails after its cluster was built (here: no time at all for the cold sync or a
+    spawn) exits 2 and prints the figures it measured, the build's first: a full-size build takes
+    half an hour, and its figures must not be lost with a late failure."""
+    out = run("hub.py", "--quick", "--nodes", "10", "--pods", "0", "--views", "1", "--changes", "1",
+              "--spawns", "1", "--timeout", "0")
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "benchmarks/hub.py: the run failed: BenchError: " in out.stderr
+    said = out.stderr[out.stderr.index("figures measured before it failed (cluster_build"):]
+    figures = json.loads(said[said.index("\n{") + 1:said.rindex("}") + 1])
+    assert figures["nodes"] == 10 and figures["cluster_build"]["build_s"] > 0
+    assert "targets:" not in out.stdout and "MISSED" not in out.stdout
