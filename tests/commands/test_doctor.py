@@ -70,10 +70,8 @@ class Loaded:
 @pytest.fixture(scope="module")
 def doctor_plane(tmp_path_factory):
     """A control plane of this module's own: the doctor reads the whole cluster."""
-    cp = ControlPlane(tmp_path_factory.mktemp("doctor-plane"))
-    cp.start()
-    yield cp
-    cp.stop()
+    with ControlPlane(tmp_path_factory.mktemp("doctor-plane")) as cp:
+        yield cp
 
 
 @pytest.fixture

@@ -47,10 +47,8 @@ def erins_server() -> dict:
 
 @pytest.fixture(scope="module")
 def own_control_plane(tmp_path_factory):
-    cp = ControlPlane(tmp_path_factory.mktemp("taint-verdict"))
-    cp.start()
-    yield cp
-    cp.stop()
+    with ControlPlane(tmp_path_factory.mktemp("taint-verdict")) as cp:
+        yield cp
 
 
 @pytest.mark.parametrize("nodes, unschedulable, lasting, passing, fatal", [
