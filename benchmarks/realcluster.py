@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import signal
@@ -27,13 +28,29 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from bigcluster import SPAWN_LABEL, cluster_objects, make_pod  # noqa: E402
-from testcluster.processes import stop_process  # noqa: E402
+from testcluster.processes import start_session, stop_process  # noqa: E402
 from testcluster import ControlPlane, find_binary  # noqa: E402
 from testcluster.faultproxy import FaultProxy  # noqa: E402
 from testcluster.stack import child_env  # noqa: E402
 
 KINDS = {"namespaces": "Namespace", "nodes": "Node", "pods": "Pod"}
 SETTLE_TIMEOUT = 3600.0
+#: The control plane's Go heap may use this share of the machine's memory (GOMEMLIMIT). Etcd, the
+#: API server's watch cache and the scheduler's and controllers' informers share its one process:
+#: at 150,000 pods their live heap is about 8 GB, and Go's default collector (GOGC=100) lets the
+#: heap grow to twice that before it collects, more than a 23 GB machine has beside the hubs.
+CONTROL_PLANE_MEMORY_SHARE = 0.5
+#: The CPU priority of the cluster's processes (the control plane, the node agents and the pods they
+#: run, the event stream): a real cluster's control plane and nodes are not on the hub's machine.
+#: On the benchmark's one machine they are, and at the same priority they take the hub's cores for
+#: tens of milliseconds at a time (its event loop waits while on no CPU), which no hub can help.
+#: Both hubs and the fault proxy run at this process's priority.
+CLUSTER_NICENESS = 10
+
+
+def machine_memory() -> int:
+    """The machine's physical memory, bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class RealCluster:
@@ -52,7 +69,8 @@ class RealCluster:
         self.namespaces = namespaces
         self.dir = workdir or Path(tempfile.mkdtemp(prefix="gpuspawner-bench-cluster-"))
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.control_plane = ControlPlane(self.dir / "cp")
+        self.control_plane = ControlPlane(
+            self.dir / "cp", memory_limit=int(machine_memory() * CONTROL_PLANE_MEMORY_SHARE), niceness=CLUSTER_NICENESS)
         self.proxy: FaultProxy | None = None
         self.agent: subprocess.Popen | None = None
         self.runner: subprocess.Popen | None = None  # the Python node agent of the spawn nodes
@@ -106,16 +124,18 @@ class RealCluster:
         if runner_file is not None:
             self._start_runner(cp, runner_file)
         log = (self.dir / "nodes.log").open("wb")
-        self.agent = subprocess.Popen(
+        self.agent = start_session(
             [find_binary(), "nodes", f"--cluster={cluster_file}", f"--kubeconfig={cp.kubeconfig}", "--workers=32"],
-            stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+            CLUSTER_NICENESS, stdout=subprocess.PIPE, stderr=log)
         assert self.agent.stdout is not None
         line = self.agent.stdout.readline().decode(errors="replace")
         if not line.startswith("READY "):
             raise RuntimeError(f"gpuspawner-cluster nodes did not start (exit {self.agent.wait()}): "
                                f"{(self.dir / 'nodes.log').read_text(errors='replace')[-3000:]}")
         self.timings["applied_s"] = round(time.monotonic() - t, 1)
-        say(f"  control plane ready in {self.timings['control_plane_s']} s; {len(self.built['nodes'])} nodes and "
+        limit = self.control_plane.memory_limit or 0
+        say(f"  control plane ready in {self.timings['control_plane_s']} s (Go heap limit {limit / 2**30:.1f} GiB; "
+            f"the cluster's processes at niceness {CLUSTER_NICENESS}); {len(self.built['nodes'])} nodes and "
             f"{self.args[1]} pods applied in {self.timings['applied_s']} s", flush=True)
         self._wait_settled(cp)
         self.timings["settled_s"] = round(time.monotonic() - t, 1)
@@ -126,9 +146,9 @@ class RealCluster:
     def _start_runner(self, cp: ControlPlane, runner_file: Path, timeout: float = 300.0) -> None:
         """The Python node agent of the spawn nodes, until it says it is ready."""
         log = self.dir / "spawn-nodes.log"
-        self.runner = subprocess.Popen(
+        self.runner = start_session(
             [sys.executable, "-m", "testcluster.nodeagent", f"--cluster={runner_file}", f"--kubeconfig={cp.kubeconfig}"],
-            stdout=subprocess.PIPE, stderr=log.open("wb"), env=child_env(), start_new_session=True)
+            CLUSTER_NICENESS, stdout=subprocess.PIPE, stderr=log.open("wb"), env=child_env())
         assert self.runner.stdout is not None
         line = self.runner.stdout.readline().decode(errors="replace")
         if not line.startswith("nodeagent ready"):
@@ -192,10 +212,10 @@ class RealCluster:
         self.pause()
         spawn_nodes = set(self.built["spawn_nodes"])
         nodes = [n for n in self.built["nodes"] if n not in spawn_nodes]
-        self.streamer = subprocess.Popen(
+        self.streamer = start_session(
             [sys.executable, str(Path(__file__).resolve()), "stream", f"--kubeconfig={self.control_plane.kubeconfig}",
              f"--rate={rate}", f"--seed={self.seed + 1}", f"--nodes={','.join(nodes)}"],
-            stdout=subprocess.DEVNULL, stderr=(self.dir / "stream.log").open("ab"), start_new_session=True)
+            CLUSTER_NICENESS, stdout=subprocess.DEVNULL, stderr=(self.dir / "stream.log").open("ab"))
 
     def pause(self) -> None:
         stop_process(self.streamer, 30)

@@ -16,7 +16,7 @@ import subprocess
 import time
 from typing import Any, TypeVar
 
-from .processes import stop_process
+from .processes import start_session, stop_process
 
 #: The environment variable that names the binary (else ``gpuspawner-cluster`` on PATH).
 BINARY_ENV = "GPUSPAWNER_CLUSTER_BIN"
@@ -80,8 +80,10 @@ class Launched:
     log_name = "gpuspawner-cluster.log"
 
     def __init__(self, data_dir: str | os.PathLike[str], port: int | None = None, *, ready_timeout: float = 90.0,
-                 binary: str | None = None) -> None:
+                 binary: str | None = None, niceness: int = 0) -> None:
         self.data_dir = pathlib.Path(data_dir).resolve()
+        #: the CPU priority it runs at (``processes.start_session``): 0, this process's; more, lower
+        self.niceness = niceness
         self.port = port or free_port()
         self.ready_timeout = ready_timeout
         self.binary = binary
@@ -100,6 +102,10 @@ class Launched:
     def command(self) -> list[str]:
         raise NotImplementedError
 
+    def environment(self) -> dict[str, str] | None:
+        """The process's environment: this one's unless a subclass says otherwise."""
+        return None
+
     def spawn(self) -> None:
         """Start the process without waiting for it to be ready."""
         if self._proc is not None:
@@ -107,12 +113,13 @@ class Launched:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = self.command()
         with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
+            self._proc = start_session(
                 cmd,
+                self.niceness,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                start_new_session=True,
+                env=self.environment(),
             )
         self._started_at = time.monotonic()
         atexit.register(self.stop)
@@ -205,10 +212,18 @@ class ControlPlane(Launched):
         feature_gates: str = "",
         ready_timeout: float = 90.0,
         binary: str | None = None,
+        memory_limit: int | None = None,
+        niceness: int = 0,
     ) -> None:
-        super().__init__(data_dir, port, ready_timeout=ready_timeout, binary=binary)
+        super().__init__(data_dir, port, ready_timeout=ready_timeout, binary=binary, niceness=niceness)
         self.kubeconfig = pathlib.Path(kubeconfig).resolve() if kubeconfig else self.data_dir / "admin.kubeconfig"
         self.feature_gates = feature_gates
+        if memory_limit is not None and memory_limit <= 0:
+            raise ValueError(f"memory_limit must be a positive number of bytes, not {memory_limit}")
+        #: the Go runtime's soft memory limit for the process (``GOMEMLIMIT``, bytes); ``None``: Go's
+        #: default, none. Etcd, the API server's watch cache, the scheduler's and the controllers'
+        #: informers all live in this one process, so its heap grows with every object they cache.
+        self.memory_limit = memory_limit
 
     @property
     def cluster_info(self) -> dict[str, Any]:
@@ -229,3 +244,8 @@ class ControlPlane(Launched):
         if self.feature_gates:
             cmd.append(f"--feature-gates={self.feature_gates}")
         return cmd
+
+    def environment(self) -> dict[str, str] | None:
+        if self.memory_limit is None:
+            return None
+        return {**os.environ, "GOMEMLIMIT": str(self.memory_limit)}

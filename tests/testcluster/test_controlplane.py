@@ -4,9 +4,13 @@ Kubernetes v1.37.2, embedded etcd) answers the real kubectl of the same version.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import subprocess
 
 import pytest
+
+from testcluster import ControlPlane
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HUB = "system:serviceaccount:jhub:hub"
@@ -146,3 +150,25 @@ def test_quantities_come_back_as_strings(kubectl):
     resources = raw["spec"]["containers"][0]["resources"]
     assert resources["requests"] == {"cpu": "500m", "memory": "1073741824", "nvidia.com/gpu": "2"}
     assert resources["limits"] == {"nvidia.com/gpu": "2"}
+
+
+def test_memory_limit_and_niceness_reach_the_control_plane_process(tmp_path):
+    """What the benchmarks start their big cluster with: Go's soft memory limit (GOMEMLIMIT), as the
+    API server's own metrics read it, and a lower CPU priority for the process and its session's
+    scheduling group."""
+    limit = 3 * 2**30
+    with ControlPlane(tmp_path / "cp", memory_limit=limit, niceness=4) as cp:
+        metrics = subprocess.run(["kubectl", f"--kubeconfig={cp.kubeconfig}", "get", "--raw", "/metrics"],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout
+        seen = [float(line.split()[1]) for line in metrics.splitlines() if line.startswith("go_gc_gomemlimit_bytes ")]
+        assert seen == [limit]
+        assert os.getpriority(os.PRIO_PROCESS, cp.pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 4, 19)
+        autogroup = pathlib.Path(f"/proc/{cp.pid}/autogroup")
+        if autogroup.exists():  # a kernel with autogroups
+            assert autogroup.read_text().split()[-1] == "4"
+
+
+@pytest.mark.parametrize("limit", [0, -1], ids=["zero", "negative"])
+def test_a_memory_limit_that_is_no_size_is_refused(tmp_path, limit):
+    with pytest.raises(ValueError, match="positive number of bytes"):
+        ControlPlane(tmp_path, memory_limit=limit)
