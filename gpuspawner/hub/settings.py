@@ -25,6 +25,7 @@ from gpuspawner.capacity.config import CapacityConfig, DeclaredPool, check_names
 from gpuspawner.capacity.taintrule import DEFAULT_TOLERATED_TAINT_KEYS, check_tolerated_keys
 from gpuspawner.spawn.profiles import GPUProfileSpec, PoolRule
 from gpuspawner.hub.kueue_settings import KueueSettings
+from gpuspawner.hub.listen_wait import ListenWaitSettings
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def _cull_source(value: Any) -> CullRules | RulesFile | None:
 LEGACY_SECTION = "GPUCapacitySettings"
 
 
-class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPUHomeSettings):
+class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPUHomeSettings, ListenWaitSettings):
     """The GPUSpawner settings both the spawner and ``GET /hub/api/gpus`` read.
 
     ``GPUSpawner`` inherits them, so an admin writes ``c.GPUSpawner.<knob>``;

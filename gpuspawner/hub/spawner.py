@@ -9,7 +9,7 @@ from kubespawner import KubeSpawner
 from traitlets import default
 
 from gpuspawner.hub import capacity_access, dra_templates, gpu_hours, gpu_metrics, kueue_wait, unseen_pod
-from gpuspawner.hub import plan_apply, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
+from gpuspawner.hub import listen_wait, plan_apply, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
 from gpuspawner.hub.pod_wait import GPUSpawnInfo, SpawnRecord
 from gpuspawner.hub.reaper import OrphanPodSettings
 from gpuspawner.hub.settings import GPUSpawnerSettings
@@ -32,6 +32,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
     _spawn: SpawnRecord = SpawnRecord()  # this spawn, from its start to its stop (hub/pod_wait.py)
     _gpu_ledger_checked = False  # its first poll has made sure a running GPU server has its holding
     _admin_start_timeout: float | None = None
+    _admin_http_timeout: int | None = None  # hub/listen_wait.py cuts http_timeout for one spawn
 
     @default("options_form")
     def _options_form_default(self):
@@ -117,6 +118,7 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         if self._admin_start_timeout is None:
             self._admin_start_timeout = self.start_timeout
         self.start_timeout = self._admin_start_timeout
+        listen_wait.reset(self)
         kueue_wait.extend_start_timeout(self)  # a queued server's wait does not count
         reaper.ensure_running(self)
         # JupyterHub reads start_timeout as start() returns: a pool that must scale up gets its time now
@@ -151,7 +153,9 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         else:
             if self._spawn.info is not None:
                 gpu_metrics.install(self.metrics_registry).spawn_started(self._spawn.info.pool_id)
-                await gpu_hours.record_start(self, self._spawn.info)  # the GPU-hour ledger
+                await gpu_hours.record_start(self, self._spawn.info)  # the GPU-hour ledger: the pod runs
+            # until its server listens, checked more often than JupyterHub's own wait after start does
+            await listen_wait.wait(self, url, pod_wait._clock() - self._spawn.began)
             return url
         finally:
             kueue_wait.restore_start_timeout(self)

@@ -189,6 +189,8 @@ START_BASE = dict(
     namespace=NS,
     gpu_tolerated_taint_keys=["nvidia.com/gpu"],
     gpu_pool_rules=[{"match": "t4:*", "display_name": "T4"}],
+    # no server listens at the stand-in's pod IP: the wait for it is tests/hub/test_listen_wait.py's
+    gpu_listen_check_interval=0,
 )
 
 
