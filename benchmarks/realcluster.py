@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections import Counter
 import json
 import os
 import random
@@ -137,7 +138,7 @@ class RealCluster:
         say(f"  control plane ready in {self.timings['control_plane_s']} s (Go heap limit {limit / 2**30:.1f} GiB; "
             f"the cluster's processes at niceness {CLUSTER_NICENESS}); {len(self.built['nodes'])} nodes and "
             f"{self.args[1]} pods applied in {self.timings['applied_s']} s", flush=True)
-        self._wait_settled(cp)
+        self.wait_settled()
         self.timings["settled_s"] = round(time.monotonic() - t, 1)
         self.timings["build_s"] = round(time.monotonic() - began, 1)
         self.proxy = FaultProxy(cp.data_dir).start()
@@ -155,11 +156,11 @@ class RealCluster:
             raise RuntimeError(f"the Python node agent did not start (exit {self.runner.wait(timeout)}): "
                                f"{log.read_text(errors='replace')[-3000:]}")
 
-    def _wait_settled(self, cp: ControlPlane) -> None:
-        """Until no pod bound to a node is Pending (the agents reported each one Running), but for
-        pods being deleted: the taint manager evicts the pods of the file's NotReady nodes after
+    def wait_settled(self, timeout: float = SETTLE_TIMEOUT) -> None:
+        """Until no pod bound to a node is Pending (the agents admitted each one, or refused it), but
+        for pods being deleted: the taint manager evicts the pods of the file's NotReady nodes after
         300 s, and a deletion may not be finished yet."""
-        deadline = time.monotonic() + SETTLE_TIMEOUT
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for proc, what in ((self.agent, "gpuspawner-cluster nodes"), (self.runner, "the Python node agent")):
                 if proc is not None and proc.poll() is not None:
@@ -167,7 +168,7 @@ class RealCluster:
             if not self._pending_pod():
                 return
             time.sleep(2)
-        raise RuntimeError(f"bound pods still Pending after {SETTLE_TIMEOUT:g} s")
+        raise RuntimeError(f"bound pods still Pending after {timeout:g} s")
 
     def _pending_pod(self) -> bool:
         """Whether a bound pod, not being deleted, is Pending (read a page at a time)."""
@@ -205,6 +206,11 @@ class RealCluster:
         """Requests the measured hub made (they all pass the proxy)."""
         assert self.proxy is not None
         return self.proxy.counts()
+
+    def requests_by_kind(self) -> Counter[tuple[str, str]]:
+        """The same, by ``(verb, resource)``."""
+        assert self.proxy is not None
+        return Counter(self.proxy.counters())
 
     def stream(self, rate: float) -> None:
         """Start ~``rate`` watch events a second from a child process (its own requests go straight

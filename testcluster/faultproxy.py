@@ -123,6 +123,10 @@ class FaultProxy(Launched):
                    if (verb is None or c["verb"] == verb)
                    and (resource is None or c["resource"] == resource or c["resource"].startswith(resource + "/")))
 
+    def counters(self) -> dict[tuple[str, str], int]:
+        """Requests passed since the last ``reset_counts()``, by ``(verb, resource)``."""
+        return {(c["verb"], c["resource"]): c["count"] for c in self._call("GET", "/counters")["counts"]}
+
     def reset_counts(self) -> None:
         self._call("DELETE", "/counters")
 

@@ -14,7 +14,7 @@ import weakref
 from typing import Any, Awaitable, Callable, ClassVar, Iterable
 
 from gpuspawner.capacity import gc_policy
-from gpuspawner.capacity import health
+from gpuspawner.capacity import health, steps
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.device_plugin_source import DevicePluginSource
 from gpuspawner.capacity.dra_source import DRA_KINDS, DraSource
@@ -302,7 +302,7 @@ class _Informer:
             await asyncio.sleep(0)
             if not token:
                 break
-        removed = self._retain(seen)
+        removed = await self._retain(seen)
         if removed:
             log.info("capacity %s re-list dropped %d vanished objects", self.kind, removed)
         self.resource_version = rv
@@ -445,11 +445,12 @@ class _Informer:
         for source in self._readers():
             source.remove(self.kind, obj)
 
-    def _retain(self, seen: set[str]) -> int:
-        """Drop what a re-list no longer saw; the count is the owning source's."""
+    async def _retain(self, seen: set[str]) -> int:
+        """Drop what a re-list no longer saw, yielding to the loop between slices of the work; the
+        count is the owning source's."""
         removed = 0
         for source in self._readers():
-            n = source.retain(self.kind, seen)
+            n = await steps.drive(source.retain_steps(self.kind, seen), _SLICE_SECONDS)
             if self.kind in source.kinds:
                 removed = n
         return removed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from gpuspawner.capacity import steps
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.labels import node_record
 from gpuspawner.capacity.model import PoolView
@@ -88,8 +89,12 @@ class DevicePluginSource:
                 self.accounts.remove_pod(key)
 
     def retain(self, kind: str, keep: set[str]) -> int:
+        return steps.run(self.retain_steps(kind, keep))
+
+    def retain_steps(self, kind: str, keep: set[str]) -> steps.Steps[int]:
+        """Drop what a re-list of ``kind`` no longer saw, in steps (a pod list is long); how many."""
         if kind == "nodes":
             self.images.retain(keep)
             self.taints.retain(keep)
             return self.accounts.retain_nodes(keep)
-        return self.accounts.retain_pods(keep)
+        return (yield from self.accounts.retain_pods_steps(keep))

@@ -9,6 +9,7 @@ import json
 import logging
 from typing import Any, Awaitable, Callable
 
+from gpuspawner.capacity import steps
 from gpuspawner.capacity.config import CapacityConfig
 from gpuspawner.capacity.dra_objects import claim_record, class_record, dra_node, slice_record
 from gpuspawner.capacity.dra_accounts import DraAccounts
@@ -224,6 +225,10 @@ class DraSource:
             self.accounts.remove_claim(f"{meta.get('namespace') or 'default'}/{name}")
         else:
             self.accounts.remove_class(name)
+
+    def retain_steps(self, kind: str, keep: set[str]) -> steps.Steps[int]:
+        """``retain`` as steps: one, its work is per node, slice, claim and class."""
+        return steps.of(self.retain(kind, keep))
 
     def retain(self, kind: str, keep: set[str]) -> int:
         if kind == "pods":

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from gpuspawner.capacity import steps
+
 __all__ = ["HeldPods"]
 
 _BITS = 62
@@ -58,9 +60,31 @@ class HeldPods:
 
     def retain(self, keep: Iterable[str]) -> list[tuple[str, int, int, int]]:
         """Drop every pod not in ``keep`` (after a re-list); returns what they held."""
-        wanted = {hash(k) for k in keep}
-        gone = [h for h in self._by_key if h not in wanted]
-        return [self._unpack(self._by_key.pop(h)) for h in gone]
+        return steps.run(self.retain_steps(keep))
+
+    def retain_steps(self, keep: Iterable[str]) -> steps.Steps[list[tuple[str, int, int, int]]]:
+        """``retain`` as steps of a thousand pods or so: at 150,000 pods it is 100 ms of work."""
+        wanted: set[int] = set()
+        for k in steps.paced(keep):
+            if k is None:
+                yield
+            else:
+                wanted.add(hash(k))
+        gone: list[int] = []
+        for h in steps.paced(list(self._by_key)):  # a copy: others may run between the steps
+            if h is None:
+                yield
+            elif h not in wanted:
+                gone.append(h)
+        dropped = []
+        for h in steps.paced(gone):
+            if h is None:
+                yield
+            else:
+                packed = self._by_key.pop(h, None)
+                if packed is not None:
+                    dropped.append(self._unpack(packed))
+        return dropped
 
     def records(self) -> Iterator[tuple[int, tuple[str, int, int, int]]]:
         """``(key hash, record)`` of every pod (for a full recount)."""

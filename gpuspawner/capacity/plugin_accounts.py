@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
+from gpuspawner.capacity import steps
 from gpuspawner.capacity.config import DeclaredPool
 from gpuspawner.capacity.held_pods import HeldPods
 from gpuspawner.capacity.labels import NodeGpu, NodeRecord, product_label_for
@@ -173,12 +174,28 @@ class PluginAccounts:
         return changed
 
     def retain_pods(self, keep: set[str]) -> int:
-        gone = [k for k in self._pods if k not in keep]
-        for k in gone:
-            self.remove_pod(k)
-        held = self._base_pods.retain(keep)
-        for node, *base in held:
-            self.ledger.hold(node, (*base, 1), -1)
+        return steps.run(self.retain_pods_steps(keep))
+
+    def retain_pods_steps(self, keep: set[str]) -> steps.Steps[int]:
+        """Drop every pod not in ``keep`` (after a re-list), in steps; returns how many."""
+        gone = []
+        for k in steps.paced(list(self._pods)):
+            if k is None:
+                yield
+            elif k not in keep:
+                gone.append(k)
+        for k in steps.paced(gone, 50):  # a pod's removal recounts its node
+            if k is None:
+                yield
+            else:
+                self.remove_pod(k)
+        held = yield from self._base_pods.retain_steps(keep)
+        for rec in steps.paced(held, 100):
+            if rec is None:
+                yield
+            else:
+                node, *base = rec
+                self.ledger.hold(node, (*base, 1), -1)
         if held and self.ledger.changed:
             self.ledger.generation += 1
         return len(gone) + len(held)

@@ -110,7 +110,7 @@ def _with_images(node: dict, *names: str, size: int = 10) -> dict:
     return node
 
 
-def test_the_cache_counts_a_pools_images_from_node_events():
+async def test_the_cache_counts_a_pools_images_from_node_events():
     cache = _cache()
     nodes = cache._informers["nodes"]
     labels = {"cloud.google.com/gke-nodepool": "a100", "nvidia.com/gpu.product": "A100"}
@@ -122,7 +122,7 @@ def test_the_cache_counts_a_pools_images_from_node_events():
     assert cache._ledger.pools()[0].nodes == cache.node_images.nodes(pid)
     nodes._remove({"metadata": {"name": "g1"}})
     assert (cache.node_images.cached(pid, "pt:cu124"), cache.node_images.nodes(pid)) == (0, 1)
-    nodes._retain(set())
+    await nodes._retain(set())
     assert cache.node_images.node_count == 0
 
 
