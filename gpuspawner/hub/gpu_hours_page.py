@@ -59,16 +59,20 @@ def spawn_banner(spawner: Any, offers: dict[str, Any]) -> str:
         return ""
 
 
-def home_vars(settings_of: Any) -> Any:
-    """The template variable's callable: ``user -> dict | None`` (JupyterHub calls it on each page with
-    the signed-in user). ``settings_of()`` gives the hub's ``GPUSpawnerSettings``."""
+class HomeGpuHours:
+    """The template variable's value for one page: ``read()`` gives the home page's GPU-hours section.
+    JupyterHub makes the value for every page it renders; only the home page reads it, so the
+    ledger is queried for that page alone."""
 
-    def gpu_hours(user: Any) -> dict[str, Any] | None:
-        if user is None or getattr(user, "db", None) is None:
-            return None
+    def __init__(self, settings_of: Any, user: Any) -> None:
+        self.settings_of = settings_of
+        self.user = user
+
+    def read(self) -> dict[str, Any] | None:
+        """The section's words, None when there is nothing to show. Never raises."""
         try:
-            settings = settings_of()
-            st = _standing(settings, user.db, user)
+            settings = self.settings_of()
+            st = _standing(settings, self.user.db, self.user)
             if st is None:
                 return None
             names = mygpus.pool_names(settings) if any(h.stop is None for h in st.holdings) else {}
@@ -76,6 +80,17 @@ def home_vars(settings_of: Any) -> Any:
         except Exception as e:
             log.warning("The home page's GPU-hours could not be shown: %s: %s", type(e).__name__, e)
             return None
+
+
+def home_vars(settings_of: Any) -> Any:
+    """The template variable's callable: ``user -> HomeGpuHours | None`` (JupyterHub calls it on each
+    page with the signed-in user; the work is in ``read``, which only the home page calls).
+    ``settings_of()`` gives the hub's ``GPUSpawnerSettings``."""
+
+    def gpu_hours(user: Any) -> HomeGpuHours | None:
+        if user is None or getattr(user, "db", None) is None:
+            return None
+        return HomeGpuHours(settings_of, user)
 
     return gpu_hours
 

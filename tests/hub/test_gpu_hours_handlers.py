@@ -12,7 +12,7 @@ from jupyterhub import orm
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from gpuspawner.hub import gpu_hours as gpu_hours
-from gpuspawner.hub.gpu_hours_page import home_context, standing_words
+from gpuspawner.hub.gpu_hours_page import home_context, home_vars, standing_words
 from gpuspawner.usage import clock, store
 from gpuspawner.usage.store import UsageStore
 from tests.builders.usage import NOW, holding
@@ -154,3 +154,25 @@ async def test_home_page_words(hub):
     assert named["servers"][0]["pool"] == "T4 for teaching"
     assert context["warning"].startswith("Your GPU-hour budget runs out on 27 November at 12:00 UTC")
     assert user is not None and standing_words(st) == context["standing"]
+
+
+async def test_the_home_pages_gpu_hours_are_read_only_when_the_home_page_reads_them(hub):
+    """JupyterHub calls a template variable's callable on every page it renders (the spawn page, the
+    token page...): the ledger is queried when the home page reads the section, not before."""
+    _api, _tokens, app = hub
+    from gpuspawner.hub.settings import GPUSpawnerSettings
+    from gpuspawner.hub.spawner import GPUSpawner
+
+    asked = []
+
+    def settings_of():
+        asked.append(1)
+        return GPUSpawnerSettings.from_hub_config(app.config, GPUSpawner)
+
+    ann = app.users[orm.User.find(app.db, "ann")]
+    value = home_vars(settings_of)(ann)  # what every page gets
+    assert asked == []
+    section = value.read()  # what the home page's template calls
+    assert asked == [1]
+    assert section["standing"].startswith("You have 0 of your 2 GPU-hours left in the last day")
+    assert home_vars(settings_of)(None) is None  # no user signed in: nothing to read
