@@ -394,12 +394,18 @@ class _Informer:
                     continue
                 lines = buf.split(b"\n")
                 buf = lines.pop()
+                # the events that arrived while the loop was busy come in one chunk: applied in
+                # slices, like a list page's items, so that a burst never holds the loop
+                began = time.perf_counter()
                 for line in lines:
                     if line.strip():
                         self._event(json.loads(line))
                         if not seen:
                             self._ok()
                         seen += 1
+                        if time.perf_counter() - began > _SLICE_SECONDS:
+                            await asyncio.sleep(0)
+                            began = time.perf_counter()
         finally:
             resp.release()
 

@@ -622,3 +622,30 @@ async def test_the_default_client_reads_its_own_configuration(tmp_path, monkeypa
         assert Configuration._default is blank and blank.host == ""  # the library's default untouched
     finally:
         await api.api_client.close()
+
+
+async def test_a_burst_of_watch_events_in_one_chunk_is_applied_in_slices(make_cache):
+    """Events that arrived while the hub's loop was busy come in one read: the loop's other tasks
+    run while they are applied, as they do between a list page's slices."""
+    burst = 3000
+    events = [{"type": "ADDED", "object": pod(f"p{i}", 1, "n1")} for i in range(burst)]
+    chunk = b"".join((json.dumps(e) + "\n").encode() for e in events)
+    api = ScriptedApi(
+        list_node=[listing(NODE_LIST)],
+        list_pod_for_all_namespaces=[listing(POD_LIST, rv="120"), _Resp(chunks=[chunk])],
+    )
+    cache = make_cache(api)
+    assert await cache.wait_synced(10)
+    pods = cache._informers["pods"]
+    seen_midway = []
+
+    async def another_task():
+        while pods.events < burst:
+            if 0 < pods.events:
+                seen_midway.append(pods.events)
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(another_task())
+    await wait_for(lambda: pods.events >= burst, what="the burst applied")
+    await other
+    assert seen_midway, "the burst was applied in one step of the loop"
