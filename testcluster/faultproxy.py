@@ -119,9 +119,9 @@ class FaultProxy(Launched):
 
     def counts(self, verb: str | None = None, resource: str | None = None) -> int:
         """Requests passed since the last ``reset_counts()`` matching ``verb`` and ``resource``."""
-        return sum(c["count"] for c in self._call("GET", "/counters")["counts"]
-                   if (verb is None or c["verb"] == verb)
-                   and (resource is None or c["resource"] == resource or c["resource"].startswith(resource + "/")))
+        return sum(n for (v, r), n in self.counters().items()
+                   if (verb is None or v == verb)
+                   and (resource is None or r == resource or r.startswith(resource + "/")))
 
     def counters(self) -> dict[tuple[str, str], int]:
         """Requests passed since the last ``reset_counts()``, by ``(verb, resource)``."""
