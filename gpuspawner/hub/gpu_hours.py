@@ -82,14 +82,16 @@ class Standing:
 
 
 def standing(settings: Any, store: UsageStore, user: str, groups: Iterable[str], need: float,
-             now: datetime | None = None) -> Standing:
+             now: datetime | None = None, *, for_page: bool = False) -> Standing:
     """``user``'s standing for a launch needing ``need`` weighted GPU-hours: one read of their
-    holdings since the earliest window any candidate rule looks at."""
+    holdings since the earliest window any candidate rule looks at. ``for_page``: a page's words
+    (spawn and home pages), from the read an earlier view made while the ledger is unchanged
+    (``UsageStore.recent_for_user``); a launch's check always reads the ledger."""
     now = now or clock.now()
     rules = candidates(settings.gpu_hour_budget_rules(), user, groups)
     windows = [r.window for r in rules] or [Window.parse("30d")]
     since = min(w.start(now) for w in windows)
-    holdings = tuple(store.for_user(user, since))
+    holdings = tuple(store.recent_for_user(user, since) if for_page else store.for_user(user, since))
     rule = choose(rules, lambda r: r.gpu_hours - used(holdings, r.window.start(now), now),
                   settings.gpu_hour_budget_groups)
     return Standing(verdict(holdings, rule, now, need), holdings, now)

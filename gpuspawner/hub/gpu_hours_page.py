@@ -3,6 +3,7 @@ hour) and on the home page (the running servers' cost so far, a warning before a
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime
 from typing import Any
@@ -34,7 +35,8 @@ def _standing(settings: Any, db: Any, user: Any) -> Any:
     if store is None:
         return None
     who = principal_of(user)
-    return gpu_hours.standing(settings, store, who.name, who.groups, gpu_hours.minimum_need(settings, 1.0))
+    return gpu_hours.standing(settings, store, who.name, who.groups, gpu_hours.minimum_need(settings, 1.0),
+                              for_page=True)
 
 
 def spawn_banner(spawner: Any, offers: dict[str, Any]) -> str:
@@ -52,11 +54,18 @@ def spawn_banner(spawner: Any, offers: dict[str, Any]) -> str:
                 _s, _w, rate = gpu_hours.launch_rate(spawner, pool.id, pool.product, pool.resource, 1,
                                                  gpu_hours.known_replicas.get(pool.id))
                 rates[pool.id] = round(rate, 4)
-        env = form_environment(tuple(spawner.additional_profile_form_template_paths))
-        return env.get_template(BANNER).render(standing=standing_words(st), rates=rates)
+        return _banner(tuple(spawner.additional_profile_form_template_paths), standing_words(st),
+                       tuple(rates.items()))
     except Exception as e:  # the page shows the form without its GPU-hours
         log.warning("The spawn page's GPU-hours could not be shown: %s: %s", type(e).__name__, e)
         return ""
+
+
+@functools.lru_cache(maxsize=256)
+def _banner(template_paths: tuple[str, ...], words: str, rates: tuple[tuple[str, float], ...]) -> str:
+    # users alike see the same lines (the words say their hours, the rates are the pools')
+    env = form_environment(template_paths)
+    return env.get_template(BANNER).render(standing=words, rates=dict(rates))
 
 
 class HomeGpuHours:

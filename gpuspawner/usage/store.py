@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
@@ -114,6 +116,27 @@ def _holding(row: Any) -> Holding:
 _ready: set[int] = set()
 _ready_lock = threading.Lock()
 
+#: how long a user's holdings read for a page may be shown again without a new read, when this
+#: process has written nothing since (a write through any UsageStore here makes them stale at once;
+#: this bounds what another process, or a hand-made change to the table, takes to be seen)
+RECENT_MAX_AGE = 30.0
+#: the users whose recent holdings are kept (the least recently read are forgotten first)
+RECENT_USERS = 1024
+# every write through a UsageStore of this process (and every database it starts to use) moves this on
+_writes = 0
+# (engine id, user) -> (_writes then, monotonic time of the read, its ``since``, the holdings)
+_recent: OrderedDict[tuple[int, str], tuple[int, float, datetime | None, tuple[Holding, ...]]] = OrderedDict()
+
+
+def _written() -> None:
+    global _writes
+    _writes += 1
+
+
+def _since_filter(found: Iterable[Holding], since: datetime | None) -> list[Holding]:
+    # the read's own rule (for_user): open, or stopped after ``since``
+    return [h for h in found if since is None or h.stop is None or h.stop > since]
+
 
 class UsageStore:
     """The ledger, read and written through ``db`` (a SQLAlchemy ``Session``: the hub's own, so its
@@ -135,6 +158,7 @@ class UsageStore:
                 self.db.rollback()
                 raise
             _ready.add(key)
+            _written()  # an engine at a forgotten engine's address reads nothing of the old one's
         return self
 
     def _write(self, statement: Any) -> Any:
@@ -145,6 +169,8 @@ class UsageStore:
         except Exception:
             self.db.rollback()
             raise
+        finally:
+            _written()
 
     def open(self, h: Holding, *, namespace: str | None = None, pod_name: str | None = None,
              pod_uid: str | None = None) -> int:
@@ -198,6 +224,28 @@ class UsageStore:
         if since is not None:
             q = q.where(or_(holdings.c.stop.is_(None), holdings.c.stop > _naive(since)))
         return [_holding(r) for r in self.db.execute(q.order_by(holdings.c.start)).all()]
+
+    def recent_for_user(self, user: str, since: datetime | None, max_age: float = RECENT_MAX_AGE) -> list[Holding]:
+        """:meth:`for_user` for a page (the spawn page's and home page's GPU-hours, on every view):
+        the holdings read for an earlier view when this process has written none since, that read
+        was at most ``max_age`` seconds ago and reached back at least as far as ``since``. A launch's
+        budget check reads :meth:`for_user` itself."""
+        key = (id(self.db.get_bind()), user)
+        now = time.monotonic()
+        hit = _recent.get(key)
+        if hit is not None:
+            writes, read_at, read_since, found = hit
+            if (writes == _writes and now - read_at <= max_age
+                    and (read_since is None or (since is not None and read_since <= since))):
+                _recent.move_to_end(key)
+                return _since_filter(found, since)
+        writes = _writes
+        found = tuple(self.for_user(user, since))
+        _recent[key] = (writes, now, since, found)
+        _recent.move_to_end(key)
+        while len(_recent) > RECENT_USERS:
+            _recent.popitem(last=False)
+        return list(found)
 
     def for_users(self, users: Iterable[str] | None, since: datetime | None) -> list[Holding]:
         """The holdings of ``users`` (None: everyone's) held at some time after ``since``."""
