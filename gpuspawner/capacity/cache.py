@@ -29,6 +29,8 @@ __all__ = ["CapacityCache", "missing_rules_message"]
 ApiFactory = Callable[[], Any]
 
 _SHORT_WATCH = 1.0  # seconds; client-go reflector's "very short watch" threshold
+#: the longest full collections wait for the first sync's freeze (a sync that never ends)
+_FULL_COLLECTIONS_DEFERRED_AT_MOST = 900.0
 _SLICE_SECONDS = 0.002  # synchronous work between two yields while applying a list page
 
 
@@ -546,6 +548,7 @@ class CapacityCache:
         self._merged: tuple[tuple, tuple, tuple, dict] | None = None  # (plugin, dra, merged, by id)
         self._held: tuple[float, tuple, dict, int] | None = None  # snapshot(max_age): (when, pools, by id, generation)
         self._gc_freeze = gc_freeze
+        self._gc_allow: asyncio.TimerHandle | None = None  # full collections deferred until then
         self._page_lock = asyncio.Lock()  # list pages are applied one at a time (_Informer._apply_page)
         self._back = asyncio.Event()  # set (and replaced) when the API server answers after failures
 
@@ -588,6 +591,12 @@ class CapacityCache:
             # the hub is up by now (the first view, spawn or API request starts the cache): what
             # it holds is long-lived, and a full collection during the sync must not walk it
             gc_policy.freeze("the GPU capacity cache starts")
+            # and none until the sync's own freeze: at 150,000 pods a full pass over what the
+            # informers have read so far is a stall of 80 ms (allowed again after a while anyway,
+            # should the sync never end)
+            gc_policy.defer_full()
+            self._gc_allow = asyncio.get_running_loop().call_later(_FULL_COLLECTIONS_DEFERRED_AT_MOST,
+                                                                   gc_policy.allow_full)
         for inf in self._informers.values():
             self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}"))
         self._tasks.append(asyncio.create_task(self._run_dra(), name="gpuspawner-capacity-dra"))
@@ -597,7 +606,14 @@ class CapacityCache:
         await self._dra.discover()
         await asyncio.gather(*(inf.run() for inf in self._dra.informers.values()))
 
+    def _allow_full_collections(self) -> None:
+        if self._gc_allow is not None:
+            self._gc_allow.cancel()
+            self._gc_allow = None
+            gc_policy.allow_full()
+
     async def stop(self) -> None:
+        self._allow_full_collections()
         tasks, self._tasks = self._tasks, []
         for t in tasks:
             t.cancel()
@@ -679,6 +695,7 @@ class CapacityCache:
         if self._gc_freeze and self.synced:
             self._gc_freeze = False  # once per cache
             gc_policy.freeze("the GPU capacity cache has read the cluster")
+            self._allow_full_collections()
 
     def _changed_health(self) -> None:
         # a first snapshot waits for DRA to settle too (absent, listed or forbidden), so the spawn

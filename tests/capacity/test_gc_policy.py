@@ -91,3 +91,31 @@ async def test_cache_freezes_when_it_starts_and_once_after_its_first_sync(make_c
     cache._first_sync_done()  # once per cache, however often it is called
     assert frozen == (["the GPU capacity cache starts", "the GPU capacity cache has read the cluster"]
                       if freeze else [])
+
+
+def test_defer_full_stops_full_collections_only_until_allowed():
+    before = gc.get_threshold()
+    gc_policy.defer_full()
+    try:
+        young0, young1, oldest = gc.get_threshold()
+        assert (young0, young1) == before[:2] and oldest > 10**9  # the young generations still collected
+        gc_policy.defer_full()  # a second deferral keeps the first one's thresholds to restore
+    finally:
+        gc_policy.allow_full()
+    assert gc.get_threshold() == before
+    gc_policy.allow_full()  # nothing deferred: nothing changes
+    assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("synced", [True, False], ids=["after-the-first-sync", "stopped-before-it"])
+async def test_cache_defers_full_collections_from_its_start_to_its_first_syncs_freeze(make_cache, synced):
+    before = gc.get_threshold()
+    lists = [listing(NODE_LIST)] if synced else []  # no node list: the sync never ends
+    api = ScriptedApi(list_node=lists, list_pod_for_all_namespaces=[listing(POD_LIST)])
+    cache = make_cache(api, CapacityConfig(), gc_freeze=True)
+    assert gc.get_threshold()[2] > 10**9
+    if synced:
+        assert await cache.wait_synced(10)
+    else:
+        await cache.stop()
+    assert gc.get_threshold() == before
