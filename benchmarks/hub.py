@@ -328,9 +328,10 @@ def views(gpu: Hub, static: Hub, cluster: RealCluster, n: int) -> dict[str, Any]
     whatever the views do, so a long run of views has some requests. A view that made one would
     put one in every window: the requests per view are the fewest any whole window saw, over its
     views; the totals, by verb and resource, are printed beside."""
+    page_bytes = {}
     for hub in (gpu, static):  # warm: templates compiled, connections open
         for _ in range(5):
-            hub.browser.get(f"{hub.url}/hub/spawn", timeout=60)
+            page_bytes[hub.mode] = len(hub.browser.get(f"{hub.url}/hub/spawn", timeout=60).content)
         hub.probe(reset="1")
     is_form = lambda r: r.status_code == 200 and "profile-item-gpu" in r.text  # noqa: E731
     is_json = lambda r: r.status_code == 200 and r.headers.get("Content-Type", "").startswith("application/json")  # noqa: E731
@@ -350,6 +351,7 @@ def views(gpu: Hub, static: Hub, cluster: RealCluster, n: int) -> dict[str, Any]
             last = now
     during = cluster.requests_by_kind() - first
     out: dict[str, Any] = {k: summary(v) for k, v in times.items()}
+    out["page_bytes"] = page_bytes
     out["api_requests"] = sum(during.values())
     out["api_requests_by_kind"] = {f"{verb} {resource}": c for (verb, resource), c in sorted(during.items())}
     out["api_requests_windows"] = {"rounds": window, "n": len(windows), "fewest": min(windows),
@@ -488,6 +490,8 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         ("page p99, GPUSpawner / static", f"{ratio:.2f}x", f"<= {TARGETS['page_p99_ratio']}x",
          ratio <= TARGETS["page_p99_ratio"]),
         ("  of a page, GPUSpawner's form (offers, CUDA fit, access, render), in the hub", share("spawn_form"), "", None),
+        ("  the page's size, GPUSpawner / static",
+         f"{v['page_bytes']['gpu']} / {v['page_bytes']['static']} bytes", "", None),
         ("GET /hub/api/gpus p50 / p99 / max",
          f"{v['gpu_api']['p50_ms']} / {v['gpu_api']['p99_ms']} / {v['gpu_api']['max_ms']} ms", "", None),
         ("  of it, the handler in the hub", share("api_gpus"), "", None),
