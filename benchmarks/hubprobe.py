@@ -6,7 +6,8 @@ JupyterHub's event loop already runs (``JupyterHub.launch_instance`` loads the c
 the worst lateness is the loop's longest stall, wall clock, whatever caused it (the hub's own
 work, the capacity cache, CPython's cyclic garbage collector, or waiting for a core on a busy
 machine). A ``gc.callbacks`` hook records every collection's pause and generation, so the
-report can say how much of a stall was the collector. ``GET /hub/bench/probe`` (registered in
+report can say how much of a stall was the collector; the worst tick's CPU time on the loop and
+the host's ``steal`` meanwhile (``/proc/stat``) say whether the hub was working at all. ``GET /hub/bench/probe`` (registered in
 ``c.JupyterHub.extra_handlers``, no authentication: loopback only, benchmark only) answers with
 the figures since the last ``?reset=1`` and the process's resident memory; ``?objects=1``
 adds the number of objects the collector tracks and ``?collect=1`` runs a full collection
@@ -40,6 +41,29 @@ PERIOD = 0.005
 _PRODUCT = os.path.join(os.path.dirname(os.path.abspath(importlib.util.find_spec("gpuspawner").origin)), "")
 
 
+class StolenTime:
+    """The time the machine's host kept its cores from it (``steal`` in Linux's ``/proc/stat``: a
+    virtual machine's vCPUs not run), in seconds per core since boot; 0 where it cannot be read.
+    Read through one open descriptor: a few microseconds, cheap enough for every tick."""
+
+    def __init__(self, path: str = "/proc/stat") -> None:
+        try:
+            self._fd: int | None = os.open(path, os.O_RDONLY)
+        except OSError:
+            self._fd = None
+        self._per_core_tick = 1.0 / (os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1))
+
+    def seconds(self) -> float:
+        if self._fd is None:
+            return 0.0
+        try:
+            os.lseek(self._fd, 0, os.SEEK_SET)
+            # "cpu  user nice system idle iowait irq softirq steal ...": all cores together
+            return int(os.read(self._fd, 256).split(b"\n", 1)[0].split()[8]) * self._per_core_tick
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+
 def rss_bytes() -> int:
     """Resident set size of this process (Linux ``/proc/self/statm``), 0 elsewhere."""
     try:
@@ -59,6 +83,7 @@ class LoopProbe:
         self._gc_started = 0.0
         self._gc_total = 0.0
         self._tick_started = 0.0
+        self._stolen = StolenTime()
         self.reset()
 
     def reset(self) -> None:
@@ -66,7 +91,8 @@ class LoopProbe:
         self.worst = 0.0
         self.worst_at = 0.0
         self.worst_on_cpu = 0.0
-        self.worst_parts = (0.0, 0.0, 0.0)  # the worst tick: (wall, on the loop's CPU, in GC)
+        # the worst tick: (wall, on the loop's CPU, in GC, the host's steal per core meanwhile)
+        self.worst_parts = (0.0, 0.0, 0.0, 0.0)
         self.lates: list[float] = []
         self.gc_pauses: list[tuple[int, float]] = []
         self.timings: dict[str, list[float]] = {}
@@ -85,7 +111,7 @@ class LoopProbe:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            t, cpu, in_gc = loop.time(), time.thread_time(), self._gc_total
+            t, cpu, in_gc, stolen = loop.time(), time.thread_time(), self._gc_total, self._stolen.seconds()
             self._tick_started = time.perf_counter()
             await asyncio.sleep(self.period)
             self._tick_started = 0.0
@@ -99,7 +125,7 @@ class LoopProbe:
             self.lates.append(late)
             if late > self.worst:
                 self.worst, self.worst_at = late, time.time()
-                self.worst_parts = (late, on_cpu, self._gc_total - in_gc)
+                self.worst_parts = (late, on_cpu, self._gc_total - in_gc, self._stolen.seconds() - stolen)
             self.worst_on_cpu = max(self.worst_on_cpu, on_cpu)
 
     def timed(self, label: str, func: Callable) -> Callable:
@@ -135,7 +161,7 @@ class LoopProbe:
             "worst_stall_ms": round(self.worst * 1000, 2),
             "worst_stall_at": self.worst_at,
             "worst_on_cpu_ms": round(self.worst_on_cpu * 1000, 2),
-            "worst_stall_parts_ms": {k: round(v * 1000, 2) for k, v in zip(("wall", "on_cpu", "gc"), self.worst_parts)},
+            "worst_stall_parts_ms": {k: round(v * 1000, 2) for k, v in zip(("wall", "on_cpu", "gc", "steal"), self.worst_parts)},
             "p99_stall_ms": round(lates[min(len(lates) - 1, int(0.99 * len(lates)))] * 1000, 2) if lates else 0.0,
             "gc_collections": len(self.gc_pauses),
             "gc_full_collections": len(full),
