@@ -26,8 +26,8 @@ real HTTP. It prints:
 * API requests during those views, read from the fault proxy's counter (every request of this
   process passes it; the event stream's go straight to the API server) every 20 views: a view
   that made one would put one in every window, so the requests per view are the fewest a
-  window saw, over its views; the informers' own (watches renewed) are given by verb and
-  resource beside;
+  window saw, over its views; the totals, requests no view made included (watches renewed,
+  for one), are given by verb and resource beside;
 * a naive full recount per view (a fresh ledger from every record) as a baseline;
 * cache memory: tracemalloc, current traced memory after a second cold sync minus before it
   (records, ledger; transient parse buffers freed).
@@ -179,8 +179,8 @@ async def cold_sync(spawner: GPUSpawner, cluster: RealCluster) -> tuple[Capacity
 
 async def views(spawner: GPUSpawner, cache: CapacityCache, cluster: RealCluster, n: int, gap: float) -> dict[str, Any]:
     """``n`` views while events stream in. The API requests are read from the fault proxy every
-    ``VIEW_WINDOW`` views: the informers renew their watches whatever the views do, so a long run
-    of views sees a few; a view that made a request would put one in every window, so the requests
+    ``VIEW_WINDOW`` views: requests no view made (watches renewed, for one) come whatever the views
+    do, so a long run of views sees a few; a view that made a request would put one in every window, so the requests
     per view are the fewest any whole window saw, over its views (the totals, by verb and
     resource, are given beside). ``benchmarks/hub.py`` counts them the same way."""
     for _ in range(5):  # templates compiled, verdicts remembered: as after a hub's first views

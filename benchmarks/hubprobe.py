@@ -7,11 +7,12 @@ the worst lateness is the loop's longest stall, wall clock, whatever caused it (
 work, the capacity cache, CPython's cyclic garbage collector, or waiting for a core on a busy
 machine). A ``gc.callbacks`` hook records every collection's pause and generation, so the
 report can say how much of a stall was the collector; the worst tick's CPU time on the loop and
-the host's ``steal`` meanwhile (``/proc/stat``) say whether the hub was working at all. ``GET /hub/bench/probe`` (registered in
-``c.JupyterHub.extra_handlers``, no authentication: loopback only, benchmark only) answers with
-the figures since the last ``?reset=1`` and the process's resident memory; ``?objects=1``
-adds the number of objects the collector tracks and ``?collect=1`` runs a full collection
-(both stall the loop themselves, so they are asked for only after the stall figures).
+the host's ``steal`` meanwhile (``/proc/stat``) say whether the hub was working at all.
+``GET /hub/bench/probe`` (registered in ``c.JupyterHub.extra_handlers``, no authentication:
+loopback only, benchmark only) answers with the figures since the last ``?reset=1`` and the
+process's resident memory; ``?objects=1`` adds the number of objects the collector tracks and
+``?collect=1`` runs a full collection (both stall the loop themselves, so they are asked for
+only after the stall figures).
 
 Not part of gpuspawner: the benchmark installs it next to the product, as an admin's own
 config would add a handler.
@@ -161,7 +162,8 @@ class LoopProbe:
             "worst_stall_ms": round(self.worst * 1000, 2),
             "worst_stall_at": self.worst_at,
             "worst_on_cpu_ms": round(self.worst_on_cpu * 1000, 2),
-            "worst_stall_parts_ms": {k: round(v * 1000, 2) for k, v in zip(("wall", "on_cpu", "gc", "steal"), self.worst_parts)},
+            "worst_stall_parts_ms": {k: round(v * 1000, 2)
+                                     for k, v in zip(("wall", "on_cpu", "gc", "steal"), self.worst_parts)},
             "p99_stall_ms": round(lates[min(len(lates) - 1, int(0.99 * len(lates)))] * 1000, 2) if lates else 0.0,
             "gc_collections": len(self.gc_pauses),
             "gc_full_collections": len(full),
