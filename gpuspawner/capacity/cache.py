@@ -596,7 +596,7 @@ class CapacityCache:
             # should the sync never end)
             gc_policy.defer_full()
             self._gc_allow = asyncio.get_running_loop().call_later(_FULL_COLLECTIONS_DEFERRED_AT_MOST,
-                                                                   gc_policy.allow_full)
+                                                                   self._allow_full_collections)
         for inf in self._informers.values():
             self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuspawner-capacity-{inf.kind}"))
         self._tasks.append(asyncio.create_task(self._run_dra(), name="gpuspawner-capacity-dra"))
