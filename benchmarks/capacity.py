@@ -27,7 +27,8 @@ real HTTP. It prints:
   process passes it; the event stream's go straight to the API server) every 20 views: a view
   that made one would put one in every window, so the requests per view are the fewest a
   window saw, over its views; the totals, requests no view made included (watches renewed,
-  for one), are given by verb and resource beside;
+  for one), are given by verb and resource beside, with the lists and watches the cache's
+  informers began meanwhile (requests the cache made of its own accord);
 * a naive full recount per view (a fresh ledger from every record) as a baseline;
 * cache memory: tracemalloc, current traced memory after a second cold sync minus before it
   (records, ledger; transient parse buffers freed).
@@ -186,6 +187,7 @@ async def views(spawner: GPUSpawner, cache: CapacityCache, cluster: RealCluster,
     for _ in range(5):  # templates compiled, verdicts remembered: as after a hub's first views
         await spawner.get_options_form()
     window = min(VIEW_WINDOW, n)
+    began = informer_activity(cache)
     first = last = await asyncio.to_thread(cluster.requests_by_kind)
     windows: list[int] = []
     times: list[float] = []
@@ -202,6 +204,7 @@ async def views(spawner: GPUSpawner, cache: CapacityCache, cluster: RealCluster,
                 windows.append(sum((now - last).values()))
                 last = now
     during = await asyncio.to_thread(cluster.requests_by_kind) - first
+    activity = {k: v - began[k] for k, v in informer_activity(cache).items()}
     if "profile-item-gpu" not in form:
         raise RuntimeError("the spawn form has no GPU profile: the view timed is not the GPU view")
     return {"views": n, "view_p50_ms": round(pct(times, 0.5) * 1000, 3), "view_p99_ms": round(pct(times, 0.99) * 1000, 3),
@@ -211,16 +214,28 @@ async def views(spawner: GPUSpawner, cache: CapacityCache, cluster: RealCluster,
             "api_requests_windows": {"views": window, "n": len(windows), "fewest": min(windows),
                                      "without_any": windows.count(0)},
             "api_requests_per_view": min(windows) / window,
+            "informer_activity": activity,
             "stall_worst_during_views_ms": meter.figures()["stall_worst_ms"],
             "form_bytes": len(form)}
+
+
+def informer_activity(cache: CapacityCache) -> dict[str, int]:
+    """What the cache's informers (nodes, pods, and DRA's) have begun so far: lists (a first list
+    or a re-list, each of one or more pages), re-lists among them, and watches. Compared before
+    and after the views, it tells the requests the cache made of its own accord from any other."""
+    h = cache.health
+    informers = [*h["informers"].values(), *(h.get("dra") or {}).get("informers", {}).values()]
+    return {k: sum(i[k] for i in informers) for k in ("lists", "relists", "watches")}
 
 
 def _requests(figures: dict[str, Any]) -> str:
     w = figures["api_requests_windows"]
     kinds = ", ".join(f"{c} {k}" for k, c in figures["api_requests_by_kind"].items()) or "none"
+    a = figures["informer_activity"]
     return (f"{figures['api_requests_per_view']:g} per view (the fewest in a window of {w['views']} views; "
             f"{w['without_any']} of {w['n']} windows without any); in all {figures['api_requests_during_views']}: "
-            f"{kinds} (counted by the fault proxy in front of the API server)")
+            f"{kinds} (counted by the fault proxy in front of the API server); the cache's informers meanwhile "
+            f"began {a['lists']} lists ({a['relists']} re-lists) and {a['watches']} watches")
 
 
 def naive_recount(cache: CapacityCache, n: int) -> float:

@@ -76,6 +76,8 @@ def test_capacity_benchmark_runs_on_the_real_control_plane_and_judges_its_target
     assert result["targets_met"]["api_requests_per_view"]
     # counted in windows of 20 views, each way
     assert result["api_requests_windows"]["n"] == 10 and result["rebuild_api_requests_windows"]["n"] == 10
+    # and the cache's informers began no list meanwhile (what they began is counted, each way)
+    assert result["informer_activity"]["lists"] == 0 and result["rebuild_informer_activity"]["lists"] == 0
     # the memory target docs/benchmarks.md names (tracemalloc, a second sync): judged, and met
     assert result["cache_memory_mib"] <= 64.0 and result["targets_met"]["memory_mib"]
     assert result["gpu_nodes"] == 60 and result["pools"] == 7
