@@ -573,6 +573,14 @@ class CapacityCache:
         return cache
 
     @classmethod
+    def current(cls) -> "CapacityCache | None":
+        """The running loop's shared cache; None when there is none yet, or no running loop."""
+        try:
+            return cls._shared.get(asyncio.get_running_loop())
+        except RuntimeError:
+            return None
+
+    @classmethod
     async def reset_shared(cls) -> None:
         """Tests: stop the running loop's shared cache and forget every shared cache."""
         try:

@@ -544,14 +544,22 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         """The process's shared ``CapacityCache`` (started on first use).
 
         The first call also points ``/hub/metrics``' capacity series at it,
-        whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``."""
+        whoever asks first: a spawner (spawn page, spawn) or ``GET /hub/api/gpus``.
+
+        A spawn-page view asks several times: while the configuration is the object it was
+        found with (``capacity_config`` is parsed once per assignment of its settings) and that
+        cache is still the running loop's shared one, it is returned at once."""
+        config = self.capacity_config()
+        found = self.__dict__.get("_gpu_shared_cache")
+        if found is not None and found[0] is config and CapacityCache.current() is found[1]:
+            return found[1]
         log_ = getattr(self, "log", None)  # a spawner's: the hub's logger (a settings object has none)
         if log_ is not None:
             hub_log.adopt(log_)
         overrides = self.kube_api_overrides()
         # the cache's own client, never KubeSpawner's shared one nor the client's default configuration
         factory = functools.partial(cache_module._default_api, **overrides) if overrides else None
-        cache = CapacityCache.shared(self.capacity_config(), api_factory=factory,
-                                     gc_freeze=self.gpu_capacity_gc_freeze)
+        cache = CapacityCache.shared(config, api_factory=factory, gc_freeze=self.gpu_capacity_gc_freeze)
         _serve_capacity_metrics(cache)
+        self.__dict__["_gpu_shared_cache"] = (config, cache)
         return cache

@@ -92,6 +92,39 @@ async def test_the_first_cache_user_points_the_metrics_at_it(monkeypatch):
     assert installed == [caches[1].snapshot, caches[0].snapshot]
 
 
+async def test_the_shared_cache_is_found_once_per_configuration_and_again_after_a_reset(monkeypatch):
+    """A spawn-page view asks for the cache several times: the one found is kept while the
+    configuration is the same object and it is still the loop's shared cache; once the shared
+    caches are reset (a new one started), the new one is found; a new configuration asks again."""
+    made = []
+
+    class Quiet(settings_module.CapacityCache):  # the real shared() and reset; no informers started
+        asked = 0
+
+        @classmethod
+        def shared(cls, config, **kw):
+            cls.asked += 1
+            return super().shared(config, **kw)
+
+        def start(self):
+            made.append(self)
+
+    monkeypatch.setattr(settings_module, "CapacityCache", Quiet)
+    monkeypatch.setattr(settings_module, "_metrics_cache", None)
+    monkeypatch.setattr(gpu_metrics, "install", lambda registry=None, snapshot=None: None)
+    settings = GPUSpawnerSettings()
+    try:
+        first = settings.shared_capacity_cache()
+        assert settings.shared_capacity_cache() is first and made == [first] and Quiet.asked == 1
+        await Quiet.reset_shared()
+        second = settings.shared_capacity_cache()
+        assert second is not first and made == [first, second] and Quiet.asked == 2
+        settings.gpu_reservation_ttl = 61.0  # a new configuration: asked again; the running cache stays
+        assert settings.shared_capacity_cache() is second and Quiet.asked == 3
+    finally:
+        await Quiet.reset_shared()
+
+
 def test_cull_rules_are_a_mapping_or_the_culler_s_file_and_bad_ones_say_what_to_write(tmp_path):
     from traitlets import TraitError
 
