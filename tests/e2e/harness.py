@@ -186,8 +186,12 @@ class DemoHub:
             self.fault_proxy.stop()
         if self.cluster is not None:
             self.cluster.control_plane.stop()
-            # etcd's data goes; the hub's and the agent's logs stay for a failure's message
-            shutil.rmtree(self.cluster.control_plane.data_dir, ignore_errors=True)
+            # etcd's data goes; the hub's and the agent's logs stay for a failure's message, and so
+            # do the control plane's and the fault proxy's (what the API server or the proxy said)
+            data = pathlib.Path(self.cluster.control_plane.data_dir)
+            for log in data.glob("*.log"):
+                shutil.copy(log, self.dir / log.name)
+            shutil.rmtree(data, ignore_errors=True)
 
     # hub ---------------------------------------------------------------------------------
     def api(self, method: str, path: str, **kw) -> requests.Response:

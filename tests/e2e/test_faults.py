@@ -67,7 +67,8 @@ def test_a_query_string_spawn_starts_what_it_names(hub):
     session = hub.login("quinn")
     r = session.get(f"{hub.url}/hub/spawn/quinn", params={"profile": "gpu", "gpu_pool": pool["id"], "gpus": "2"},
                     timeout=60, allow_redirects=False)
-    assert r.status_code == 302, r.text[:1000]  # to the pending page (or the server once it runs)
+    # to the pending page (or the server once it runs); else what the hub logged
+    assert r.status_code == 302, (r.status_code, hub.log()[-6000:])
     hub.wait_ready("quinn", timeout=120)
     pod = hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=quinn")[0]
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
