@@ -583,11 +583,7 @@ class CapacityCache:
     @classmethod
     async def reset_shared(cls) -> None:
         """Tests: stop the running loop's shared cache and forget every shared cache."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        mine = cls._shared.get(loop) if loop is not None else None
+        mine = cls.current()
         cls._shared.clear()
         if mine is not None:
             await mine.stop()
