@@ -9,7 +9,7 @@ from kubespawner import KubeSpawner
 from traitlets import default
 
 from gpuspawner.hub import capacity_access, dra_templates, gpu_hours, gpu_metrics, kueue_wait, unseen_pod
-from gpuspawner.hub import listen_wait, plan_apply, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
+from gpuspawner.hub import listen_wait, plan_apply, pod_create, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
 from gpuspawner.hub.pod_wait import GPUSpawnInfo, SpawnRecord
 from gpuspawner.hub.reaper import OrphanPodSettings
 from gpuspawner.hub.settings import GPUSpawnerSettings
@@ -178,8 +178,18 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
             yield event
 
     async def _make_create_pod_request(self, pod, request_timeout):
+        """One try at creating the server's pod (``pod_create.create``): a reply lost on its way
+        back is tried again, and a pod of this start found under its name is this start's pod."""
         self._spawn = replace(self._spawn, pod_requested=True)
-        return await super()._make_create_pod_request(pod, request_timeout)
+        return await pod_create.create(self, pod, request_timeout, self._remove_stale_pod)
+
+    async def _remove_stale_pod(self):
+        """Delete a pod an earlier start left under this server's name, as KubeSpawner's stop does,
+        and close its GPU-hour holding; unlike ``stop``, this start keeps its GPU reservation and
+        its DRA claim template, which the pod about to be created needs."""
+        ended = gpu_hours.pod_end_now(self._reflected_pod())
+        await super().stop(now=True)
+        gpu_hours.record_stop(self, ended)
 
     async def poll(self):
         """KubeSpawner's poll, except after a refused start: nothing runs, and nothing needs a
