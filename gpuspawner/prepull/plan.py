@@ -14,13 +14,12 @@ from typing import Any
 
 from gpuspawner.capacity.model import PoolView
 from gpuspawner.spawn.overrides import PoolNotPinnable, pool_match_terms, pool_tolerations
+from gpuspawner.spawn.pending_verdicts import POOL_ANNOTATION  # the pool a DaemonSet warms (as a pod's)
 from gpuspawner.spawn.profiles import ProfileOffer
 
 #: Labels on every object the pre-puller owns; the reconciler lists by the first two.
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuspawner")
 COMPONENT = ("app.kubernetes.io/component", "gpu-image-puller")
-#: The pool a DaemonSet warms (an annotation: pool ids are longer than a label value may be).
-POOL_ANNOTATION = "gpuspawner.io/pool"
 #: A digest of the DaemonSet's spec: the reconciler replaces an object whose digest differs.
 SPEC_ANNOTATION = "gpuspawner.io/prepull-spec"
 

@@ -13,6 +13,7 @@ from gpuspawner.capacity.labels import version_key
 from gpuspawner.capacity.model import DriverGroup, NodeView, PoolView
 from gpuspawner.kube.times import parse_time
 from gpuspawner.spawn.cuda_fit import PoolFit
+from gpuspawner.spawn.pending_verdicts import GPUS_ANNOTATION, POOL_ANNOTATION
 
 __all__ = [
     "CLAIM_NAME",
@@ -37,8 +38,6 @@ CLAIM_NAME = "gpuspawner-gpus"
 REQUEST_NAME = "gpus"
 #: labels of the templates gpuspawner manages (and of the claims made from them)
 TEMPLATE_LABELS = {"app.kubernetes.io/managed-by": "gpuspawner", "app.kubernetes.io/component": "gpu-claim"}
-POOL_ANNOTATION = "gpuspawner.io/pool"
-GPUS_ANNOTATION = "gpuspawner.io/gpus"
 API_VERSION = "resource.k8s.io/v1"
 
 
