@@ -1,7 +1,8 @@
-"""Creating a server's pod when the API server's reply may be lost: the pod is marked with a token
-of its spawn, a create whose reply did not come back is tried again, and a pod found under the
-server's name is either the one an earlier try made (the spawn goes on) or a stale one, deleted
-before the pod is created again, with the spawn keeping its GPUs and claim template."""
+"""Creating and deleting a server's pod when the API server's reply may be lost. The pod is marked
+with a token of its start, a create whose reply did not come back is tried again, and a pod found
+under the server's name is either the one an earlier try made (the start goes on) or a stale one,
+deleted before the pod is created again, with the start keeping its GPUs and claim template. A
+delete whose reply was lost is tried again: a pod already gone is KubeSpawner's "done"."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-__all__ = ["SPAWN_ANNOTATION", "LOST_REPLY", "mark", "token_of", "create"]
+__all__ = ["SPAWN_ANNOTATION", "LOST_REPLY", "mark", "token_of", "create", "delete"]
 
 #: a pod's spawn token: which start of its server created it (a fresh one for each start)
 SPAWN_ANNOTATION = "gpuspawner.io/spawn"
@@ -94,6 +95,18 @@ async def create(spawner: Any, pod: Any, timeout: float, remove_stale: Callable[
                      spawner.namespace, name)
     await remove_stale()
     return False
+
+
+async def delete(spawner: Any, pod_name: str, attempt: Awaitable[bool]) -> bool:
+    """``attempt`` (KubeSpawner's one try at deleting ``pod_name``, for its ``exponential_backoff``),
+    with a lost reply made another try (False) instead of a failed stop: the next try's
+    ``404 Not Found`` is KubeSpawner's "already deleted"."""
+    try:
+        return await attempt
+    except LOST_REPLY as e:
+        spawner.log.warning("The reply to deleting pod %s/%s did not come back (%s); trying again",
+                            spawner.namespace, pod_name, _said(e))
+        return False
 
 
 def _said(e: BaseException) -> str:

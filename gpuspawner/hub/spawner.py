@@ -183,6 +183,12 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
         self._spawn = replace(self._spawn, pod_requested=True)
         return await pod_create.create(self, pod, request_timeout, self._remove_stale_pod)
 
+    async def _make_delete_pod_request(self, pod_name, delete_options, grace_seconds, request_timeout):
+        """KubeSpawner's one try at deleting the pod, with a reply lost on its way back tried again
+        (``pod_create.delete``) instead of failing the stop."""
+        attempt = super()._make_delete_pod_request(pod_name, delete_options, grace_seconds, request_timeout)
+        return await pod_create.delete(self, pod_name, attempt)
+
     async def _remove_stale_pod(self):
         """Delete a pod an earlier start left under this server's name, as KubeSpawner's stop does,
         and close its GPU-hour holding; unlike ``stop``, this start keeps its GPU reservation and

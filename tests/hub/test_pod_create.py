@@ -216,3 +216,25 @@ async def test_a_gpu_start_keeps_its_reservation_through_a_lost_reply_and_a_stal
     assert token == pod.metadata.annotations[SPAWN_ANNOTATION]
     assert cache.reservations == {owner: (A100.id, 2)} and cache.released == []
     assert s._spawn.dra_template == "jhub/gpu-claim" and s._spawn.pod_requested
+
+
+async def test_a_stop_whose_delete_reply_is_lost_tries_again_and_ends(no_kube_client, caplog):
+    """A delete is idempotent: the next try's 404 is KubeSpawner's "already deleted", so the stop
+    ends instead of failing with the lost reply."""
+    class Deleting(_Api):
+        deletes = 0
+
+        async def delete_namespaced_pod(self, name, namespace, **kw):
+            self.deletes += 1
+            if name not in self.pods:
+                raise ApiException(status=404, reason="Not Found")
+            del self.pods[name]
+            raise CUT
+
+    s = make_spawner("ada", namespace="jhub")
+    s.api = Deleting(existing=manifest(s.pod_name))
+    with caplog.at_level(logging.WARNING):
+        await exponential_backoff(partial(s._make_delete_pod_request, s.pod_name, None, 0, 3),
+                                  "Could not delete pod", timeout=5)
+    assert s.api.deletes == 2 and s.api.pods == {}
+    assert "The reply to deleting pod" in caplog.text
