@@ -1,6 +1,7 @@
 """``FaultProxy``: ``gpuspawner-cluster faultproxy`` in front of a running control plane's API
 server, kubeconfigs that reach the API server through it, and its control endpoint (error answers
-with Retry-After, refused connections, stalled and cut watches, request counts)."""
+with Retry-After, refused connections, stalled and cut watches, replies cut mid-body, request
+counts)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,14 @@ class FaultProxy(Launched):
         """Hold matching requests ``seconds`` (or until ``clear()``) before passing them on: a held
         watch delivers nothing, no bookmark either."""
         return self._call("POST", "/faults/stall", _rule(verb, resource, seconds=seconds, count=count))
+
+    def cut(self, count: int = 1, *, verb: str | None = None, resource: str | None = None) -> dict:
+        """Pass the next ``count`` matching requests on to the API server, which carries them out,
+        and cut each reply short: its status line, its headers (its real ``Content-Length``, or
+        chunked) and the first half of its body, then the connection is closed (over HTTP/2, which
+        kubectl speaks, the stream is reset): aiohttp raises ``ClientPayloadError``. Watches,
+        followed logs and upgrades (exec, attach, port-forward) pass whole, the rule kept."""
+        return self._call("POST", "/faults/cut", _rule(verb, resource, count=count))
 
     def refuse(self, on: bool = True, *, seconds: float | None = None, connections: int | None = None) -> dict:
         """Reset new connections: until ``refuse(False)``, for ``seconds``, or the next ``connections``."""

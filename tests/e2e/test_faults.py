@@ -78,6 +78,40 @@ def test_a_query_string_spawn_starts_what_it_names(hub):
     hub.wait_stopped("quinn")
 
 
+def test_a_spawn_whose_pod_creation_reply_is_cut_goes_on_with_its_pod(hub):
+    """CI saw this: the API server created the pod, its reply was cut mid-body, JupyterHub answered
+    500 and KubeSpawner deleted the pod. Now the start tries again, meets its own pod (409, with its
+    start's ``gpuspawner.io/spawn`` token), and the server runs; a stop whose delete reply is cut
+    tries again too and ends."""
+    pool = a100_pool(hub)
+    hub.create_user("cora")
+    faults = hub.fault_proxy
+    mark = log_mark(hub)
+    faults.cut(verb="create", resource="pods")
+    try:
+        r = hub.api("POST", "/users/cora/server", json={"profile": "gpu", "gpu_pool": pool["id"], "gpus": 1})
+        assert r.status_code in (201, 202), (r.status_code, r.text, log_since(hub, mark)[-4000:])
+        hub.wait_ready("cora", timeout=120)
+    finally:
+        faults.clear()
+    log = log_since(hub, mark)
+    assert "The reply to creating pod jupyterhub/jupyter-cora did not come back" in log, log[-4000:]
+    assert "Pod jupyterhub/jupyter-cora was created by an earlier try whose reply was lost" in log
+    assert "Deleting pod jupyterhub/jupyter-cora" not in log  # the start's own pod was kept
+    pods = hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=cora")
+    assert len(pods) == 1 and pods[0]["metadata"]["annotations"]["gpuspawner.io/spawn"]
+
+    mark = log_mark(hub)
+    faults.cut(verb="delete", resource="pods")
+    try:
+        assert hub.api("DELETE", "/users/cora/server").status_code in (202, 204)
+        hub.wait_stopped("cora")
+    finally:
+        faults.clear()
+    assert "The reply to deleting pod jupyterhub/jupyter-cora did not come back" in log_since(hub, mark)
+    wait_for(lambda: not hub.pods("jupyterhub", labelSelector="hub.jupyter.org/username=cora"), 60, "the pod to go")
+
+
 @pytest.mark.parametrize(
     "params, words",
     [

@@ -1,9 +1,11 @@
 """The fault proxy (``gpuspawner-cluster faultproxy``) in front of the real API server: clients
 keep their identity through it, and it answers 5xx and 429 with Retry-After, refuses connections,
-stalls and cuts watches, by verb and resource, switched at runtime through its control endpoint."""
+stalls and cuts watches, cuts replies mid-body, by verb and resource, switched at runtime through
+its control endpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -172,6 +174,47 @@ def test_a_stall_released_by_clear_is_answered(proxy):
     assert result == [404]
 
 
+async def test_a_create_cut_mid_reply_is_carried_out_all_the_same(proxy):
+    """The reply to a pod's creation lost mid-body (seen in CI): kubernetes_asyncio raises aiohttp's
+    payload error, and the pod exists."""
+    import aiohttp
+    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(proxy.kubeconfig), client_configuration=cfg)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fp-cut"},
+           "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}
+    async with client.ApiClient(configuration=cfg) as api:
+        v1 = client.CoreV1Api(api)
+        state = proxy.cut(verb="create", resource="pods")
+        assert state["cut"] == [{"verb": "create", "resource": "pods", "remaining": 1}]
+        try:
+            with pytest.raises((aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)) as e:
+                await v1.create_namespaced_pod("default", pod)
+            print(f"\nthe client saw {type(e.value).__name__}: {e.value}")
+            assert proxy.state()["cut"] == []
+            assert proxy.counts("create", "pods") == 1
+            # the API server carried it out
+            created = await v1.read_namespaced_pod("fp-cut", "default")
+            assert created.spec.containers[0].image == "registry.invalid/none"
+        finally:
+            with contextlib.suppress(ApiException):
+                await v1.delete_namespaced_pod("fp-cut", "default", grace_period_seconds=0)
+
+
+def test_kubectl_over_http2_sees_its_create_cut_and_the_configmap_exists(proxy, control_plane):
+    """client-go speaks HTTP/2 to the proxy: the cut resets the create's stream."""
+    proxy.cut(verb="create", resource="configmaps")
+    r = _kubectl(proxy.kubeconfig, "create", "configmap", "fp-cut", "-n", "default", check=False)
+    print(f"\nkubectl exited {r.returncode}: {r.stderr.strip()}")
+    assert r.returncode != 0 and "INTERNAL_ERROR" in r.stderr, r.stderr
+    got = _kubectl(control_plane.kubeconfig, "get", "configmap", "fp-cut", "-n", "default",
+                   "-o", "name")
+    assert got.stdout.strip() == "configmap/fp-cut"
+    _kubectl(control_plane.kubeconfig, "delete", "configmap", "fp-cut", "-n", "default")
+
+
 @pytest.mark.parametrize(("call", "message"), [
     (lambda p: p.fail(503, verb="fetch"), 'unknown verb "fetch"'),
     (lambda p: p.fail(200), "code 200 cannot be injected"),
@@ -180,12 +223,15 @@ def test_a_stall_released_by_clear_is_answered(proxy):
     (lambda p: p.fail(503, resource="pods*"), "not a resource name"),
     (lambda p: p._call("POST", "/faults/stall", {"verb": "watch"}), '"seconds" is required'),
     (lambda p: p._call("POST", "/faults/fail", {"cod": 503}), 'unknown field "cod"'),
-], ids=["verb", "code", "count", "seconds", "pattern", "no-seconds", "unknown-field"])
+    (lambda p: p.cut(0), "count must be at least 1"),
+    (lambda p: p.cut(verb="watch"), 'verb "watch" cannot be cut'),
+], ids=["verb", "code", "count", "seconds", "pattern", "no-seconds", "unknown-field",
+        "cut-count", "cut-watch"])
 def test_the_control_endpoint_says_what_to_fix(proxy, call, message):
     with pytest.raises(FaultProxyError, match="answered 400") as e:
         call(proxy)
     assert message in str(e.value)
-    assert proxy.state() == {"fail": [], "stall": [], "refusingConnections": False}
+    assert proxy.state() == {"fail": [], "stall": [], "cut": [], "refusingConnections": False}
 
 
 def test_stopping_the_proxy_frees_its_port(control_plane):

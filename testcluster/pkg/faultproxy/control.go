@@ -14,6 +14,7 @@ import (
 //	DELETE /faults                remove every rule (held requests go on)
 //	POST   /faults/fail           {"code": 503, "count": 1, "verb": "list", "resource": "pods", "retryAfter": 1}
 //	POST   /faults/stall          {"seconds": 3600, "verb": "watch", "resource": "pods", "count": null}
+//	POST   /faults/cut            {"verb": "create", "resource": "pods", "count": 1}
 //	POST   /faults/refuse         {"refuse": true, "seconds": 30} or {"connections": 3} or {"refuse": false}
 //	POST   /faults/close-watches  end every open watch; answers {"closed": N}
 //	GET    /counters              {"counts": [{"verb", "resource", "count"}]}
@@ -55,6 +56,16 @@ func Control(p *Proxy) http.Handler {
 			return
 		}
 		answer(w, f, f.Stall(body.Match, *body.Seconds, body.Count))
+	})
+	mux.HandleFunc("POST /faults/cut", func(w http.ResponseWriter, r *http.Request) {
+		body := struct {
+			Match
+			Count *int `json:"count"`
+		}{}
+		if !readJSON(w, r, &body) {
+			return
+		}
+		answer(w, f, f.Cut(body.Match, or(body.Count, 1)))
 	})
 	mux.HandleFunc("POST /faults/refuse", func(w http.ResponseWriter, r *http.Request) {
 		body := struct {

@@ -2,12 +2,17 @@ package faultproxy
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -50,6 +55,10 @@ func TestRulesRefusedWithWhatToFix(t *testing.T) {
 		{"stall seconds", func(f *Faults) error { return f.Stall(Match{}, 0, nil) }, "seconds must be a positive"},
 		{"stall count", func(f *Faults) error { return f.Stall(Match{}, 1, &zero) }, "count must be at least 1"},
 		{"refuse connections", func(f *Faults) error { return f.Refuse(true, 0, -1) }, "connections must be"},
+		{"cut verb", func(f *Faults) error { return f.Cut(Match{Verb: "post"}, 1) }, `unknown verb "post"`},
+		{"cut a watch", func(f *Faults) error { return f.Cut(Match{Verb: "watch"}, 1) }, `verb "watch" cannot be cut`},
+		{"cut resource", func(f *Faults) error { return f.Cut(Match{Resource: "/pods"}, 1) }, "not a resource name"},
+		{"cut count", func(f *Faults) error { return f.Cut(Match{}, 0) }, "count must be at least 1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,7 +67,7 @@ func TestRulesRefusedWithWhatToFix(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want an error containing %q", err, c.want)
 			}
-			if s := f.State(); len(s.Fail)+len(s.Stall) != 0 || s.RefusingConnections {
+			if s := f.State(); len(s.Fail)+len(s.Stall)+len(s.Cut) != 0 || s.RefusingConnections {
 				t.Fatalf("a refused rule was kept: %+v", s)
 			}
 		})
@@ -272,5 +281,178 @@ func TestWatchTold410GetsAnErrorEvent(t *testing.T) {
 	}
 	if err := json.NewDecoder(r.Body).Decode(&ev); err != nil || r.StatusCode != 200 || ev.Type != "ERROR" || ev.Object.Code != 410 {
 		t.Fatalf("got %d %+v %v", r.StatusCode, ev, err)
+	}
+}
+
+func TestCutRuleIsUsedUpShownAndCleared(t *testing.T) {
+	f := NewFaults(nil)
+	if err := f.Cut(Match{Verb: "create", Resource: "pods"}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.State(); len(s.Cut) != 1 || s.Cut[0] != (CutRule{Match{"create", "pods"}, 2}) {
+		t.Fatalf("state %+v", s.Cut)
+	}
+	var got []bool
+	for _, req := range [][2]string{{"get", "pods"}, {"create", "pods"}, {"create", "pods/binding"}, {"create", "pods"}} {
+		got = append(got, f.TakeCut(req[0], req[1]))
+	}
+	if want := []bool{false, true, true, false}; !equal(got, want) {
+		t.Fatalf("cuts %v, want %v", got, want)
+	}
+	if s := f.State(); len(s.Cut) != 0 {
+		t.Fatalf("a used-up cut rule is still shown: %+v", s.Cut)
+	}
+	_ = f.Cut(Match{}, 1)
+	f.Clear()
+	if f.TakeCut("create", "pods") {
+		t.Fatal("Clear did not remove the cut rule")
+	}
+}
+
+// cutUpstream is an API server stand-in that records the requests it carries
+// out and answers each with body: with its Content-Length, or in two flushed
+// halves (chunked) when the query says chunked=1. A followed log streams.
+type cutUpstream struct {
+	body []byte
+
+	mu   sync.Mutex
+	seen []string
+}
+
+func (u *cutUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	u.seen = append(u.seen, r.Method+" "+r.URL.Path)
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if r.URL.Query().Get("chunked") != "1" {
+		w.Header().Set("Content-Length", fmt.Sprint(len(u.body)))
+	}
+	w.WriteHeader(http.StatusCreated)
+	half := len(u.body) / 2
+	_, _ = w.Write(u.body[:half])
+	w.(http.Flusher).Flush()
+	_, _ = w.Write(u.body[half:])
+}
+
+func (u *cutUpstream) requests() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.seen)
+}
+
+// cutProxy is a proxy in front of a cutUpstream, serving TLS to its clients
+// over HTTP/1.1 or, with h2, HTTP/2 (what client-go negotiates).
+func cutProxy(t *testing.T, h2 bool) (*Proxy, *cutUpstream, *httptest.Server) {
+	t.Helper()
+	u := &cutUpstream{body: []byte(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns"},"spec":{}}`)}
+	api := httptest.NewTLSServer(u)
+	t.Cleanup(api.Close)
+	apiURL, _ := url.Parse(api.URL)
+	trust := api.Client().Transport.(*http.Transport).TLSClientConfig
+	p := New(apiURL, trust, trust.Clone(), NewFaults(nil))
+	front := httptest.NewUnstartedServer(p)
+	front.EnableHTTP2 = h2
+	front.StartTLS()
+	t.Cleanup(front.Close)
+	return p, u, front
+}
+
+func TestCutReplyIsCarriedOutThenEndsShort(t *testing.T) {
+	cases := []struct {
+		name    string
+		h2      bool
+		query   string
+		wantErr string
+	}{
+		{"HTTP/1.1 with Content-Length", false, "", "unexpected EOF"},
+		{"HTTP/1.1 chunked", false, "?chunked=1", "unexpected EOF"},
+		{"HTTP/2", true, "", "INTERNAL_ERROR"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, u, front := cutProxy(t, c.h2)
+			if err := p.Faults.Cut(Match{Verb: "create", Resource: "pods"}, 1); err != nil {
+				t.Fatal(err)
+			}
+			client := front.Client()
+			post := func() (*http.Response, []byte, error) {
+				r, err := client.Post(front.URL+"/api/v1/namespaces/ns/pods"+c.query, "application/json", strings.NewReader("{}"))
+				if err != nil {
+					return nil, nil, err
+				}
+				defer r.Body.Close()
+				body, err := io.ReadAll(r.Body)
+				return r, body, err
+			}
+			r, body, err := post()
+			if r == nil {
+				t.Fatalf("the cut reply's status line and headers did not arrive: %v", err)
+			}
+			if got := r.ProtoMajor; got != map[bool]int{false: 1, true: 2}[c.h2] {
+				t.Fatalf("served over HTTP/%d", got)
+			}
+			wantLength := int64(len(u.body))
+			if c.query != "" {
+				wantLength = -1 // chunked, as the API server sent it
+			}
+			if r.StatusCode != http.StatusCreated || r.ContentLength != wantLength || r.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("got %d, length %d, %v; want the API server's 201, length %d", r.StatusCode, r.ContentLength, r.Header, wantLength)
+			}
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("reading the cut body: %v, want an error containing %q", err, c.wantErr)
+			}
+			if !bytes.Equal(body, u.body[:len(u.body)/2]) {
+				t.Fatalf("the client got %q, want the first half of %q", body, u.body)
+			}
+			if got := u.requests(); !equal(got, []string{"POST /api/v1/namespaces/ns/pods"}) {
+				t.Fatalf("the API server got %v", got)
+			}
+			// used up: the next one is answered whole
+			if r, body, err := post(); err != nil || r.StatusCode != http.StatusCreated || !bytes.Equal(body, u.body) {
+				t.Fatalf("the next create: %v %q %v", r, body, err)
+			}
+			if s := p.Faults.State(); len(s.Cut) != 0 {
+				t.Fatalf("the rule is still shown: %+v", s.Cut)
+			}
+		})
+	}
+}
+
+func TestCutSendsHeadersAndHalfTheBodyThenCloses(t *testing.T) {
+	p, u, front := cutProxy(t, false)
+	_ = p.Faults.Cut(Match{}, 1)
+	conf := front.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	conn, err := tls.Dial("tcp", front.Listener.Addr().String(), conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "POST /api/v1/namespaces/ns/pods HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("the connection was not closed: %v", err)
+	}
+	head, body, _ := strings.Cut(string(got), "\r\n\r\n")
+	if !strings.HasPrefix(head, "HTTP/1.1 201 Created\r\n") || !strings.Contains(head, fmt.Sprintf("\r\nContent-Length: %d", len(u.body))) ||
+		body != string(u.body[:len(u.body)/2]) {
+		t.Fatalf("got %q, want the 201 with its Content-Length and the first half of %q", got, u.body)
+	}
+}
+
+func TestCutLeavesStreamsWhole(t *testing.T) {
+	p, u, front := cutProxy(t, false)
+	_ = p.Faults.Cut(Match{Resource: "pods"}, 1)
+	r, err := front.Client().Get(front.URL + "/api/v1/namespaces/ns/pods/p/log?follow=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil || !bytes.Equal(body, u.body) {
+		t.Fatalf("a followed log: %q %v", body, err)
+	}
+	if s := p.Faults.State(); len(s.Cut) != 1 || s.Cut[0].Remaining != 1 {
+		t.Fatalf("a followed log used the rule up: %+v", s.Cut)
 	}
 }

@@ -1,6 +1,7 @@
 // Package faultproxy is a TLS proxy in front of a Kubernetes API server that
 // injects faults into what it passes on: error answers, refused connections,
-// stalled requests and cut watches, chosen by verb and resource at runtime.
+// stalled requests, cut watches and replies cut in the middle of their body,
+// chosen by verb and resource at runtime.
 package faultproxy
 
 import (
@@ -66,6 +67,13 @@ type StallRule struct {
 	released chan struct{}
 }
 
+// CutRule passes the next Remaining matching requests on to the API server
+// and cuts the client's connection in the middle of each reply.
+type CutRule struct {
+	Match
+	Remaining int `json:"remaining"`
+}
+
 // Stall is what a held request waits for: its time, or the rule's release.
 type Stall struct {
 	For      time.Duration
@@ -86,6 +94,7 @@ type Faults struct {
 	now         func() time.Time
 	fail        []*FailRule
 	stall       []*StallRule
+	cut         []*CutRule
 	spent       []chan struct{} // releases of used-up stall rules whose requests may still be held
 	refuseUntil time.Time       // zero: not refusing by time
 	refuseCount int
@@ -138,6 +147,24 @@ func (f *Faults) Stall(m Match, seconds float64, count *int) error {
 	return nil
 }
 
+// Cut adds a rule passing the next count requests matching m on to the API
+// server and cutting the client's connection in the middle of their replies.
+func (f *Faults) Cut(m Match, count int) error {
+	if err := m.validate(); err != nil {
+		return err
+	}
+	if m.Verb == "watch" {
+		return fmt.Errorf("verb %q cannot be cut: a watch's reply has no end to cut short; end watches with close-watches, or hold them with stall", m.Verb)
+	}
+	if count < 1 {
+		return fmt.Errorf("count must be at least 1, not %d", count)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = append(f.cut, &CutRule{Match: m, Remaining: count})
+	return nil
+}
+
 // Refuse makes the listener close new connections: for seconds (0: until
 // told otherwise), or the next connections ones when connections > 0;
 // on=false stops refusing.
@@ -173,7 +200,7 @@ func (f *Faults) Clear() {
 	for _, ch := range f.spent {
 		close(ch)
 	}
-	f.fail, f.stall, f.spent = nil, nil, nil
+	f.fail, f.stall, f.cut, f.spent = nil, nil, nil, nil
 	f.refuseUntil, f.refuseCount = time.Time{}, 0
 }
 
@@ -226,10 +253,29 @@ func (f *Faults) Take(verb, resource string) (*Stall, *FailRule) {
 	return stall, nil
 }
 
+// TakeCut says whether the reply to a request of verb on resource, passed on
+// to the API server, is to be cut, using the first matching cut rule up. It
+// does not count the request: Take has.
+func (f *Faults) TakeCut(verb, resource string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, r := range f.cut {
+		if r.Matches(verb, resource) {
+			r.Remaining--
+			if r.Remaining <= 0 {
+				f.cut = slices.Delete(f.cut, i, i+1)
+			}
+			return true
+		}
+	}
+	return false
+}
+
 // State is the rules in force, as the control endpoint shows them.
 type State struct {
 	Fail                []FailRule  `json:"fail"`
 	Stall               []StallRule `json:"stall"`
+	Cut                 []CutRule   `json:"cut"`
 	RefusingConnections bool        `json:"refusingConnections"`
 }
 
@@ -237,7 +283,7 @@ type State struct {
 func (f *Faults) State() State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := State{Fail: []FailRule{}, Stall: []StallRule{}}
+	s := State{Fail: []FailRule{}, Stall: []StallRule{}, Cut: []CutRule{}}
 	for _, r := range f.fail {
 		s.Fail = append(s.Fail, *r)
 	}
@@ -248,6 +294,9 @@ func (f *Faults) State() State {
 			c.Remaining = &n
 		}
 		s.Stall = append(s.Stall, c)
+	}
+	for _, r := range f.cut {
+		s.Cut = append(s.Cut, *r)
 	}
 	s.RefusingConnections = f.refuseCount > 0 || (!f.refuseUntil.IsZero() && f.now().Before(f.refuseUntil))
 	return s

@@ -1,11 +1,13 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -160,8 +162,85 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if watch {
 		r = r.WithContext(context.WithValue(r.Context(), endKey{}, (<-chan struct{})(ended)))
+	} else if !streams(r) && p.Faults.TakeCut(info.Verb, resource) {
+		p.cutReply(w, r)
+		return
 	}
 	p.reverse.ServeHTTP(w, r)
+}
+
+// streams says whether the reply to r is a stream with no end to cut short:
+// a followed log, or a connection upgraded for exec, attach or port-forward.
+func streams(r *http.Request) bool {
+	if r.Header.Get("Upgrade") != "" {
+		return true
+	}
+	follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
+	return follow
+}
+
+// heldReply keeps the reply the reverse proxy copies from the API server.
+type heldReply struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (h *heldReply) Header() http.Header { return h.header }
+
+func (h *heldReply) WriteHeader(code int) {
+	if h.code == 0 && code >= 200 { // 1xx answers are not the reply
+		h.code = code
+	}
+}
+
+func (h *heldReply) Write(b []byte) (int, error) {
+	h.WriteHeader(http.StatusOK)
+	return h.body.Write(b)
+}
+
+// Flush is called by the reverse proxy after each write; the reply is kept whole.
+func (h *heldReply) Flush() {}
+
+// cutReply passes r on to the API server, which carries it out, and waits for
+// the whole reply; then it sends the client the reply's status line and
+// headers (its Content-Length, or chunked encoding where the API server sent
+// none) and the first half of its body, and cuts the connection short of the
+// rest. Over HTTP/1.1 the connection is closed with no TLS close_notify; over
+// HTTP/2, which has no hijacking, the handler aborts and the stream is reset
+// (RST_STREAM INTERNAL_ERROR), the connection's other streams going on.
+func (p *Proxy) cutReply(w http.ResponseWriter, r *http.Request) {
+	held := &heldReply{header: http.Header{}}
+	p.reverse.ServeHTTP(held, r)
+	if held.code == 0 { // the client went away before the API server answered
+		panic(http.ErrAbortHandler)
+	}
+	maps.Copy(w.Header(), held.header)
+	w.WriteHeader(held.code)
+	body := held.body.Bytes()
+	_, _ = w.Write(body[:len(body)/2])
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if r.ProtoMajor != 1 {
+		panic(http.ErrAbortHandler)
+	}
+	conn, buf, err := rc.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	_ = buf.Flush() // holds nothing: the reply went out with rc.Flush
+	closeAbruptly(conn)
+}
+
+// closeAbruptly closes conn without ending its TLS session (no close_notify),
+// as a process or a load balancer that dies does.
+func closeAbruptly(conn net.Conn) {
+	if tc, ok := conn.(interface{ NetConn() net.Conn }); ok {
+		conn = tc.NetConn()
+	}
+	_ = conn.Close()
 }
 
 type endKey struct{}
