@@ -13,6 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner.clients import shared_client
 
 from gpuspawner.hub.errors import spawn_error
+from gpuspawner.hub.lost_replies import LOST_REPLY
 from gpuspawner.kube.api_errors import DRA_GROUP, DRA_ROLE_NAME, DRA_ROLE_RULES, rules_text
 from gpuspawner.spawn.dra_claim import CLAIM_NAME, TEMPLATE_LABELS, unused_templates
 
@@ -67,25 +68,48 @@ def claim_hook(admin_hook: Any, template: dict[str, Any]):
     return add_gpu_claim
 
 
+#: tries at creating a template whose replies are lost (``lost_replies.LOST_REPLY``) before the spawn fails
+LOST_REPLY_TRIES = 3
+
+
 async def ensure_template(spawner: Any, template: dict[str, Any]) -> None:
-    """Create the template unless it exists; a refusal is the spawn's error, said plainly."""
+    """Create the template unless it exists; a refusal is the spawn's error, said plainly. A reply
+    lost on its way back is tried again: the next try's ``409`` says the first made it."""
     namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
-    try:
-        await resource_api().create_namespaced_resource_claim_template(namespace, template)
+    for tries_left in range(LOST_REPLY_TRIES - 1, -1, -1):
+        try:
+            await resource_api().create_namespaced_resource_claim_template(namespace, template)
+        except LOST_REPLY as e:
+            if tries_left:
+                spawner.log.warning("The reply to creating ResourceClaimTemplate %s/%s did not come back (%s: %s); "
+                                    "trying again", namespace, name, type(e).__name__, e)
+                continue
+            raise spawn_error(f"Creating the GPU claim template {namespace}/{name} failed: the API server's reply "
+                              f"did not come back {LOST_REPLY_TRIES} times ({type(e).__name__}: {e}). Try again "
+                              "in a minute; if it keeps failing, an administrator should check the hub's "
+                              "connection to the Kubernetes API server.",
+                              reason="dra-template", status_code=503) from None
+        except ApiException as e:
+            _refused(spawner, e, namespace, name)
+            return
         spawner.log.info("Created ResourceClaimTemplate %s/%s for %s", namespace, name, spawner._log_name)
-    except ApiException as e:
-        if e.status == 409:
-            return  # made by an earlier spawn with the same pool, count and CUDA requirement: reused
-        detail = _reason(e)
-        if e.status == 403:
-            message = (
-                f"The hub may not create ResourceClaimTemplates in namespace {namespace} ({detail}), so it "
-                "cannot ask for DRA GPUs. An administrator must grant the hub's ServiceAccount the Role "
-                f"{DRA_ROLE_NAME} of deploy/rbac.yaml ({DRA_GROUP} {rules_text(DRA_ROLE_RULES)})."
-            )
-        else:
-            message = f"Creating the GPU claim template {namespace}/{name} failed: {detail} (HTTP {e.status})."
-        raise spawn_error(message, reason="dra-template", status_code=500) from None
+        return
+
+
+def _refused(spawner: Any, e: ApiException, namespace: str, name: str) -> None:
+    """A template the API server did not create: reused when it exists, else the spawn's error."""
+    if e.status == 409:
+        return  # made by an earlier spawn with the same pool, count and CUDA requirement: reused
+    detail = _reason(e)
+    if e.status == 403:
+        message = (
+            f"The hub may not create ResourceClaimTemplates in namespace {namespace} ({detail}), so it "
+            "cannot ask for DRA GPUs. An administrator must grant the hub's ServiceAccount the Role "
+            f"{DRA_ROLE_NAME} of deploy/rbac.yaml ({DRA_GROUP} {rules_text(DRA_ROLE_RULES)})."
+        )
+    else:
+        message = f"Creating the GPU claim template {namespace}/{name} failed: {detail} (HTTP {e.status})."
+    raise spawn_error(message, reason="dra-template", status_code=500) from None
 
 
 def _reason(e: ApiException) -> str:

@@ -9,7 +9,7 @@ from kubespawner import KubeSpawner
 from traitlets import default
 
 from gpuspawner.hub import capacity_access, dra_templates, gpu_hours, gpu_metrics, kueue_wait, unseen_pod
-from gpuspawner.hub import listen_wait, plan_apply, pod_create, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
+from gpuspawner.hub import listen_wait, plan_apply, lost_replies, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
 from gpuspawner.hub.pod_wait import GPUSpawnInfo, SpawnRecord
 from gpuspawner.hub.reaper import OrphanPodSettings
 from gpuspawner.hub.settings import GPUSpawnerSettings
@@ -178,16 +178,22 @@ class GPUSpawner(GPUSpawnTraits, KubeSpawner, GPUSpawnerSettings, OrphanPodSetti
             yield event
 
     async def _make_create_pod_request(self, pod, request_timeout):
-        """One try at creating the server's pod (``pod_create.create``): a reply lost on its way
+        """One try at creating the server's pod (``lost_replies.create``): a reply lost on its way
         back is tried again, and a pod of this start found under its name is this start's pod."""
         self._spawn = replace(self._spawn, pod_requested=True)
-        return await pod_create.create(self, pod, request_timeout, self._remove_stale_pod)
+        return await lost_replies.create(self, pod, request_timeout, self._remove_stale_pod)
 
     async def _make_delete_pod_request(self, pod_name, delete_options, grace_seconds, request_timeout):
         """KubeSpawner's one try at deleting the pod, with a reply lost on its way back tried again
-        (``pod_create.delete``) instead of failing the stop."""
+        (``lost_replies.again_if_lost``) instead of failing the stop."""
         attempt = super()._make_delete_pod_request(pod_name, delete_options, grace_seconds, request_timeout)
-        return await pod_create.delete(self, pod_name, attempt)
+        return await lost_replies.again_if_lost(self, f"deleting pod {self.namespace}/{pod_name}", attempt)
+
+    async def _make_create_pvc_request(self, pvc, request_timeout):
+        """KubeSpawner's one try at creating the home volume's claim, with a reply lost on its way
+        back tried again (its ``409`` then means the claim exists) instead of failing the start."""
+        attempt = super()._make_create_pvc_request(pvc, request_timeout)
+        return await lost_replies.again_if_lost(self, f"creating PVC {self.namespace}/{pvc.metadata.name}", attempt)
 
     async def _remove_stale_pod(self):
         """Delete a pod an earlier start left under this server's name, as KubeSpawner's stop does,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import aiohttp
 import kubernetes_validate
 import pytest
 from jupyterhub.utils import maybe_future
@@ -34,8 +35,11 @@ class FakeResourceApi:
         self.created: list[str] = []
         self.deleted: list[str] = []
         self.forbid = False
+        self.lose = 0  # the next creates' replies lost after the template was made
+        self.tries = 0
 
     async def create_namespaced_resource_claim_template(self, namespace, body):
+        self.tries += 1
         if self.forbid:
             raise ApiException(status=403, reason="Forbidden")
         name = body["metadata"]["name"]
@@ -43,6 +47,9 @@ class FakeResourceApi:
             raise ApiException(status=409, reason="AlreadyExists")
         self.templates[name] = {**body, "metadata": {**body["metadata"], "creationTimestamp": "2020-01-01T00:00:00Z"}}
         self.created.append(name)
+        if self.lose:  # made, and the reply lost on its way back
+            self.lose -= 1
+            raise aiohttp.ClientPayloadError("Response payload is not completed")
 
     async def list_namespaced_resource_claim_template(self, namespace, label_selector, _preload_content):
         assert label_selector == ",".join(f"{k}={v}" for k, v in TEMPLATE_LABELS.items())
@@ -199,6 +206,29 @@ async def test_forbidden_template_creation_is_a_clear_spawn_error(dra_spawner, a
         await pod_for(s, {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
     assert "may not create ResourceClaimTemplates in namespace jhub" in str(e.value)
     assert "deploy/rbac.yaml" in str(e.value)
+
+
+async def test_a_template_creation_whose_reply_is_lost_is_tried_again(dra_spawner, api, caplog):
+    """The next try's 409 says the first made it: the spawn goes on with the claim."""
+    api.lose = 1
+    m = await pod_for(dra_spawner(), {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
+    assert api.tries == 2 and len(api.created) == 1
+    assert m["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == api.created[0]
+    assert "did not come back" in caplog.text
+
+
+async def test_template_replies_lost_every_time_are_a_clear_503(dra_spawner, api):
+    async def never_answered(namespace, body):  # the connection drops before the API server acts
+        api.tries += 1
+        raise aiohttp.ServerDisconnectedError()
+
+    api.create_namespaced_resource_claim_template = never_answered
+    with pytest.raises(Exception) as e:
+        await pod_for(dra_spawner(), {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
+    assert api.tries == dra_glue.LOST_REPLY_TRIES
+    assert e.value.status_code == 503
+    assert f"the API server's reply did not come back {dra_glue.LOST_REPLY_TRIES} times" in str(e.value)
+    assert "check the hub's connection to the Kubernetes API server" in str(e.value)
 
 
 @pytest.fixture

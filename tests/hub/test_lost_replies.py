@@ -1,4 +1,4 @@
-"""A server's pod creation when the API server's reply is lost (``gpuspawner.hub.pod_create``): a
+"""A server's pod creation when the API server's reply is lost (``gpuspawner.hub.lost_replies``): a
 start goes on with the pod an earlier try of it created, a stale pod of an earlier start is
 deleted first, and a GPU start keeps its reservation throughout.
 
@@ -24,7 +24,7 @@ from jupyterhub.utils import exponential_backoff
 from kubernetes_asyncio.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpec
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuspawner.hub.pod_create import SPAWN_ANNOTATION, create, mark
+from gpuspawner.hub.lost_replies import SPAWN_ANNOTATION, create, mark
 from tests.builders import FakeCache, make_spawner, pool_view
 
 CUT = aiohttp.ClientPayloadError("Response payload is not completed: <TransferEncodingError: 400, message="
@@ -66,7 +66,7 @@ def manifest(name="jupyter-ada", annotations=None):
 
 
 def spawner(api):
-    return SimpleNamespace(namespace="jhub", api=api, log=logging.getLogger("test-pod_create"))
+    return SimpleNamespace(namespace="jhub", api=api, log=logging.getLogger("test-lost_replies"))
 
 
 class _Stale:
@@ -105,7 +105,7 @@ async def test_a_pod_created_by_a_try_whose_reply_was_lost_is_this_starts(lost, 
     pod; nothing deletes it."""
     api = _Api(lose=[lost])
     remove = _Stale(api)
-    with caplog.at_level(logging.INFO, logger="test-pod_create"):
+    with caplog.at_level(logging.INFO, logger="test-lost_replies"):
         await tries(spawner(api), manifest(), remove)
     assert api.creates == 2 and api.reads == 1  # the second try met 409 and read the pod back
     assert remove.calls == 0 and "jupyter-ada" in api.pods
@@ -158,7 +158,7 @@ async def test_other_refusals_fail_the_start_as_kubespawners_do(status, caplog):
         async def create_namespaced_pod(self, namespace, pod):
             raise ApiException(status=status, reason="Refused")
 
-    with caplog.at_level(logging.ERROR, logger="test-pod_create"), pytest.raises(ApiException) as e:
+    with caplog.at_level(logging.ERROR, logger="test-lost_replies"), pytest.raises(ApiException) as e:
         await create(spawner(Refusing()), manifest(), 3, _Stale(Refusing()))
     assert e.value.status == status and f"HTTP {status}" in caplog.text
 
@@ -238,3 +238,24 @@ async def test_a_stop_whose_delete_reply_is_lost_tries_again_and_ends(no_kube_cl
                                   "Could not delete pod", timeout=5)
     assert s.api.deletes == 2 and s.api.pods == {}
     assert "The reply to deleting pod" in caplog.text
+
+
+async def test_a_home_volume_whose_creation_reply_is_lost_is_found_at_the_next_try(no_kube_client, caplog):
+    """KubeSpawner's next try meets a 409, its "already exists": the start goes on."""
+    class Volumes(_Api):
+        claims: dict = {}
+
+        async def create_namespaced_persistent_volume_claim(self, namespace, body):
+            self.creates += 1
+            if body.metadata.name in self.claims:
+                raise ApiException(status=409, reason="Conflict")
+            self.claims[body.metadata.name] = body
+            raise CUT
+
+    s = make_spawner("ada", namespace="jhub")
+    s.api = Volumes()
+    pvc = SimpleNamespace(metadata=SimpleNamespace(name="claim-ada"))
+    with caplog.at_level(logging.WARNING):
+        await exponential_backoff(partial(s._make_create_pvc_request, pvc, 3), "Could not create PVC", timeout=5)
+    assert s.api.creates == 2 and "claim-ada" in s.api.claims
+    assert "The reply to creating PVC jhub/claim-ada did not come back" in caplog.text

@@ -1,8 +1,10 @@
-"""Creating and deleting a server's pod when the API server's reply may be lost. The pod is marked
-with a token of its start, a create whose reply did not come back is tried again, and a pod found
-under the server's name is either the one an earlier try made (the start goes on) or a stale one,
-deleted before the pod is created again, with the start keeping its GPUs and claim template. A
-delete whose reply was lost is tried again: a pod already gone is KubeSpawner's "done"."""
+"""A spawn's Kubernetes requests whose reply may be lost on its way back (a timeout, a reply cut
+mid-body, a connection closed after the request went out): the API server may have carried them
+out. The server's pod is marked with a token of its start, so a creation tried again that finds a
+pod under the server's name knows the one an earlier try made (the start goes on) from a stale
+one, deleted before the pod is created again while the start keeps its GPUs and claim template.
+Requests whose next try tells by itself (a delete's 404, a create's 409 for a volume or a claim
+template) are simply tried again."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-__all__ = ["SPAWN_ANNOTATION", "LOST_REPLY", "mark", "token_of", "create", "delete"]
+__all__ = ["SPAWN_ANNOTATION", "LOST_REPLY", "mark", "token_of", "create", "again_if_lost"]
 
 #: a pod's spawn token: which start of its server created it (a fresh one for each start)
 SPAWN_ANNOTATION = "gpuspawner.io/spawn"
@@ -97,15 +99,15 @@ async def create(spawner: Any, pod: Any, timeout: float, remove_stale: Callable[
     return False
 
 
-async def delete(spawner: Any, pod_name: str, attempt: Awaitable[bool]) -> bool:
-    """``attempt`` (KubeSpawner's one try at deleting ``pod_name``, for its ``exponential_backoff``),
-    with a lost reply made another try (False) instead of a failed stop: the next try's
-    ``404 Not Found`` is KubeSpawner's "already deleted"."""
+async def again_if_lost(spawner: Any, what: str, attempt: Awaitable[bool]) -> bool:
+    """``attempt`` (one of KubeSpawner's tries, for its ``exponential_backoff``: True when done),
+    with a lost reply made another try (False) instead of an error. Only for a request whose next
+    try tells that the first was carried out: a delete (``404 Not Found``: KubeSpawner's "already
+    deleted"), a volume's creation (``409``: KubeSpawner's "already exists")."""
     try:
         return await attempt
     except LOST_REPLY as e:
-        spawner.log.warning("The reply to deleting pod %s/%s did not come back (%s); trying again",
-                            spawner.namespace, pod_name, _said(e))
+        spawner.log.warning("The reply to %s did not come back (%s); trying again", what, _said(e))
         return False
 
 
