@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
 from typing import Any
 
+import aiohttp
 from jupyterhub.utils import maybe_future
 from kubernetes_asyncio.client import CoreV1ResourceClaim, V1PodResourceClaim, V1ResourceRequirements
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -162,6 +164,6 @@ async def remove_unused_templates(spawner: Any) -> list[str]:
                     raise
             spawner.log.info("Deleted unused ResourceClaimTemplate %s/%s", namespace, name)
         return names
-    except (ApiException, OSError, ValueError) as e:
+    except (ApiException, OSError, ValueError, aiohttp.ClientError, asyncio.TimeoutError) as e:
         spawner.log.warning("Could not clean up GPU claim templates in namespace %s: %s", namespace, e)
         return []

@@ -6,6 +6,7 @@ No cluster: KubeSpawner's client is replaced and the capacity cache faked (tests
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
@@ -253,6 +254,23 @@ async def test_stop_deletes_templates_nothing_uses(dra_spawner, api, pods_gone):
     assert api.deleted == [a_template]
     await b.stop()
     assert api.templates == {}
+
+
+@pytest.mark.parametrize("lost", [aiohttp.ClientPayloadError("Response payload is not completed"),
+                                  aiohttp.ServerDisconnectedError(), asyncio.TimeoutError()],
+                         ids=["cut-mid-body", "disconnected", "timeout"])
+async def test_a_lost_reply_while_cleaning_up_never_fails_the_stop(dra_spawner, api, pods_gone, lost, caplog):
+    """The pod is gone; a template left behind is deleted at a later stop."""
+    a = dra_spawner()
+    await pod_for(a, {"profile": "gpu", "gpu_pool": FULL.id, "gpus": 1})
+
+    async def lost_list(namespace, label_selector, _preload_content):
+        raise lost
+
+    api.list_namespaced_resource_claim_template = lost_list
+    await a.stop()
+    assert "Could not clean up GPU claim templates in namespace jhub" in caplog.text
+    assert len(api.templates) == 1 and a._spawn.dra_template is None
 
 
 async def test_a_restarted_hub_still_cleans_up_at_stop(dra_spawner, api, pods_gone, monkeypatch):
