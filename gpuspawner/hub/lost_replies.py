@@ -53,7 +53,7 @@ _GONE = object()
 
 async def _existing_token(spawner: Any, name: str, timeout: float) -> Any:
     """The spawn token of the pod ``name`` as the API server has it now: ``_GONE`` when there is
-    no such pod, None when it has no token; a lost reply is raised."""
+    no such pod, None when it has no token; any other failure is raised."""
     try:
         pod = await spawner.api.read_namespaced_pod(name, spawner.namespace, _request_timeout=timeout)
     except ApiException as e:
@@ -84,7 +84,7 @@ async def create(spawner: Any, pod: Any, timeout: float, remove_stale: Callable[
             raise
     try:
         found = await asyncio.wait_for(_existing_token(spawner, name, timeout), timeout)
-    except LOST_REPLY as e:
+    except (*LOST_REPLY, ApiException) as e:  # whose pod it is stays unknown: nothing is deleted
         spawner.log.warning("Pod %s/%s exists and reading it back failed (%s); trying again",
                             spawner.namespace, name, _said(e))
         return False

@@ -145,8 +145,10 @@ async def test_a_pod_gone_between_the_conflict_and_the_read_is_created_again():
     assert await create(spawner(api), manifest(), 3, remove) is True
 
 
-async def test_a_lost_read_back_is_another_try_and_deletes_nothing():
-    api = _Api(lose=[CUT], read_fails=[aiohttp.ServerDisconnectedError()])
+@pytest.mark.parametrize("read_error", [aiohttp.ServerDisconnectedError(), ApiException(status=503, reason="Unavailable")],
+                         ids=["lost", "refused"])
+async def test_a_failed_read_back_is_another_try_and_deletes_nothing(read_error):
+    api = _Api(lose=[CUT], read_fails=[read_error])
     remove = _Stale(api)
     await tries(spawner(api), manifest(), remove)
     assert api.creates == 3 and api.reads == 2 and remove.calls == 0
