@@ -9,7 +9,8 @@ from kubespawner import KubeSpawner
 from traitlets import default
 
 from gpuspawner.hub import capacity_access, dra_templates, gpu_hours, gpu_metrics, kueue_wait, unseen_pod
-from gpuspawner.hub import listen_wait, plan_apply, lost_replies, pod_wait, reaper, refusals, scale_up_timeout, spawn_page
+from gpuspawner.hub import listen_wait, lost_replies, plan_apply, pod_wait, reaper, refusals, scale_up_timeout
+from gpuspawner.hub import spawn_page
 from gpuspawner.hub.pod_wait import GPUSpawnInfo, SpawnRecord
 from gpuspawner.hub.reaper import OrphanPodSettings
 from gpuspawner.hub.settings import GPUSpawnerSettings
