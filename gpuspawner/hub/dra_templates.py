@@ -15,7 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner.clients import shared_client
 
 from gpuspawner.hub.errors import spawn_error
-from gpuspawner.hub.lost_replies import LOST_REPLY
+from gpuspawner.hub.lost_replies import again_if_lost
 from gpuspawner.kube.api_errors import DRA_GROUP, DRA_ROLE_NAME, DRA_ROLE_RULES, rules_text
 from gpuspawner.spawn.dra_claim import CLAIM_NAME, TEMPLATE_LABELS, unused_templates
 
@@ -76,26 +76,29 @@ LOST_REPLY_TRIES = 3
 
 async def ensure_template(spawner: Any, template: dict[str, Any]) -> None:
     """Create the template unless it exists; a refusal is the spawn's error, said plainly. A reply
-    lost on its way back is tried again: the next try's ``409`` says the first made it."""
+    lost on its way back is tried again (``lost_replies.again_if_lost``): the next try's ``409``
+    says the first made it."""
     namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
-    for tries_left in range(LOST_REPLY_TRIES - 1, -1, -1):
-        try:
-            await resource_api().create_namespaced_resource_claim_template(namespace, template)
-        except LOST_REPLY as e:
-            if tries_left:
-                spawner.log.warning("The reply to creating ResourceClaimTemplate %s/%s did not come back (%s: %s); "
-                                    "trying again", namespace, name, type(e).__name__, e)
-                continue
-            raise spawn_error(f"Creating the GPU claim template {namespace}/{name} failed: the API server's reply "
-                              f"did not come back {LOST_REPLY_TRIES} times ({type(e).__name__}: {e}). Try again "
-                              "in a minute; if it keeps failing, an administrator should check the hub's "
-                              "connection to the Kubernetes API server.",
-                              reason="dra-template", status_code=503) from None
-        except ApiException as e:
-            _refused(spawner, e, namespace, name)
+    what = f"creating ResourceClaimTemplate {namespace}/{name}"
+    for _ in range(LOST_REPLY_TRIES):
+        if await again_if_lost(spawner, what, _create_template(spawner, template)):
             return
-        spawner.log.info("Created ResourceClaimTemplate %s/%s for %s", namespace, name, spawner._log_name)
-        return
+    raise spawn_error(f"Creating the GPU claim template {namespace}/{name} failed: the API server's reply "
+                      f"did not come back {LOST_REPLY_TRIES} times. Try again in a minute; if it keeps failing, "
+                      "an administrator should check the hub's connection to the Kubernetes API server.",
+                      reason="dra-template", status_code=503)
+
+
+async def _create_template(spawner: Any, template: dict[str, Any]) -> bool:
+    """One try: True once the template exists (made now, or reused); a refusal is raised."""
+    namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
+    try:
+        await resource_api().create_namespaced_resource_claim_template(namespace, template)
+    except ApiException as e:
+        _refused(spawner, e, namespace, name)
+        return True
+    spawner.log.info("Created ResourceClaimTemplate %s/%s for %s", namespace, name, spawner._log_name)
+    return True
 
 
 def _refused(spawner: Any, e: ApiException, namespace: str, name: str) -> None:

@@ -83,7 +83,7 @@ async def create(spawner: Any, pod: Any, timeout: float, remove_stale: Callable[
             spawner.log.error("Creating pod %s/%s failed: HTTP %s %s", spawner.namespace, name, e.status, e.reason)
             raise
     try:
-        found = await asyncio.wait_for(_existing_token(spawner, name, timeout), timeout)
+        found = await _existing_token(spawner, name, timeout)
     except (*LOST_REPLY, ApiException) as e:  # whose pod it is stays unknown: nothing is deleted
         spawner.log.warning("Pod %s/%s exists and reading it back failed (%s); trying again",
                             spawner.namespace, name, _said(e))
@@ -100,10 +100,10 @@ async def create(spawner: Any, pod: Any, timeout: float, remove_stale: Callable[
 
 
 async def again_if_lost(spawner: Any, what: str, attempt: Awaitable[bool]) -> bool:
-    """``attempt`` (one of KubeSpawner's tries, for its ``exponential_backoff``: True when done),
+    """``attempt`` (one try, True when done: one of KubeSpawner's, for its ``exponential_backoff``),
     with a lost reply made another try (False) instead of an error. Only for a request whose next
     try tells that the first was carried out: a delete (``404 Not Found``: KubeSpawner's "already
-    deleted"), a volume's creation (``409``: KubeSpawner's "already exists")."""
+    deleted"), a creation whose ``409`` means "already there" (a volume, a claim template)."""
     try:
         return await attempt
     except LOST_REPLY as e:
