@@ -24,37 +24,68 @@ T = TypeVar("T")
 
 
 class PageCache(Generic[T]):
-    """The last ``size`` results, each under the object it was built from (compared by
-    identity, and held, so its identity is not reused) and a hashable key."""
+    """Results, each under the object it was built from (its source: compared by identity, and
+    held, so its identity is not reused) and a hashable key: at most ``size`` of them, from at
+    most ``sources`` sources, the least recently used going first. A source's results go with
+    it: once the counts are renewed, the offers and forms built from the ones before are
+    garbage instead of memory (a form is ~50 KB) and objects every full collection walks."""
 
-    def __init__(self, size: int = 8) -> None:
+    def __init__(self, size: int = 8, sources: int | None = None) -> None:
         if size < 1:
             raise ValueError(f"size must be at least 1, not {size!r}")
+        sources = size if sources is None else sources
+        if sources < 1:
+            raise ValueError(f"sources must be at least 1, not {sources!r}")
         self.size = size
+        self.sources = sources
         self.hits = 0
         self.misses = 0
-        self._entries: OrderedDict[tuple[int, Hashable], tuple[Any, T]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, Hashable], T] = OrderedDict()
+        # id -> (the source, the keys of its entries), least recently used first
+        self._sources: OrderedDict[int, tuple[Any, set[Hashable]]] = OrderedDict()
 
     def get(self, source: Any, key: Hashable, build: Callable[[], T]) -> T:
         """The result for (``source``, ``key``), built by ``build()`` the first time."""
-        slot = (id(source), key)
-        entry = self._entries.get(slot)
-        if entry is not None and entry[0] is source:
-            self._entries.move_to_end(slot)
-            self.hits += 1
-            return entry[1]
+        held = self._sources.get(id(source))
+        if held is not None and held[0] is source:
+            self._sources.move_to_end(id(source))
+            slot = (id(source), key)
+            if slot in self._entries:
+                self._entries.move_to_end(slot)
+                self.hits += 1
+                return self._entries[slot]
         self.misses += 1
         value = build()
-        self._entries[slot] = (source, value)
-        self._entries.move_to_end(slot)
+        held = self._sources.get(id(source))  # build() may have used the cache itself
+        if held is None or held[0] is not source:
+            if held is not None:  # an object gone, its id reused: what was built from it goes
+                self._drop(id(source))
+            held = self._sources[id(source)] = (source, set())
+        self._sources.move_to_end(id(source))
+        held[1].add(key)
+        self._entries[(id(source), key)] = value
+        self._entries.move_to_end((id(source), key))
+        while len(self._sources) > self.sources:
+            self._drop(next(iter(self._sources)))
         while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+            (source_id, old), _ = self._entries.popitem(last=False)
+            keys = self._sources[source_id][1]
+            keys.discard(old)
+            if not keys:
+                del self._sources[source_id]
         return value
+
+    def _drop(self, source_id: int) -> None:
+        _, keys = self._sources.pop(source_id)
+        for key in keys:
+            del self._entries[(source_id, key)]
 
 
 # this hub process's offers (under a snapshot's pools and the parsed configuration) and the forms
-# rendered from them (under the offers and what the user sees), least recently used first out
-PAGE_CACHE: PageCache = PageCache(size=264)
+# rendered from them (under the offers and what the user sees), least recently used first out:
+# forms for up to 256 kinds of user, and 8 sources (the page's counts and offers, renewed every
+# gpu_capacity_page_max_age / 2 while views come, and those of the last spawns' checks)
+PAGE_CACHE: PageCache = PageCache(size=264, sources=8)
 _renewals: set[asyncio.Task] = set()  # the page renewal under way on this hub's loop (at most one)
 _logged_check_errors: set[str] = set()
 _cuda_verdicts = cuda_fit.VerdictMemo()  # this hub process's CUDA verdicts, per image and driver group

@@ -66,6 +66,53 @@ def test_the_oldest_offers_go_first_and_a_used_one_stays():
 def test_memo_size_must_be_positive():
     with pytest.raises(ValueError, match="size must be at least 1"):
         PageCache(size=0)
+    with pytest.raises(ValueError, match="sources must be at least 1"):
+        PageCache(size=4, sources=0)
+
+
+def test_what_was_built_from_counts_renewed_away_goes_with_them():
+    """Counts renewed every second: the offers and forms of the counts before go (garbage, not
+    memory a full collection walks), whatever room is left for forms; the counts in use stay."""
+    memo = PageCache(size=264, sources=2)
+    first, second, third = object(), object(), object()
+    for source in (first, second):
+        for user in range(3):
+            memo.get(source, user, lambda: "form")
+    assert len(memo._entries) == 6
+    memo.get(first, 0, lambda: "form")  # the page's counts, used again: now the newest
+    memo.get(third, 0, lambda: "form")  # second goes, with its three forms
+    assert sorted(i for i, _ in memo._entries) == sorted([id(first)] * 3 + [id(third)])
+    assert memo.get(second, 1, lambda: "rebuilt") == "rebuilt"
+    assert memo.get(first, 2, lambda: "rebuilt") == "rebuilt"  # first went for second
+    assert set(memo._sources) == {id(second), id(first)} and len(memo._entries) == 2
+
+
+def test_the_least_recently_used_result_goes_first_across_sources():
+    memo = PageCache(size=2, sources=4)
+    source, other = object(), object()
+    memo.get(source, "a", lambda: "a")
+    memo.get(source, "b", lambda: "b")
+    memo.get(source, "a", lambda: "rebuilt a")  # used: now the newest
+    memo.get(other, "x", lambda: "x")  # b goes
+    assert memo.get(source, "a", lambda: "rebuilt a") == "a"
+    assert memo.get(other, "x", lambda: "rebuilt x") == "x"
+    assert memo.get(source, "b", lambda: "rebuilt b") == "rebuilt b"  # a goes now
+    assert {id(source): {"b"}, id(other): {"x"}} == {i: keys for i, (_, keys) in memo._sources.items()}
+
+
+def test_a_build_that_uses_the_cache_itself_is_kept():
+    """The form's build asks for the offers (another source) first: both stay."""
+    memo = PageCache(size=8, sources=2)
+    pools = object()
+    offers = {}
+
+    def form():
+        memo.get(pools, "offers", lambda: offers)
+        return "form"
+
+    assert memo.get(offers, "user", form) == "form"
+    assert memo.get(offers, "user", lambda: "again") == "form"
+    assert memo.get(pools, "offers", lambda: "again") is offers
 
 
 def test_a_result_is_served_only_for_the_same_source_object_and_key():
