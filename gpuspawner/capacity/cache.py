@@ -29,6 +29,7 @@ __all__ = ["CapacityCache", "missing_rules_message"]
 ApiFactory = Callable[[], Any]
 
 _SHORT_WATCH = 1.0  # seconds; client-go reflector's "very short watch" threshold
+_MIN_WATCH_BASE = 5.0  # seconds; the shortest base of a watch's timeoutSeconds (_watch_seconds)
 #: the longest full collections wait for the first sync's freeze (a sync that never ends)
 _FULL_COLLECTIONS_DEFERRED_AT_MOST = 900.0
 _SLICE_SECONDS = 0.002  # synchronous work between two yields while applying a list page
@@ -224,6 +225,11 @@ class _Informer:
                 # a normal close (timeoutSeconds): resume from resource_version
                 self.watch_restarts += 1
                 if events or self.cache._clock() - began >= _SHORT_WATCH:
+                    # the server ended the watch at its deadline: it speaks on it, as with a
+                    # bookmark, which it sends a quiet watch only once the resourceVersion moves
+                    # on; the next watch resumes from this one's resourceVersion, so nothing
+                    # is missed (one too old is answered 410 Gone, and re-listed)
+                    self._delivered()
                     self._ok()
                     continue
                 # client-go treats a watch that ends at once without events as
@@ -349,8 +355,7 @@ class _Informer:
         """One watch request; returns the number of events after a normal close."""
         cache = self.cache
         seen = 0
-        # client-go: timeoutSeconds = minWatchTimeout * (1 + rand), spreading reconnects
-        timeout = max(1, int(cache._watch_timeout * (1 + cache._rand())))
+        timeout = cache._watch_seconds()
         try:
             resp = await self._call(
                 watch=True,
@@ -874,6 +879,21 @@ class CapacityCache:
         """Full jitter: uniform in [0, min(cap, base * 2**(failures-1)))."""
         ceiling = min(self._backoff_cap, self._backoff_base * (2 ** min(failures - 1, 30)))
         return self._rand() * ceiling
+
+    def _watch_seconds(self) -> int:
+        """One watch's ``timeoutSeconds``: client-go's jitter, ``base * (1 + rand)``, spreading
+        reconnects, where the base is ``watch_timeout`` or a quarter of the stall window, whichever
+        is shorter (never under 5 s). kube-apiserver's watch cache sends a watcher a bookmark
+        about once a minute and 2 s before its deadline, and only once the resource's
+        resourceVersion has moved past the watcher's (``k8s.io/apiserver``
+        ``pkg/storage/cacher/cache_watcher.go``, ``nextBookmarkTime`` and ``processEvents``): a
+        resource nobody changes (DeviceClasses; ResourceClaims on a cluster that uses few) gets
+        no bookmark at all, and the server's end of the watch at its deadline is the only word on
+        it. With watches this short, a healthy server is heard from within half the stall window,
+        so a quiet watch is never taken for a stalled one (a re-list), nor is one whose minute
+        bookmark a server under load dispatches late."""
+        base = min(self._watch_timeout, max(_MIN_WATCH_BASE, self._stall_timeout / 4))
+        return max(1, int(base * (1 + self._rand())))
 
     def _watch_request_timeout(self) -> Any:
         import aiohttp

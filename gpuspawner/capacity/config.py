@@ -272,7 +272,7 @@ class CapacityConfig:
     declared_pools: tuple[DeclaredPool, ...] = ()
     reservation_ttl: float = 300.0
     # seconds a watch may stay silent (and figures go unrefreshed) before they are
-    # stale: the API server bookmarks about once a minute, so 90 s tolerates one late bookmark
+    # stale; each watch ends within half of it, after the API server's bookmark before its deadline
     stall_timeout: float = 90.0
     _gpu_set: frozenset = field(init=False, repr=False, compare=False)
 

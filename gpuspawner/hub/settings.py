@@ -245,8 +245,10 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         treated as stuck and restarted, and before the GPU figures count as
         stale (spawns are then refused, or admitted unchecked with
         ``gpu_admit_without_capacity``, and ``GET /hub/api/gpus`` says
-        ``"healthy": false``). The Kubernetes API server sends a watch bookmark
-        about once a minute, so keep it above 60.
+        ``"healthy": false``). Each watch asks the API server to end it within
+        half this time, and its end counts as the server speaking, so a
+        healthy API server is heard from in time even where nothing changes;
+        below 40 that is a new watch every few seconds for each kind watched.
 
             c.GPUSpawner.gpu_capacity_stall_timeout = 90
         """,

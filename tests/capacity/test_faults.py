@@ -136,6 +136,52 @@ async def test_a_410_on_a_quiet_watch_is_no_stall(caches):
     assert cache.health["informers"]["nodes"]["stalled"] is False
 
 
+@pytest.mark.parametrize("stall, watch_timeout, rand, seconds", [
+    (90.0, 300.0, 0.0, 22),   # the defaults: watches of 22-45 s against a 90 s window
+    (90.0, 300.0, 0.999, 44),
+    (90.0, 10.0, 0.5, 15),    # a shorter watch_timeout is kept
+    (8.0, 300.0, 0.0, 5),     # never under 5 s
+    (600.0, 300.0, 0.5, 225),
+])
+def test_each_watch_ends_within_half_the_stall_window(stall, watch_timeout, rand, seconds):
+    """A watch's timeoutSeconds is a quarter of the window, doubled at most by client-go's jitter:
+    the server ends each watch within half the window."""
+    cache = CapacityCache(CapacityConfig(stall_timeout=stall), watch_timeout=watch_timeout, rand=lambda: rand)
+    assert cache._watch_seconds() == seconds
+
+
+@pytest.mark.integration
+async def test_a_quiet_cluster_stays_live_past_the_window(control_plane):
+    """Nothing changes in the cluster for longer than the stall window: kube-apiserver sends no
+    bookmark on a kind whose resourceVersion does not move, so the end of each watch at its
+    deadline is the server's word on it. The figures stay live, with no stalled watch and no
+    re-list, for every kind (DRA's too). Watches that outlived the window, or ends not counted,
+    made the figures stale after 24 s."""
+    async with proxied(control_plane) as real:
+        await real.create("nodes", a100("quiet-1"))
+        await real.create("pods", pod("web", 0, "quiet-1"), "jhub")
+        cache = real.make_cache(CapacityConfig(stall_timeout=24.0))  # DRA too: its DeviceClasses never change
+        assert await cache.wait_synced(10)
+        oldest, unhealthy = 0.0, []
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 32
+        while loop.time() < end:
+            snap = cache.snapshot()
+            oldest = max(oldest, snap.age_seconds)
+            if not snap.healthy:
+                unhealthy.append(snap.error)
+            await asyncio.sleep(0.25)
+        assert unhealthy == []
+        assert oldest <= 14.0  # half the window, and the time to open the next watch
+        health = cache.health
+        assert health["dra"]["api"] == "served"
+        informers = {**health["informers"], **health["dra"]["informers"]}
+        assert {"nodes", "pods", "resourceslices", "resourceclaims", "deviceclasses"} <= set(informers)
+        for kind, informer in informers.items():
+            assert (kind, informer["stuck_watches"], informer["relists"]) == (kind, 0, 0)
+            assert informer["watches"] >= 3, kind  # 6-12 s each
+
+
 @pytest.mark.integration
 async def test_a_watch_request_that_is_never_answered_is_stale_then_restarted(control_plane):
     """The hostile tester's stalled watch: the API server takes the watch request and never answers.
