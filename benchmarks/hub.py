@@ -364,6 +364,11 @@ def views(gpu: Hub, static: Hub, cluster: RealCluster, n: int) -> dict[str, Any]
     out["api_requests_per_view"] = min(windows) / (2 * window)  # each round: the GPU hub's page and API view
     out["gpu_stall"] = gpu.probe(reset="1")
     out["static_stall"] = static.probe(reset="1")
+    # after the stall figures: what each hub's full collections walk now (--json)
+    for hub in (gpu, static):
+        got = hub.probe(objects="1")
+        out[f"{hub.mode}_objects"] = {k: got[k] for k in ("gc_tracked_objects", "gc_frozen_objects",
+                                                          "gc_tracked_types")}
     return out
 
 

@@ -10,7 +10,8 @@ report can say how much of a stall was the collector; the worst tick's CPU time 
 the host's ``steal`` meanwhile (``/proc/stat``) say whether the hub was working at all.
 ``GET /hub/bench/probe`` (registered in ``c.JupyterHub.extra_handlers``, no authentication:
 loopback only, benchmark only) answers with the figures since the last ``?reset=1`` and the
-process's resident memory; ``?objects=1`` adds the number of objects the collector tracks and
+process's resident memory; ``?objects=1`` adds the number of objects the collector tracks (and
+the most numerous of their types) and
 ``?collect=1`` runs a full collection (both stall the loop themselves, so they are asked for
 only after the stall figures).
 
@@ -313,7 +314,12 @@ class ProbeHandler(web.RequestHandler):
             out["longest_step_without_gc_ms"] = {k: round(v * 1000, 2) for k, v in SLOW.longest_without_gc.items()}
         # these two stall the loop themselves: ask for them only after the stall figures are taken
         if self.get_argument("objects", ""):
-            out["gc_tracked_objects"] = len(gc.get_objects())
+            tracked = gc.get_objects()  # not the frozen ones: what a full collection walks
+            out["gc_tracked_objects"] = len(tracked)
+            # by type, the most numerous first: what has piled up since the last gc.freeze()
+            out["gc_tracked_types"] = collections.Counter(
+                f"{type(o).__module__}.{type(o).__qualname__}" for o in tracked).most_common(12)
+            del tracked
             out["gc_frozen_objects"] = gc.get_freeze_count()  # walks the permanent generation
         if self.get_argument("collect", ""):
             gc.collect()
