@@ -1,5 +1,6 @@
-"""Where gpuspawner's shared files are (the spawn and home page templates, the config snippet): under
-``<prefix>/share/gpuspawner/``, as pip installs them, else in the source checkout (an editable install)."""
+"""Where gpuspawner's shared files are (the spawn and home page templates, the spawn form's script
+and style, the config snippet): under ``<prefix>/share/gpuspawner/``, as pip installs them, else in
+the source checkout (an editable install)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 __all__ = ["SharedFilesMissing", "candidates", "shared_dir"]
 
 #: each shared directory: its name under ``<prefix>/share/gpuspawner/`` -> its place in the checkout
-CHECKOUT_PLACES = {"templates": Path("share") / "templates", "jupyterhub_config.d": Path("jupyterhub_config.d")}
+CHECKOUT_PLACES = {"templates": Path("share") / "templates", "static": Path("share") / "static",
+                   "jupyterhub_config.d": Path("jupyterhub_config.d")}
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 

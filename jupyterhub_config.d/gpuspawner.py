@@ -9,6 +9,7 @@ from gpuspawner.hub.config_check import check_at_hub_start as _gpuspawner_check_
 from gpuspawner.hub.guard import install_for_hub as _gpuspawner_guard
 from gpuspawner.hub.handlers import grant_scope as _gpuspawner_grant_scope
 from gpuspawner.hub.handlers import handlers as _gpuspawner_handlers
+from gpuspawner.hub.form_assets import handlers as _gpuspawner_form_assets
 from gpuspawner.hub.templates import hub_template_dir as _gpuspawner_hub_templates
 from gpuspawner.hub.log_filter import install_for_hub as _gpuspawner_log_filter
 from gpuspawner.hub.mygpus import HOME_VAR as _gpuspawner_servers_var
@@ -26,6 +27,7 @@ c = globals()["c"]
 
 c.JupyterHub.spawner_class = "gpu"
 c.JupyterHub.extra_handlers.extend(_gpuspawner_handlers)
+c.JupyterHub.extra_handlers.extend(_gpuspawner_form_assets())  # the spawn form's script and style
 # before JupyterHub's own templates, which ours extend ("templates/home.html"); a list the admin set
 # before this file keeps its templates first
 if isinstance(c.JupyterHub.template_paths, list):

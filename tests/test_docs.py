@@ -43,8 +43,8 @@ SECTION_TRAITS = {"GPUSpawner": TRAITS, "KubeSpawner": TRAITS, "GPUSpawnerSettin
                   "GPUCapacitySettings": CAPACITY_TRAITS}
 
 
-# what the config snippet registers: GET /hub/api/gpus and the GPU-hour ledger's two endpoints
-ENDPOINTS = ["/api/gpus", r"/api/users/([^/]+)/gpu-usage", "/api/gpu-usage"]
+# what the config snippet registers: GET /hub/api/gpus, the spawn form's files and the GPU-hour ledger's two endpoints
+ENDPOINTS = ["/api/gpus", r"/gpuspawner/static/(.*)", r"/api/users/([^/]+)/gpu-usage", "/api/gpu-usage"]
 
 
 def load_example() -> Config:

@@ -283,4 +283,6 @@ def render_form(spawner: Any, profile_list: Any, gpu_offers: Any = None, initial
         gpu_queues=queued_pool_ids(gpu_offers, spawner.spawn_config().queue_rules),
         full_card_text=full_card_text,
         image_ready=poolimages.ready_words(spawner),  # "Image ready on 3 of 5 nodes" (hub/poolimages.py)
+        # where the form's script and style are (files the browser keeps: hub/form_assets.py)
+        hub_prefix=getattr(spawner.hub, "base_url", None) or "/hub/",
     )

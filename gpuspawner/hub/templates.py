@@ -9,6 +9,7 @@ from typing import Any
 
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
 
+from gpuspawner.hub import form_assets
 from gpuspawner.shared import shared_dir
 
 FORM = "form.html"
@@ -51,10 +52,12 @@ def form_environment(paths: tuple[str, ...]) -> Environment:
     return env
 
 
-def render_form(paths: Iterable[str], source: str | None, **context: Any) -> str:
+def render_form(paths: Iterable[str], source: str | None, hub_prefix: str = "/hub/", **context: Any) -> str:
     """Render the spawn form: ``source`` (``profile_form_template``, a
     template string) when the admin set one, else ``form.html`` from the
-    first of ``paths`` (``additional_profile_form_template_paths``) that has it."""
+    first of ``paths`` (``additional_profile_form_template_paths``) that has it.
+    The context also has ``asset_url(name)``: the URL of the form's style or
+    script on the hub whose prefix is ``hub_prefix`` (``form_assets``)."""
     env = form_environment(tuple(paths))
     template = env.from_string(source) if source else env.get_template(FORM)
-    return template.render(**context)
+    return template.render(asset_url=functools.partial(form_assets.asset_url, hub_prefix), **context)

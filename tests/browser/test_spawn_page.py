@@ -375,7 +375,8 @@ def test_a_pool_the_user_may_not_use_is_absent(hub, new_page, login):
 def render_live(gpu_offers) -> str:
     # autoescaping on, as GPUSpawner renders the form (gpuspawner/spawner.py, _form_environment)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dirs()), autoescape=True)
-    return env.get_template("gpuspawner-live.html").render(gpu_offers=gpu_offers)
+    return env.get_template("gpuspawner-live.html").render(
+        gpu_offers=gpu_offers, asset_url=lambda name: f"/hub/gpuspawner/static/{name}?v=1")
 
 
 def offer(*pools, max_gpus=None, problem=None):
@@ -426,8 +427,9 @@ def test_the_include_hands_the_script_its_profiles_safely(gpu_offers, expected):
     if expected is None:
         assert "<script" not in out
         return
-    # one script element, whatever the data holds: nothing in it can close it early
-    assert out.count("<script") == 1 and out.count("</script>") == 1, out
-    data = re.search(r"var PROFILES = (.*);\n", out)
+    # the data's element and the script's, whatever the data holds: nothing in it can close one early
+    assert out.count("<script") == 2 and out.count("</script>") == 2, out
+    data = re.search(r'<script type="application/json" id="gs-live-profiles">(.*?)</script>', out)
     assert data, out
     assert json.loads(data.group(1)) == expected
+    assert '<script src="/hub/gpuspawner/static/gpuspawner-live.js?v=1" defer></script>' in out

@@ -26,7 +26,7 @@ from gpuspawner.hub.gpu_hours_handlers import handlers as usage_handlers
 from gpuspawner.hub.settings import GPUSpawnerSettings
 from gpuspawner.hub.templates import hub_template_dir
 from gpuspawner.hub.spawner import GPUSpawner
-from gpuspawner.hub import capacity_access
+from gpuspawner.hub import capacity_access, form_assets
 from tests.builders import FakeCache, make_spawner, pool_view
 from tests.builders.dra import counted_dra_pools
 
@@ -90,7 +90,7 @@ def test_snippet_sets_spawner_and_registers_handler_only():
     c = load_snippet()
     assert c.JupyterHub.spawner_class == "gpu"
     handlers = c.JupyterHub.extra_handlers.get_value([])
-    assert handlers == [(r"/api/gpus", GPUCapacityHandler), *usage_handlers]
+    assert handlers == [(r"/api/gpus", GPUCapacityHandler), *form_assets.handlers(), *usage_handlers]
     assert set(c) == {"JupyterHub"}  # nothing site-specific
     # the scopes of GET /hub/api/gpus and of the GPU-hour endpoints, the user role that reads GPU
     # capacity, the home page (Kueue's notice, GPU-hours) and its variable
