@@ -246,9 +246,9 @@ class GPUSpawnerSettings(GPUHourSettings, KueueSettings, GPUPrepullSettings, GPU
         stale (spawns are then refused, or admitted unchecked with
         ``gpu_admit_without_capacity``, and ``GET /hub/api/gpus`` says
         ``"healthy": false``). Each watch asks the API server to end it within
-        half this time, and its end counts as the server speaking, so a
-        healthy API server is heard from in time even where nothing changes;
-        below 40 that is a new watch every few seconds for each kind watched.
+        half this time (and after 5 s at the least), and its end counts as the
+        server speaking, so a healthy API server is heard from in time even
+        where nothing changes; keep it at 20 or more.
 
             c.GPUSpawner.gpu_capacity_stall_timeout = 90
         """,
