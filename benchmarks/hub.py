@@ -93,6 +93,7 @@ import requests  # noqa: E402
 from bigcluster import make_pod  # noqa: E402
 from testcluster.processes import stop_process  # noqa: E402
 from realcluster import RealCluster  # noqa: E402
+from gpuspawner.capacity.taintrule import DEFAULT_TOLERATED_TAINT_KEYS, HARD_EFFECTS  # noqa: E402
 
 NAMESPACE = "jupyterhub"
 SPAWN_NODES = 2  # A100 nodes run by the Python node agent: the spawned servers run there
@@ -134,10 +135,15 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def _contributes(cluster: RealCluster, node_name: str) -> bool:
+    """Ready, schedulable and without a hard taint the hub's GPU servers do not tolerate (say the
+    node lifecycle controller's `node.kubernetes.io/unreachable`, left by a late lease): a node
+    the hub counts in its pool, so that cordoning it takes one node off the count."""
     node = cluster.call("GET", f"/api/v1/nodes/{node_name}")
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in node.get("status", {}).get("conditions", []))
-    return ready and not node.get("spec", {}).get("unschedulable")
+    tainted = any(t.get("effect") in HARD_EFFECTS and t.get("key") not in DEFAULT_TOLERATED_TAINT_KEYS
+                  for t in node.get("spec", {}).get("taints") or [])
+    return ready and not tainted and not node.get("spec", {}).get("unschedulable")
 
 
 def _candidates(cluster: RealCluster, group: str) -> list[str]:
@@ -400,7 +406,10 @@ def _visible(hub: Hub, pool_id: str, field: str, want: int, since: float, timeou
         if _pool(hub, pool_id)[field] == want:
             return time.time() - since
         if time.time() - since > timeout:
-            raise BenchError(f"pool {pool_id}: {field} never became {want} within {timeout:g} s")
+            doc = hub.get("/hub/api/gpus").json()
+            raise BenchError(f"pool {pool_id}: {field} never became {want} within {timeout:g} s (it is "
+                             f"{_pool(hub, pool_id)[field]}; the hub's figures: healthy {doc.get('healthy')}, "
+                             f"{doc.get('age_seconds')} s old, error {doc.get('error')!r})")
         time.sleep(0.01)
 
 
