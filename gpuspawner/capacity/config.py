@@ -272,7 +272,7 @@ class CapacityConfig:
     declared_pools: tuple[DeclaredPool, ...] = ()
     reservation_ttl: float = 300.0
     # seconds a watch may stay silent (and figures go unrefreshed) before they are
-    # stale; each watch ends within half of it, after the API server's bookmark before its deadline
+    # stale; each watch asks the server to end it within half of it, and its end is the server's word
     stall_timeout: float = 90.0
     _gpu_set: frozenset = field(init=False, repr=False, compare=False)
 

@@ -28,7 +28,8 @@ class PageCache(Generic[T]):
     held, so its identity is not reused) and a hashable key: at most ``size`` of them, from at
     most ``sources`` sources, the least recently used going first. A source's results go with
     it: once the counts are renewed, the offers and forms built from the ones before are
-    garbage instead of memory (a form is ~50 KB) and objects every full collection walks."""
+    garbage instead of memory (a form is kilobytes of text) and objects every full collection
+    walks."""
 
     def __init__(self, size: int = 8, sources: int | None = None) -> None:
         if size < 1:
